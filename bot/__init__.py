@@ -1,0 +1,1 @@
+"""Cellmate's chat side: settings, the command line, and (later) the agent and platforms."""

@@ -1,0 +1,130 @@
+"""The `cellmate` command: the composition root, where settings become services."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bot.exec_output import print_result, save_outputs
+from bot.settings import Settings, SettingsError, load_settings
+from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
+from executor.docker_backend import connect
+from executor.image import build_image
+
+DEMO_CODE = Path(__file__).with_name("demo.py")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings()
+        code: int = args.handler(args, settings)
+    except SettingsError as exc:
+        print(f"cellmate: bad setting: {exc}", file=sys.stderr)
+        return 2
+    except InvalidInput as exc:
+        print(f"cellmate: {exc}", file=sys.stderr)
+        return 2
+    except ExecutorError as exc:
+        print(f"cellmate: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cellmate", description="A code interpreter for team chat.")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = commands.add_parser("exec", help="run Python code in a fresh sandbox and show its outputs")
+    run.add_argument("code", metavar="CODE_FILE", help="a Python file, or - to read the code from stdin")
+    run.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
+    run.add_argument("--out", type=Path, metavar="DIR", help="save images and output files into DIR")
+    run.add_argument("--timeout", type=float, metavar="S", help="wall-clock limit in seconds")
+    run.add_argument("--runtime", choices=["runc", "runsc"], help="container runtime (default: settings)")
+    run.add_argument(
+        "--file", action="append", default=[], type=Path, metavar="PATH",
+        help="put this file into /mnt/data first (repeatable)",
+    )
+    run.set_defaults(handler=_exec)
+
+    demo = commands.add_parser("demo", help="run a short example with a table and a chart")
+    demo.add_argument("--out", type=Path, default=Path("out/demo"), metavar="DIR")
+    demo.set_defaults(handler=_demo)
+
+    build = commands.add_parser("build-image", help="build the sandbox image if its inputs changed")
+    build.add_argument("--force", action="store_true", help="build even if an up-to-date image exists")
+    build.set_defaults(handler=_build_image)
+    return parser
+
+
+def _exec(args: argparse.Namespace, settings: Settings) -> int:
+    source = sys.stdin.read() if args.code == "-" else _read_text(Path(args.code))
+    files = {path.name: _read_bytes(path) for path in args.file}
+    limits = settings.sandbox
+    if args.timeout is not None:
+        limits = dataclasses.replace(limits, timeout_s=args.timeout)
+    if args.runtime is not None:
+        limits = dataclasses.replace(limits, runtime=args.runtime)
+    result = asyncio.run(_run_once(settings, limits, source, files))
+    saved = save_outputs(result, args.out) if args.out else None
+    if args.json:
+        payload = result.to_json()
+        if saved:
+            payload["saved"] = {kind: [str(p) for p in paths] for kind, paths in saved.items()}
+        json.dump(payload, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print_result(result, sys.stdout, saved)
+    return 0
+
+
+def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    print(f"Running {DEMO_CODE.name} in a fresh sandbox ({settings.sandbox.runtime}) ...", flush=True)
+    result = asyncio.run(_run_once(settings, settings.sandbox, DEMO_CODE.read_text(), {}))
+    saved = save_outputs(result, args.out)
+    print("─" * 60)
+    print_result(result, sys.stdout, saved)
+    for image in saved["images"]:
+        print(f"Open the chart: file://{image}")
+    return 0
+
+
+async def _run_once(
+    settings: Settings, limits: SandboxLimits, source: str, files: dict[str, bytes]
+) -> ExecutionResult:
+    async with Executor(settings.image, limits=limits, instance=settings.instance) as executor:
+        return await executor.run_notebook([source], files=files)
+
+
+def _build_image(args: argparse.Namespace, settings: Settings) -> int:
+    client = connect(timeout=900)
+    build_image(client, tag=settings.sandbox_image or None, mirror=settings.debian_mirror, force=args.force)
+    return 0
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read code file {path}: {exc}") from exc
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read input file {path}: {exc}") from exc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Run untrusted Python in hardened, short-lived sandboxes and get structured results.
+
+    async with Executor(image=default_tag()) as executor:
+        result = await executor.run_notebook(["print(1 + 1)"], files={"data.csv": b"a,b\n1,2\n"})
+        print(result.status, result.stdout)
+"""
+
+from executor.errors import (
+    EngineUnavailable,
+    ExecutorError,
+    ImageBuildError,
+    ImageNotFound,
+    InvalidInput,
+    SandboxError,
+)
+from executor.executor import Executor
+from executor.image import default_tag
+from executor.limits import SandboxLimits
+from executor.models import (
+    ExecutionError,
+    ExecutionResult,
+    OutputFile,
+    RichResult,
+    SkippedFile,
+    Status,
+)
+
+__all__ = [
+    "EngineUnavailable",
+    "ExecutionError",
+    "ExecutionResult",
+    "Executor",
+    "ExecutorError",
+    "ImageBuildError",
+    "ImageNotFound",
+    "InvalidInput",
+    "OutputFile",
+    "RichResult",
+    "SandboxError",
+    "SandboxLimits",
+    "SkippedFile",
+    "Status",
+    "default_tag",
+]

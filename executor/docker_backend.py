@@ -1,0 +1,317 @@
+"""Sandboxes as hardened Docker containers, driven through the Engine API.
+
+The runner inside is reached through the container's attached stdin/stdout (works under
+runc and gVisor, with a remote engine, and from inside a container); files move as tar
+streams through the archive calls. /mnt/data is a size-capped tmpfs volume owned by the
+container, so archive calls work on a read-only root and under gVisor alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from docker.types import LogConfig, Mount, Ulimit
+
+from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_output_tar
+from executor.errors import EngineUnavailable, ImageNotFound, SandboxError
+from executor.limits import SandboxLimits
+from executor.protocol import ExitState
+
+log = logging.getLogger(__name__)
+
+SANDBOX_LABEL = "cellmate.sandbox"
+INSTANCE_LABEL = "cellmate.instance"
+DATA_DIR = "/mnt/data"
+MAX_LINE_BYTES = 64 * 1024 * 1024
+STDERR_TAIL_BYTES = 16 * 1024
+
+
+def connect(timeout: float = 120) -> docker.DockerClient:
+    """A client for the engine in DOCKER_HOST (or the local socket), or EngineUnavailable."""
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise EngineUnavailable(
+            "No Docker engine answers "
+            f"({os.environ.get('DOCKER_HOST') or 'unix:///var/run/docker.sock'}): {exc}. "
+            "Start Docker, or run scripts/ensure-docker.sh to install and start one."
+        ) from exc
+    return client
+
+
+class DockerSandbox:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        container: Container,
+        volume_name: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self._client = client
+        self._container = container
+        self._volume_name = volume_name
+        self._reader = reader
+        self._writer = writer
+        self._stdout = bytearray()
+        self._stderr: deque[bytes] = deque()
+        self._stderr_size = 0
+        self._destroyed = False
+
+    @property
+    def id(self) -> str:
+        return str(self._container.id)
+
+    @property
+    def stderr_tail(self) -> str:
+        return b"".join(self._stderr).decode("utf-8", "replace")
+
+    async def send(self, request: Mapping[str, Any]) -> None:
+        try:
+            self._writer.write(json.dumps(request).encode() + b"\n")
+            await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            raise SandboxError(f"the sandbox stopped accepting requests: {exc}") from exc
+
+    async def receive(self) -> dict[str, Any] | None:
+        while True:
+            newline = self._stdout.find(b"\n")
+            if newline >= 0:
+                line = bytes(self._stdout[:newline])
+                del self._stdout[: newline + 1]
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    log.warning("sandbox %s wrote a line that is not JSON; ignored", self.id[:12])
+                    continue
+                if isinstance(event, dict):
+                    return event
+                continue
+            if len(self._stdout) > MAX_LINE_BYTES:
+                raise SandboxError("the sandbox wrote an event larger than 64 MB")
+            frame = await self._read_frame()
+            if frame is None:
+                return None
+            stream, payload = frame
+            if stream == 2:
+                self._keep_stderr(payload)
+            else:
+                self._stdout += payload
+
+    async def _read_frame(self) -> tuple[int, bytes] | None:
+        # Without a TTY the engine multiplexes stdout and stderr: an 8-byte header
+        # (stream id, 3 zero bytes, big-endian length) before each payload.
+        try:
+            header = await self._reader.readexactly(8)
+            payload = await self._reader.readexactly(int.from_bytes(header[4:8], "big"))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            return None
+        return header[0], payload
+
+    def _keep_stderr(self, payload: bytes) -> None:
+        self._stderr.append(payload)
+        self._stderr_size += len(payload)
+        while self._stderr_size > STDERR_TAIL_BYTES and len(self._stderr) > 1:
+            self._stderr_size -= len(self._stderr.popleft())
+
+    async def get_files(self, caps: OutputCaps, unchanged: Mapping[str, bytes]) -> ExtractedFiles:
+        def fetch() -> ExtractedFiles:
+            chunks, _ = self._container.get_archive(DATA_DIR)
+            return read_output_tar(ChunkReader(iter(chunks)), caps, unchanged)
+
+        return await asyncio.to_thread(fetch)
+
+    async def exit_state(self) -> ExitState:
+        def inspect() -> ExitState:
+            try:
+                self._container.reload()
+            except docker.errors.NotFound:
+                return ExitState(running=False, exit_code=None, oom_killed=False)
+            state = self._container.attrs.get("State", {})
+            return ExitState(
+                running=bool(state.get("Running")),
+                exit_code=state.get("ExitCode"),
+                oom_killed=bool(state.get("OOMKilled")),
+            )
+
+        return await asyncio.to_thread(inspect)
+
+    async def kill(self) -> None:
+        def kill() -> None:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                self._container.kill()
+
+        await asyncio.to_thread(kill)
+
+    async def destroy(self) -> None:
+        if self._destroyed:
+            return
+        self._destroyed = True
+        self._writer.close()
+        # A thread finishes the removal even when the awaiting task is cancelled.
+        await asyncio.to_thread(_remove, self._client, self.id, self._volume_name)
+
+
+def _remove(client: docker.DockerClient, container_id: str, volume_name: str) -> None:
+    with contextlib.suppress(docker.errors.NotFound):
+        client.api.remove_container(container_id, force=True, v=True)
+    with contextlib.suppress(docker.errors.NotFound):
+        client.api.remove_volume(volume_name, force=True)
+
+
+class DockerBackend:
+    """Starts sandboxes from `image` on the engine that DOCKER_HOST names."""
+
+    def __init__(self, image: str, instance: str = "default") -> None:
+        self.image = image
+        self.instance = instance
+        self._client: docker.DockerClient | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {SANDBOX_LABEL: "1", INSTANCE_LABEL: self.instance}
+
+    async def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = await asyncio.to_thread(connect)
+        return self._client
+
+    async def check(self, runtime: str = "runc") -> None:
+        client = await self.client()
+
+        def inspect() -> None:
+            try:
+                client.images.get(self.image)
+            except docker.errors.ImageNotFound as exc:
+                raise ImageNotFound(
+                    f"The sandbox image {self.image} is not built. Run `cellmate build-image`."
+                ) from exc
+            runtimes = client.info().get("Runtimes", {})
+            if runtime not in runtimes:
+                raise SandboxError(
+                    f"The Docker engine has no runtime {runtime!r} (it has: {', '.join(runtimes)}). "
+                    "Install gVisor and register it as 'runsc' (scripts/ensure-docker.sh does), "
+                    "or set CELLMATE_SANDBOX_RUNTIME=runc."
+                )
+
+        await asyncio.to_thread(inspect)
+
+    async def start(self, limits: SandboxLimits, input_tar: bytes | None) -> DockerSandbox:
+        client = await self.client()
+        name = f"cellmate-{uuid.uuid4().hex[:16]}"
+        try:
+            container, raw = await asyncio.to_thread(self._create, client, name, limits, input_tar)
+        except BaseException:
+            await asyncio.to_thread(_remove, client, name, name)
+            raise
+        try:
+            reader, writer = await asyncio.open_connection(sock=raw, limit=MAX_LINE_BYTES)
+            await asyncio.to_thread(container.start)
+        except BaseException:
+            raw.close()
+            await asyncio.to_thread(_remove, client, name, name)
+            raise
+        return DockerSandbox(client, container, name, reader, writer)
+
+    def _create(
+        self, client: docker.DockerClient, name: str, limits: SandboxLimits, input_tar: bytes | None
+    ) -> tuple[Container, socket.socket]:
+        client.volumes.create(
+            name=name,
+            driver="local",
+            driver_opts={
+                "type": "tmpfs",
+                "device": "tmpfs",
+                "o": f"size={limits.data_mb}m,uid=1000,gid=1000,mode=0700,nosuid,nodev",
+            },
+            labels=self.labels,
+        )
+        threads = str(max(1, int(limits.cpus)))
+        try:
+            container = client.containers.create(
+                self.image,
+                name=name,
+                hostname="sandbox",
+                labels=self.labels,
+                user="1000:1000",
+                working_dir=DATA_DIR,
+                stdin_open=True,
+                tty=False,
+                init=True,
+                runtime=limits.runtime,
+                # Only these variables exist inside; nothing of the bot's environment.
+                environment={
+                    "CELLMATE_OUTPUT_LIMIT": str(limits.output_bytes),
+                    "CELLMATE_RICH_OUTPUT_LIMIT": str(limits.rich_output_bytes),
+                    "OMP_NUM_THREADS": threads,
+                    "OPENBLAS_NUM_THREADS": threads,
+                    "MKL_NUM_THREADS": threads,
+                },
+                network_mode="bridge" if limits.network else "none",
+                read_only=True,
+                tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={limits.tmp_mb}m,mode=1777"},
+                mounts=[Mount(target=DATA_DIR, source=name, type="volume")],
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit=f"{limits.memory_mb}m",
+                memswap_limit=f"{limits.memory_mb}m",
+                nano_cpus=int(limits.cpus * 1e9),
+                pids_limit=limits.pids,
+                ulimits=[
+                    Ulimit(name="fsize", soft=limits.file_size_mb * 1024 * 1024, hard=limits.file_size_mb * 1024 * 1024),
+                    Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
+                    Ulimit(name="core", soft=0, hard=0),
+                ],
+                log_config=LogConfig(type="json-file", config={"max-size": f"{limits.log_mb}m", "max-file": "1"}),
+                shm_size="64m",
+            )
+        except docker.errors.ImageNotFound as exc:
+            raise ImageNotFound(f"The sandbox image {self.image} is not built. Run `cellmate build-image`.") from exc
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"the Docker engine refused to create a sandbox: {exc.explanation or exc}") from exc
+        if input_tar:
+            container.put_archive(DATA_DIR, input_tar)
+        attached = client.api.attach_socket(
+            container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
+        # A private duplicate of the descriptor, so that the HTTP library's own clean-up of the
+        # upgraded connection cannot close it under us.
+        original: socket.socket = getattr(attached, "_sock", attached)
+        raw = socket.socket(fileno=os.dup(original.fileno()))
+        with contextlib.suppress(OSError):
+            attached.close()
+        return container, raw
+
+    async def remove_leftovers(self) -> int:
+        client = await self.client()
+
+        def sweep() -> int:
+            selector = [f"{k}={v}" for k, v in self.labels.items()]
+            containers = client.containers.list(all=True, filters={"label": selector})
+            for container in containers:
+                with contextlib.suppress(docker.errors.NotFound):
+                    container.remove(force=True, v=True)
+            for volume in client.volumes.list(filters={"label": selector}):
+                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                    volume.remove(force=True)
+            return len(containers)
+
+        return await asyncio.to_thread(sweep)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await asyncio.to_thread(self._client.close)
+            self._client = None

@@ -1,0 +1,35 @@
+"""Infrastructure failures. A failure in user code is never raised: it is a result.
+
+    ExecutorError(Exception)
+    ├── EngineUnavailable(ExecutorError, ConnectionError)   no Docker engine answers
+    ├── ImageNotFound(ExecutorError, LookupError)           the sandbox image is not built
+    ├── ImageBuildError(ExecutorError)                      the sandbox image could not be built
+    ├── InvalidInput(ExecutorError, ValueError)             input files refused (name, size, count)
+    └── SandboxError(ExecutorError, RuntimeError)           a sandbox failed to start or speak
+"""
+
+from __future__ import annotations
+
+
+class ExecutorError(Exception):
+    """Base of every infrastructure failure of the executor."""
+
+
+class EngineUnavailable(ExecutorError, ConnectionError):
+    """No Docker engine answers."""
+
+
+class ImageNotFound(ExecutorError, LookupError):
+    """The sandbox image is missing; `cellmate build-image` builds it."""
+
+
+class ImageBuildError(ExecutorError):
+    """The sandbox image could not be built."""
+
+
+class InvalidInput(ExecutorError, ValueError):
+    """Input files were refused before any sandbox started."""
+
+
+class SandboxError(ExecutorError, RuntimeError):
+    """A sandbox could not start, or its runner broke the protocol."""

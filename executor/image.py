@@ -1,0 +1,150 @@
+"""Building the sandbox image, with or without a container registry.
+
+The tag is a hash of everything that goes into the image (Dockerfile, pinned requirements,
+runner), so an image is rebuilt exactly when its inputs change. Wheels are downloaded on the
+host into the build context; the base is python:3.11-slim-bookworm when the engine has it or
+can pull it, and otherwise a Debian bookworm root made with debootstrap and `docker import`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from executor.errors import ImageBuildError
+
+CONTEXT_DIR = Path(__file__).resolve().parent.parent / "environments" / "jupyter"
+CONTEXT_FILES = ("Dockerfile", "requirements.txt", "cellmate_runner.py")
+IMAGE_REPOSITORY = "cellmate-sandbox"
+OFFICIAL_BASE = "python:3.11-slim-bookworm"
+DEBIAN_SUITE = "bookworm"
+DEBOOTSTRAP_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+
+Say = Callable[[str], None]
+
+
+def content_hash(context: Path = CONTEXT_DIR) -> str:
+    digest = hashlib.sha256()
+    for name in CONTEXT_FILES:
+        digest.update(name.encode() + b"\0" + (context / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def default_tag(context: Path = CONTEXT_DIR) -> str:
+    return f"{IMAGE_REPOSITORY}:{content_hash(context)}"
+
+
+def image_exists(client: docker.DockerClient, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def build_image(
+    client: docker.DockerClient,
+    tag: str | None = None,
+    context: Path = CONTEXT_DIR,
+    mirror: str = "http://deb.debian.org/debian",
+    force: bool = False,
+    say: Say = print,
+) -> str:
+    """Build the sandbox image unless an image with the same content tag exists."""
+    tag = tag or default_tag(context)
+    if not force and image_exists(client, tag):
+        say(f"Sandbox image {tag} is up to date.")
+        return tag
+    say(f"Building sandbox image {tag} ...")
+    download_wheels(context, say)
+    base = official_base(client, say) or debootstrap_base(client, mirror, say)
+    say(f"Building on {base} (this takes a minute or two) ...")
+    try:
+        for chunk in client.api.build(
+            path=str(context), tag=tag, buildargs={"BASE_IMAGE": base}, rm=True, forcerm=True, decode=True
+        ):
+            if "error" in chunk:
+                raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}")
+            line = str(chunk.get("stream", "")).strip()
+            if line.startswith("Step "):
+                say(f"  {line}")
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"docker build failed: {exc}") from exc
+    client.images.get(tag).tag(IMAGE_REPOSITORY, "latest")
+    say(f"Built {tag}.")
+    return tag
+
+
+def download_wheels(context: Path, say: Say) -> None:
+    """Fetch the pinned wheels for CPython 3.11 on manylinux into the build context."""
+    wheels = context / "wheels"
+    wheels.mkdir(exist_ok=True)
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
+    platforms = [f"manylinux_2_{minor}_{arch}" for minor in (36, 28, 17)] + [f"manylinux2014_{arch}"]
+    command = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+        "--only-binary=:all:", "--no-deps", "--python-version", "3.11", "--implementation", "cp",
+        "--abi", "cp311", "--dest", str(wheels), "-r", str(context / "requirements.txt"),
+    ]
+    for name in platforms:
+        command += ["--platform", name]
+    say("Downloading the sandbox's Python wheels on the host ...")
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ImageBuildError(f"could not download the sandbox's wheels:\n{result.stderr[-3000:]}")
+
+
+def official_base(client: docker.DockerClient, say: Say) -> str | None:
+    if image_exists(client, OFFICIAL_BASE):
+        return OFFICIAL_BASE
+    try:
+        repository, tag = OFFICIAL_BASE.split(":")
+        client.images.pull(repository, tag=tag)
+    except docker.errors.APIError as exc:
+        say(f"Cannot pull {OFFICIAL_BASE} ({str(exc).splitlines()[0][:120]}); building a base with debootstrap.")
+        return None
+    return OFFICIAL_BASE
+
+
+def debootstrap_base(client: docker.DockerClient, mirror: str, say: Say) -> str:
+    recipe = f"{DEBIAN_SUITE} {' '.join(DEBOOTSTRAP_PACKAGES)} {platform.machine()}"
+    tag = f"cellmate-base:{DEBIAN_SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:8]}"
+    if image_exists(client, tag):
+        return tag
+    debootstrap = shutil.which("debootstrap")
+    if debootstrap is None:
+        raise ImageBuildError(
+            f"{OFFICIAL_BASE} cannot be pulled and debootstrap is not installed; "
+            "install it (apt-get install debootstrap) or make the base image available."
+        )
+    with tempfile.TemporaryDirectory(prefix="cellmate-rootfs-") as tmp:
+        root = Path(tmp) / "root"
+        say(f"Creating a Debian {DEBIAN_SUITE} root file system with debootstrap from {mirror} ...")
+        result = subprocess.run(
+            [debootstrap, "--variant=minbase", f"--include={','.join(DEBOOTSTRAP_PACKAGES)}",
+             DEBIAN_SUITE, str(root), mirror],
+            capture_output=True, text=True, check=False,
+        )
+        if result.returncode != 0:
+            raise ImageBuildError(f"debootstrap failed:\n{(result.stdout + result.stderr)[-3000:]}")
+        for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            shutil.rmtree(root / cache, ignore_errors=True)
+        say(f"Importing it as {tag} ...")
+        archive = Path(tmp) / "root.tar"
+        with tarfile.open(archive, "w") as tar:
+            tar.add(root, arcname=".")
+        try:
+            client.api.import_image_from_file(str(archive), repository=tag.split(":")[0], tag=tag.split(":")[1])
+        except docker.errors.APIError as exc:
+            raise ImageBuildError(f"docker import failed: {exc}") from exc
+    return tag

@@ -1,0 +1,63 @@
+"""Resource and safety limits for one sandbox; the defaults are the safe ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Runtime = Literal["runc", "runsc"]
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxLimits:
+    memory_mb: int = 1024
+    """Memory limit; swap is set equal, so the sandbox cannot page out past it."""
+    cpus: float = 1.0
+    pids: int = 256
+    timeout_s: float = 60.0
+    """Wall-clock limit for one run, enforced by the host."""
+    interrupt_grace_s: float = 3.0
+    """After the time limit, how long an interrupted kernel may take before it is killed."""
+    startup_timeout_s: float = 60.0
+    output_bytes: int = 1_000_000
+    """Text output (stdout + stderr) kept per run; the rest is cut with a note."""
+    rich_output_bytes: int = 20_000_000
+    """Rich outputs (images, HTML, JSON) kept per run."""
+    tmp_mb: int = 256
+    data_mb: int = 512
+    """Size of /mnt/data, the only place where files persist during a run."""
+    file_size_mb: int = 256
+    """Largest file a process may write (RLIMIT_FSIZE)."""
+    open_files: int = 1024
+    log_mb: int = 1
+    network: bool = False
+    runtime: Runtime = "runc"
+    max_output_files: int = 100
+    max_output_file_mb: int = 50
+    max_output_total_mb: int = 100
+    max_output_depth: int = 8
+    max_input_files: int = 20
+    max_input_total_mb: int = 100
+
+    def __post_init__(self) -> None:
+        positive = {
+            "memory_mb": self.memory_mb,
+            "cpus": self.cpus,
+            "pids": self.pids,
+            "timeout_s": self.timeout_s,
+            "output_bytes": self.output_bytes,
+            "tmp_mb": self.tmp_mb,
+            "data_mb": self.data_mb,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"sandbox limit {name} must be positive, got {value}")
+        if self.memory_mb < 128:
+            raise ValueError("sandbox limit memory_mb must be at least 128 (a kernel needs ~80 MB)")
+        if self.runtime not in ("runc", "runsc"):
+            raise ValueError(f"unknown container runtime {self.runtime!r} (use runc or runsc)")
+        if self.network and self.runtime == "runsc":
+            raise ValueError(
+                "network access is not available under runsc here: its runtime is registered "
+                "with --network=none; use runtime runc to enable the sandbox network"
+            )

@@ -1,0 +1,179 @@
+"""The result of running code, mirroring Jupyter's outputs (streams, MIME bundles, error)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*(?:\x07|\x1b\\)")
+
+
+class Status(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    """The code raised; see `error`."""
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    """The sandbox ran out of memory."""
+    KILLED = "killed"
+    """The kernel or the sandbox died (a signal, a crash, a stop)."""
+
+
+def clean_text(text: Any) -> str:
+    """Text from the sandbox as printable UTF-8: no ANSI codes, no lone surrogates."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    text = ANSI_ESCAPE.sub("", text)
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class RichResult:
+    """A display or execute result: one MIME bundle, as Jupyter sends it."""
+
+    data: Mapping[str, Any]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    is_main_result: bool = False
+    """True for the value of the last expression (execute_result), False for display()."""
+
+    @property
+    def text(self) -> str:
+        return clean_text(_joined(self.data.get("text/plain", "")))
+
+    @property
+    def image_types(self) -> list[str]:
+        return [mime for mime in self.data if mime.startswith("image/")]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"data": dict(self.data), "metadata": dict(self.metadata), "is_main_result": self.is_main_result}
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionError:
+    name: str
+    value: str
+    traceback: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "traceback": list(self.traceback)}
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFile:
+    """A regular file created or changed under /mnt/data."""
+
+    path: str
+    content: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.content)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFile:
+    """Something under /mnt/data that was not returned, and why."""
+
+    path: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionResult:
+    status: Status
+    stdout: str = ""
+    stderr: str = ""
+    results: tuple[RichResult, ...] = ()
+    error: ExecutionError | None = None
+    message: str = ""
+    """Why the run ended, for a person, when it did not end with `ok`; notes otherwise."""
+    files: tuple[OutputFile, ...] = ()
+    skipped_files: tuple[SkippedFile, ...] = ()
+    notebook: Mapping[str, Any] | None = None
+    """The executed notebook (nbformat 4 JSON), when the runner could send it."""
+    output_truncated: bool = False
+    duration_ms: int = 0
+    startup_ms: int = 0
+    runtime: str = "runc"
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "message": self.message,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "results": [r.to_json() for r in self.results],
+            "error": self.error.to_json() if self.error else None,
+            "files": [f.to_json() for f in self.files],
+            "skipped_files": [s.to_json() for s in self.skipped_files],
+            "output_truncated": self.output_truncated,
+            "duration_ms": self.duration_ms,
+            "startup_ms": self.startup_ms,
+            "runtime": self.runtime,
+        }
+
+
+@dataclass(slots=True)
+class OutputCollector:
+    """Folds nbformat outputs, as the runner streams them, into the parts of a result."""
+
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+    results: list[RichResult] = field(default_factory=list)
+    error: ExecutionError | None = None
+
+    def add(self, output: Mapping[str, Any]) -> None:
+        kind = output.get("output_type")
+        if kind == "stream":
+            text = clean_text(_joined(output.get("text", "")))
+            (self.stderr if output.get("name") == "stderr" else self.stdout).append(text)
+        elif kind in ("display_data", "execute_result"):
+            data = output.get("data")
+            if isinstance(data, Mapping):
+                self.results.append(
+                    RichResult(
+                        data={str(k): _joined(v) if isinstance(v, list) else v for k, v in data.items()},
+                        metadata=_mapping(output.get("metadata")),
+                        is_main_result=kind == "execute_result",
+                    )
+                )
+        elif kind == "error":
+            self.error = ExecutionError(
+                name=clean_text(output.get("ename", "")),
+                value=clean_text(output.get("evalue", "")),
+                traceback=tuple(clean_text(line) for line in _lines(output.get("traceback"))),
+            )
+
+    def extend(self, outputs: Iterable[Mapping[str, Any]]) -> None:
+        for output in outputs:
+            self.add(output)
+
+
+def _joined(value: Any) -> Any:
+    return "".join(str(v) for v in value) if isinstance(value, list) else value
+
+
+def _lines(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}

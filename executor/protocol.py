@@ -1,0 +1,59 @@
+"""The seam between running code and where sandboxes come from.
+
+`notebook.py` (and later the session manager) only speak these protocols; Docker is one
+backend (`docker_backend.py`). A Kubernetes or Azure Container Apps backend implements the
+same two classes and nothing else changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from executor.archive import ExtractedFiles, OutputCaps
+from executor.limits import SandboxLimits
+
+
+@dataclass(frozen=True, slots=True)
+class ExitState:
+    running: bool
+    exit_code: int | None
+    oom_killed: bool
+
+
+class Sandbox(Protocol):
+    """One started sandbox whose runner speaks JSON lines (see cellmate_runner.py)."""
+
+    @property
+    def id(self) -> str: ...
+
+    async def send(self, request: Mapping[str, Any]) -> None:
+        """Write one request to the runner."""
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The runner's next event, or None once its output has ended."""
+
+    async def get_files(self, caps: OutputCaps, unchanged: Mapping[str, bytes]) -> ExtractedFiles:
+        """Regular files under /mnt/data, read within caps."""
+
+    async def exit_state(self) -> ExitState: ...
+
+    async def kill(self) -> None:
+        """Stop everything in the sandbox at once; its files stay readable until destroy."""
+
+    async def destroy(self) -> None:
+        """Remove the sandbox and its storage; safe to call more than once."""
+
+
+class SandboxBackend(Protocol):
+    async def check(self, runtime: str = "runc") -> None:
+        """Raise EngineUnavailable or ImageNotFound when sandboxes cannot be started."""
+
+    async def start(self, limits: SandboxLimits, input_tar: bytes | None) -> Sandbox:
+        """Create a sandbox, put the input files into /mnt/data, and start its runner."""
+
+    async def remove_leftovers(self) -> int:
+        """Remove sandboxes that an earlier process left behind; return how many."""
+
+    async def close(self) -> None: ...

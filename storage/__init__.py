@@ -1,0 +1,1 @@
+"""Artifact storage (Azure Blob and local files) for what sandboxes produce."""
