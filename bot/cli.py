@@ -11,13 +11,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bot.demo import DEMO_CODE
 from bot.exec_output import print_result, save_outputs
 from bot.settings import Settings, SettingsError, load_settings
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
 from executor.image import build_image
-
-DEMO_CODE = Path(__file__).with_name("demo.py")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,17 +41,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cellmate", description="A code interpreter for team chat.")
+    parser = argparse.ArgumentParser(
+        prog="cellmate", description="A code interpreter for team chat."
+    )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    run = commands.add_parser("exec", help="run Python code in a fresh sandbox and show its outputs")
-    run.add_argument("code", metavar="CODE_FILE", help="a Python file, or - to read the code from stdin")
-    run.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
-    run.add_argument("--out", type=Path, metavar="DIR", help="save images and output files into DIR")
-    run.add_argument("--timeout", type=float, metavar="S", help="wall-clock limit in seconds")
-    run.add_argument("--runtime", choices=["runc", "runsc"], help="container runtime (default: settings)")
+    run = commands.add_parser(
+        "exec", help="run Python code in a fresh sandbox and show its outputs"
+    )
     run.add_argument(
-        "--file", action="append", default=[], type=Path, metavar="PATH",
+        "code", metavar="CODE_FILE", help="a Python file, or - to read the code from stdin"
+    )
+    run.add_argument(
+        "--json", action="store_true", help="print the whole result as one JSON object"
+    )
+    run.add_argument(
+        "--out", type=Path, metavar="DIR", help="save images and output files into DIR"
+    )
+    run.add_argument("--timeout", type=float, metavar="S", help="wall-clock limit in seconds")
+    run.add_argument(
+        "--runtime", choices=["runc", "runsc"], help="container runtime (default: settings)"
+    )
+    run.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
         help="put this file into /mnt/data first (repeatable)",
     )
     run.set_defaults(handler=_exec)
@@ -62,7 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
 
     build = commands.add_parser("build-image", help="build the sandbox image if its inputs changed")
-    build.add_argument("--force", action="store_true", help="build even if an up-to-date image exists")
+    build.add_argument(
+        "--force", action="store_true", help="build even if an up-to-date image exists"
+    )
     build.set_defaults(handler=_build_image)
     return parser
 
@@ -89,8 +106,11 @@ def _exec(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
-    print(f"Running {DEMO_CODE.name} in a fresh sandbox ({settings.sandbox.runtime}) ...", flush=True)
-    result = asyncio.run(_run_once(settings, settings.sandbox, DEMO_CODE.read_text(), {}))
+    print(
+        f"Running an example in a fresh {settings.sandbox.runtime} sandbox ...",
+        flush=True,
+    )
+    result = asyncio.run(_run_once(settings, settings.sandbox, DEMO_CODE, {}))
     saved = save_outputs(result, args.out)
     print("─" * 60)
     print_result(result, sys.stdout, saved)
@@ -108,7 +128,9 @@ async def _run_once(
 
 def _build_image(args: argparse.Namespace, settings: Settings) -> int:
     client = connect(timeout=900)
-    build_image(client, tag=settings.sandbox_image or None, mirror=settings.debian_mirror, force=args.force)
+    build_image(
+        client, tag=settings.sandbox_image or None, mirror=settings.debian_mirror, force=args.force
+    )
     return 0
 
 

@@ -1,4 +1,6 @@
-# The example that `make run` sends through a fresh sandbox: a table and a chart.
+"""The example that `cellmate demo` (and `make run`) sends through a fresh sandbox."""
+
+DEMO_CODE = """\
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -15,3 +17,4 @@ plt.show()
 
 table.to_csv("/mnt/data/revenue.csv")
 print("Saved /mnt/data/revenue.csv")
+"""

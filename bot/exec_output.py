@@ -9,8 +9,19 @@ from typing import TextIO
 
 from executor.models import ExecutionResult, RichResult, Status
 
-IMAGE_SUFFIXES = {"image/png": ".png", "image/jpeg": ".jpg", "image/svg+xml": ".svg", "image/gif": ".gif"}
-STATUS_MARK = {Status.OK: "✓", Status.ERROR: "✗", Status.TIMEOUT: "⏱", Status.MEMORY: "✗", Status.KILLED: "✗"}
+IMAGE_SUFFIXES = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/svg+xml": ".svg",
+    "image/gif": ".gif",
+}
+STATUS_MARK = {
+    Status.OK: "✓",
+    Status.ERROR: "✗",
+    Status.TIMEOUT: "⏱",
+    Status.MEMORY: "✗",
+    Status.KILLED: "✗",
+}
 
 
 def save_outputs(result: ExecutionResult, out_dir: Path) -> dict[str, list[Path]]:
@@ -53,7 +64,8 @@ def print_result(
             where = next(images, None)
             size = _describe_image(rich)
             stream.write(
-                f"[chart {index}: {size}" + (f" saved to {where}]\n" if where else "; use --out DIR to save it]\n")
+                f"[chart {index}: {size}"
+                + (f" saved to {where}]\n" if where else "; use --out DIR to save it]\n")
             )
         elif "text/plain" in rich.data:
             stream.write(("Out: " if rich.is_main_result else "") + rich.text + "\n")
@@ -61,14 +73,18 @@ def print_result(
             stream.write(f"[{', '.join(rich.data)} output]\n")
     if result.error is not None:
         _section(stream, "error")
-        stream.write("\n".join(result.error.traceback) or f"{result.error.name}: {result.error.value}")
+        stream.write(
+            "\n".join(result.error.traceback) or f"{result.error.name}: {result.error.value}"
+        )
         stream.write("\n")
     if result.files:
         _section(stream, "files")
         saved_files = iter(saved["files"])
         for file in result.files:
             where = next(saved_files, None)
-            stream.write(f"{file.path} ({_size(file.size)})" + (f" -> {where}" if where else "") + "\n")
+            stream.write(
+                f"{file.path} ({_size(file.size)})" + (f" -> {where}" if where else "") + "\n"
+            )
     for skipped in result.skipped_files:
         stream.write(f"not returned: {skipped.path}: {skipped.reason}\n")
     seconds = result.duration_ms / 1000

@@ -43,7 +43,9 @@ class Settings:
         return self.sandbox_image or default_tag()
 
 
-def load_settings(environ: Mapping[str, str] | None = None, env_file: Path | None = Path(".env")) -> Settings:
+def load_settings(
+    environ: Mapping[str, str] | None = None, env_file: Path | None = Path(".env")
+) -> Settings:
     """Settings from `environ` (the process environment by default) over the `.env` file."""
     values: dict[str, str] = {}
     if env_file is not None and env_file.is_file():
@@ -56,7 +58,8 @@ def load_settings(environ: Mapping[str, str] | None = None, env_file: Path | Non
             sandbox_image=values.get("CELLMATE_SANDBOX_IMAGE", ""),
             instance=values.get("CELLMATE_INSTANCE", "default") or "default",
             data_dir=Path(values.get("CELLMATE_DATA_DIR", ".data") or ".data"),
-            debian_mirror=values.get("CELLMATE_DEBIAN_MIRROR", "") or "http://deb.debian.org/debian",
+            debian_mirror=values.get("CELLMATE_DEBIAN_MIRROR", "")
+            or "http://deb.debian.org/debian",
         )
     except ValueError as exc:
         raise SettingsError(str(exc)) from exc

@@ -1,8 +1,8 @@
 """Run untrusted Python in hardened, short-lived sandboxes and get structured results.
 
-    async with Executor(image=default_tag()) as executor:
-        result = await executor.run_notebook(["print(1 + 1)"], files={"data.csv": b"a,b\n1,2\n"})
-        print(result.status, result.stdout)
+async with Executor(image=default_tag()) as executor:
+    result = await executor.run_notebook(["print(1 + 1)"], files={"data.csv": b"a,b\n1,2\n"})
+    print(result.status, result.stdout)
 """
 
 from executor.errors import (

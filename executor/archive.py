@@ -36,7 +36,9 @@ def validate_input_name(name: str) -> str:
     if any(unicodedata.category(ch).startswith("C") for ch in name):
         raise InvalidInput(f"input file name {name!r} contains control characters")
     if len(name.encode("utf-8")) > MAX_NAME_LENGTH:
-        raise InvalidInput(f"input file name {name[:40]!r}... is longer than {MAX_NAME_LENGTH} bytes")
+        raise InvalidInput(
+            f"input file name {name[:40]!r}... is longer than {MAX_NAME_LENGTH} bytes"
+        )
     return name
 
 
@@ -47,7 +49,8 @@ def build_input_tar(files: Mapping[str, bytes], max_files: int, max_total_bytes:
     total = sum(len(content) for content in files.values())
     if total > max_total_bytes:
         raise InvalidInput(
-            f"input files total {total / 1e6:.1f} MB; at most {max_total_bytes / 1e6:.0f} MB are allowed"
+            f"input files total {total / 1e6:.1f} MB; "
+            f"at most {max_total_bytes / 1e6:.0f} MB are allowed"
         )
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -74,7 +77,9 @@ class ExtractedFiles:
     files: list[OutputFile] = field(default_factory=list)
     skipped: list[SkippedFile] = field(default_factory=list)
     not_listed: int = 0
-    """Entries beyond what is worth listing one by one (a run that wrote 10,000 files)."""
+    """Refused entries beyond what is worth listing one by one."""
+    over_count: int = 0
+    """Regular files beyond the count cap (a run that wrote 10,000 files)."""
 
 
 class ChunkReader(io.RawIOBase):
@@ -123,7 +128,8 @@ def read_output_tar(
             if reason == "":
                 continue
             if reason is None and len(found.files) >= caps.max_files:
-                reason = f"more than {caps.max_files} output files; only the first {caps.max_files} are returned"
+                found.over_count += 1
+                continue
             if reason is None and member.size > caps.max_file_bytes:
                 reason = f"larger than {caps.max_file_bytes // 1_000_000} MB"
             if reason is None and total + member.size > caps.max_total_bytes:

@@ -150,9 +150,14 @@ class DockerSandbox:
         return await asyncio.to_thread(inspect)
 
     async def kill(self) -> None:
+        # Freezing stops every process at once, like a kill, but keeps the container running,
+        # and with it the tmpfs volume that holds /mnt/data, so its files can still be read.
         def kill() -> None:
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                self._container.kill()
+            try:
+                self._container.pause()
+            except docker.errors.APIError:
+                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                    self._container.kill()
 
         await asyncio.to_thread(kill)
 
@@ -166,8 +171,16 @@ class DockerSandbox:
 
 
 def _remove(client: docker.DockerClient, container_id: str, volume_name: str) -> None:
-    with contextlib.suppress(docker.errors.NotFound):
+    try:
         client.api.remove_container(container_id, force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError:
+        # gVisor cannot kill a frozen sandbox: thaw it, then remove it.
+        with contextlib.suppress(docker.errors.APIError):
+            client.api.unpause(container_id)
+        with contextlib.suppress(docker.errors.NotFound):
+            client.api.remove_container(container_id, force=True, v=True)
     with contextlib.suppress(docker.errors.NotFound):
         client.api.remove_volume(volume_name, force=True)
 
@@ -202,7 +215,8 @@ class DockerBackend:
             runtimes = client.info().get("Runtimes", {})
             if runtime not in runtimes:
                 raise SandboxError(
-                    f"The Docker engine has no runtime {runtime!r} (it has: {', '.join(runtimes)}). "
+                    f"The Docker engine has no runtime {runtime!r} "
+                    f"(it has: {', '.join(runtimes)}). "
                     "Install gVisor and register it as 'runsc' (scripts/ensure-docker.sh does), "
                     "or set CELLMATE_SANDBOX_RUNTIME=runc."
                 )
@@ -220,6 +234,10 @@ class DockerBackend:
         try:
             reader, writer = await asyncio.open_connection(sock=raw, limit=MAX_LINE_BYTES)
             await asyncio.to_thread(container.start)
+            # A tmpfs volume only holds data while it is mounted, that is while the container
+            # runs; so files go in after the start (the runner needs none to get ready).
+            if input_tar:
+                await asyncio.to_thread(container.put_archive, DATA_DIR, input_tar)
         except BaseException:
             raw.close()
             await asyncio.to_thread(_remove, client, name, name)
@@ -262,7 +280,8 @@ class DockerBackend:
                 },
                 network_mode="bridge" if limits.network else "none",
                 read_only=True,
-                tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={limits.tmp_mb}m,mode=1777"},
+                # Scratch space inside the container only; never a host path.
+                tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={limits.tmp_mb}m,mode=1777"},  # noqa: S108
                 mounts=[Mount(target=DATA_DIR, source=name, type="volume")],
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
@@ -271,21 +290,29 @@ class DockerBackend:
                 nano_cpus=int(limits.cpus * 1e9),
                 pids_limit=limits.pids,
                 ulimits=[
-                    Ulimit(name="fsize", soft=limits.file_size_mb * 1024 * 1024, hard=limits.file_size_mb * 1024 * 1024),
+                    Ulimit(
+                        name="fsize",
+                        soft=limits.file_size_mb * 1024 * 1024,
+                        hard=limits.file_size_mb * 1024 * 1024,
+                    ),
                     Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
                     Ulimit(name="core", soft=0, hard=0),
                 ],
-                log_config=LogConfig(type="json-file", config={"max-size": f"{limits.log_mb}m", "max-file": "1"}),
+                log_config=LogConfig(
+                    type="json-file", config={"max-size": f"{limits.log_mb}m", "max-file": "1"}
+                ),
                 shm_size="64m",
             )
         except docker.errors.ImageNotFound as exc:
-            raise ImageNotFound(f"The sandbox image {self.image} is not built. Run `cellmate build-image`.") from exc
+            raise ImageNotFound(
+                f"The sandbox image {self.image} is not built. Run `cellmate build-image`."
+            ) from exc
         except docker.errors.APIError as exc:
-            raise SandboxError(f"the Docker engine refused to create a sandbox: {exc.explanation or exc}") from exc
-        if input_tar:
-            container.put_archive(DATA_DIR, input_tar)
+            raise SandboxError(
+                f"the Docker engine refused to create a sandbox: {exc.explanation or exc}"
+            ) from exc
         attached = client.api.attach_socket(
-            container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            name, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
         )
         # A private duplicate of the descriptor, so that the HTTP library's own clean-up of the
         # upgraded connection cannot close it under us.
@@ -293,6 +320,7 @@ class DockerBackend:
         raw = socket.socket(fileno=os.dup(original.fileno()))
         with contextlib.suppress(OSError):
             attached.close()
+            original.close()
         return container, raw
 
     async def remove_leftovers(self) -> int:

@@ -1,11 +1,11 @@
 """Infrastructure failures. A failure in user code is never raised: it is a result.
 
-    ExecutorError(Exception)
-    ├── EngineUnavailable(ExecutorError, ConnectionError)   no Docker engine answers
-    ├── ImageNotFound(ExecutorError, LookupError)           the sandbox image is not built
-    ├── ImageBuildError(ExecutorError)                      the sandbox image could not be built
-    ├── InvalidInput(ExecutorError, ValueError)             input files refused (name, size, count)
-    └── SandboxError(ExecutorError, RuntimeError)           a sandbox failed to start or speak
+ExecutorError(Exception)
+├── EngineUnavailable(ExecutorError, ConnectionError)   no Docker engine answers
+├── ImageNotFound(ExecutorError, LookupError)           the sandbox image is not built
+├── ImageBuildError(ExecutorError)                      the sandbox image could not be built
+├── InvalidInput(ExecutorError, ValueError)             input files refused (name, size, count)
+└── SandboxError(ExecutorError, RuntimeError)           a sandbox failed to start or speak
 """
 
 from __future__ import annotations

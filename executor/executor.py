@@ -42,7 +42,10 @@ class Executor:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.backend.close()
 
@@ -59,4 +62,6 @@ class Executor:
         limits = dataclasses.replace(self.limits, **overrides) if overrides else self.limits
         if limits.runtime != self.limits.runtime:
             await self.backend.check(limits.runtime)
-        return await run_notebook(self.backend, [cells] if isinstance(cells, str) else list(cells), limits, files)
+        return await run_notebook(
+            self.backend, [cells] if isinstance(cells, str) else list(cells), limits, files
+        )

@@ -8,6 +8,7 @@ can pull it, and otherwise a Debian bookworm root made with debootstrap and `doc
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import platform
 import shutil
@@ -71,7 +72,12 @@ def build_image(
     say(f"Building on {base} (this takes a minute or two) ...")
     try:
         for chunk in client.api.build(
-            path=str(context), tag=tag, buildargs={"BASE_IMAGE": base}, rm=True, forcerm=True, decode=True
+            path=str(context),
+            tag=tag,
+            buildargs={"BASE_IMAGE": base},
+            rm=True,
+            forcerm=True,
+            decode=True,
         ):
             if "error" in chunk:
                 raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}")
@@ -82,19 +88,50 @@ def build_image(
         raise ImageBuildError(f"docker build failed: {exc}") from exc
     client.images.get(tag).tag(IMAGE_REPOSITORY, "latest")
     say(f"Built {tag}.")
+    remove_stale_images(client, keep=tag)
     return tag
+
+
+def remove_stale_images(client: docker.DockerClient, keep: str) -> None:
+    """Drop sandbox images of earlier inputs; one that a container still uses stays."""
+    for image in client.images.list(name=IMAGE_REPOSITORY):
+        tags = set(image.tags)
+        if keep in tags or f"{IMAGE_REPOSITORY}:latest" in tags:
+            continue
+        for stale in tags:
+            with contextlib.suppress(docker.errors.APIError):
+                client.images.remove(stale, noprune=False)
 
 
 def download_wheels(context: Path, say: Say) -> None:
     """Fetch the pinned wheels for CPython 3.11 on manylinux into the build context."""
     wheels = context / "wheels"
     wheels.mkdir(exist_ok=True)
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
-    platforms = [f"manylinux_2_{minor}_{arch}" for minor in (36, 28, 17)] + [f"manylinux2014_{arch}"]
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(
+        platform.machine().lower(), platform.machine()
+    )
+    platforms = [f"manylinux_2_{minor}_{arch}" for minor in (36, 28, 17)] + [
+        f"manylinux2014_{arch}"
+    ]
     command = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-        "--only-binary=:all:", "--no-deps", "--python-version", "3.11", "--implementation", "cp",
-        "--abi", "cp311", "--dest", str(wheels), "-r", str(context / "requirements.txt"),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+        "--no-deps",
+        "--python-version",
+        "3.11",
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp311",
+        "--dest",
+        str(wheels),
+        "-r",
+        str(context / "requirements.txt"),
     ]
     for name in platforms:
         command += ["--platform", name]
@@ -111,7 +148,10 @@ def official_base(client: docker.DockerClient, say: Say) -> str | None:
         repository, tag = OFFICIAL_BASE.split(":")
         client.images.pull(repository, tag=tag)
     except docker.errors.APIError as exc:
-        say(f"Cannot pull {OFFICIAL_BASE} ({str(exc).splitlines()[0][:120]}); building a base with debootstrap.")
+        say(
+            f"Cannot pull {OFFICIAL_BASE} ({str(exc).splitlines()[0][:120]}); "
+            "building a base with debootstrap."
+        )
         return None
     return OFFICIAL_BASE
 
@@ -131,9 +171,17 @@ def debootstrap_base(client: docker.DockerClient, mirror: str, say: Say) -> str:
         root = Path(tmp) / "root"
         say(f"Creating a Debian {DEBIAN_SUITE} root file system with debootstrap from {mirror} ...")
         result = subprocess.run(
-            [debootstrap, "--variant=minbase", f"--include={','.join(DEBOOTSTRAP_PACKAGES)}",
-             DEBIAN_SUITE, str(root), mirror],
-            capture_output=True, text=True, check=False,
+            [
+                debootstrap,
+                "--variant=minbase",
+                f"--include={','.join(DEBOOTSTRAP_PACKAGES)}",
+                DEBIAN_SUITE,
+                str(root),
+                mirror,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if result.returncode != 0:
             raise ImageBuildError(f"debootstrap failed:\n{(result.stdout + result.stderr)[-3000:]}")
@@ -144,7 +192,9 @@ def debootstrap_base(client: docker.DockerClient, mirror: str, say: Say) -> str:
         with tarfile.open(archive, "w") as tar:
             tar.add(root, arcname=".")
         try:
-            client.api.import_image_from_file(str(archive), repository=tag.split(":")[0], tag=tag.split(":")[1])
+            client.api.import_image_from_file(
+                str(archive), repository=tag.split(":")[0], tag=tag.split(":")[1]
+            )
         except docker.errors.APIError as exc:
             raise ImageBuildError(f"docker import failed: {exc}") from exc
     return tag

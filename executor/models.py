@@ -25,10 +25,8 @@ class Status(StrEnum):
 
 def clean_text(text: Any) -> str:
     """Text from the sandbox as printable UTF-8: no ANSI codes, no lone surrogates."""
-    if not isinstance(text, str):
-        text = "" if text is None else str(text)
-    text = ANSI_ESCAPE.sub("", text)
-    return text.encode("utf-8", "replace").decode("utf-8")
+    plain: str = ANSI_ESCAPE.sub("", "" if text is None else str(text))
+    return plain.encode("utf-8", "replace").decode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +47,11 @@ class RichResult:
         return [mime for mime in self.data if mime.startswith("image/")]
 
     def to_json(self) -> dict[str, Any]:
-        return {"data": dict(self.data), "metadata": dict(self.metadata), "is_main_result": self.is_main_result}
+        return {
+            "data": dict(self.data),
+            "metadata": dict(self.metadata),
+            "is_main_result": self.is_main_result,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +152,10 @@ class OutputCollector:
             if isinstance(data, Mapping):
                 self.results.append(
                     RichResult(
-                        data={str(k): _joined(v) if isinstance(v, list) else v for k, v in data.items()},
+                        data={
+                            str(k): _joined(v) if isinstance(v, list) else v
+                            for k, v in data.items()
+                        },
                         metadata=_mapping(output.get("metadata")),
                         is_main_result=kind == "execute_result",
                     )

@@ -55,8 +55,18 @@ async def run_notebook(
         if outcome.truncated:
             message = _join(message, f"Output was cut at {limits.output_bytes:,} bytes.")
         skipped = list(extracted.skipped)
+        if extracted.over_count:
+            skipped.append(
+                SkippedFile(
+                    path="…",
+                    reason=f"{extracted.over_count:,} more files not returned: at most "
+                    f"{limits.max_output_files} output files come back from one run",
+                )
+            )
         if extracted.not_listed:
-            skipped.append(SkippedFile(path="…", reason=f"{extracted.not_listed} more entries not listed"))
+            skipped.append(
+                SkippedFile(path="…", reason=f"{extracted.not_listed:,} more entries refused")
+            )
         return ExecutionResult(
             status=status,
             stdout="".join(collector.stdout),
@@ -83,7 +93,9 @@ async def _wait_ready(sandbox: Sandbox, limits: SandboxLimits) -> int:
                 event = await sandbox.receive()
                 if event is None:
                     tail = getattr(sandbox, "stderr_tail", "")
-                    raise SandboxError(f"the sandbox exited before its kernel was ready. {tail[-2000:]}".strip())
+                    raise SandboxError(
+                        f"the sandbox exited before its kernel was ready. {tail[-2000:]}".strip()
+                    )
                 if event.get("type") == "ready":
                     return int(event.get("startup_ms") or 0)
     except TimeoutError:
@@ -140,17 +152,25 @@ def _judge(
 ) -> tuple[Status, str]:
     if outcome.timed_out:
         how = "it was stopped" if outcome.killed_by_host else "it was interrupted"
-        return Status.TIMEOUT, f"The code ran longer than the {limits.timeout_s:g} s time limit; {how}."
+        return (
+            Status.TIMEOUT,
+            f"The code ran longer than the {limits.timeout_s:g} s time limit; {how}.",
+        )
     if outcome.kernel_oom or container_oom:
         return Status.MEMORY, (
-            f"The code ran out of memory (the limit is {limits.memory_mb} MB) and the kernel was stopped."
+            f"The code ran out of memory (the limit is {limits.memory_mb} MB) "
+            "and the kernel was stopped."
         )
     if outcome.status == "ok":
         return Status.OK, ""
     if outcome.status == "error":
         return Status.ERROR, "The code raised an exception."
     if outcome.status == "died":
-        return Status.KILLED, f"The Python kernel died {_describe_exit(outcome.kernel_exit_code)} while running the code."
+        return (
+            Status.KILLED,
+            "The Python kernel died "
+            f"{_describe_exit(outcome.kernel_exit_code)} while running the code.",
+        )
     return Status.KILLED, f"The sandbox stopped unexpectedly {_describe_exit(container_exit)}."
 
 
@@ -163,7 +183,11 @@ def _describe_exit(code: int | None) -> str:
             name = signal.Signals(signum).name
         except ValueError:
             name = f"signal {signum}"
-        meaning = {"SIGSEGV": " (segmentation fault)", "SIGKILL": " (killed)", "SIGABRT": " (aborted)"}
+        meaning = {
+            "SIGSEGV": " (segmentation fault)",
+            "SIGKILL": " (killed)",
+            "SIGABRT": " (aborted)",
+        }
         return f"from {name}{meaning.get(name, '')}"
     return f"with exit code {code}"
 

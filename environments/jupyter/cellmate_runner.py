@@ -86,7 +86,11 @@ class Runner:
     def __init__(self) -> None:
         self.out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
         self.nb = nbformat.v4.new_notebook()
-        self.nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        self.nb.metadata["kernelspec"] = {
+            "name": "python3",
+            "display_name": "Python 3",
+            "language": "python",
+        }
         self.client = CappedClient(
             self.nb,
             self.emit,
@@ -134,7 +138,10 @@ class Runner:
                 break
             except DeadKernelError:
                 status = "died"
-                detail = {"exit_code": await kernel_exit_code(self.client), "oom": oom_kills() > oom_before}
+                detail = {
+                    "exit_code": await kernel_exit_code(self.client),
+                    "oom": oom_kills() > oom_before,
+                }
                 break
         self.emit(
             {

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import docker
+import pytest
+
+from executor import Executor, SandboxLimits, default_tag
+from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL, connect
+
+TEST_INSTANCE = "tests"
+RUNTIMES = ["runc", "runsc"]
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    client = connect()  # raises EngineUnavailable with instructions: a failure, not a skip
+    try:
+        client.images.get(default_tag())
+    except docker.errors.ImageNotFound:
+        pytest.fail(
+            f"sandbox image {default_tag()} is missing: run `make test` or `cellmate build-image`"
+        )
+    yield client
+    client.close()
+
+
+def live_sandboxes(client: docker.DockerClient) -> list[str]:
+    selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={TEST_INSTANCE}"]
+    names = [c.name for c in client.containers.list(all=True, filters={"label": selector})]
+    names += [v.name for v in client.volumes.list(filters={"label": selector})]
+    return [str(n) for n in names]
+
+
+@pytest.fixture(autouse=True)
+def no_sandbox_left_behind(docker_client: docker.DockerClient) -> Iterator[None]:
+    yield
+    assert live_sandboxes(docker_client) == [], "a sandbox (container or volume) was left behind"
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def executor(runtime: str, docker_client: docker.DockerClient) -> AsyncIterator[Executor]:
+    limits = SandboxLimits(runtime=runtime, timeout_s=20)  # type: ignore[arg-type]
+    async with Executor(default_tag(), limits=limits, instance=TEST_INSTANCE) as ex:
+        yield ex

@@ -1,0 +1,265 @@
+"""Hostile and broken code, with real containers under runc and runsc.
+
+Each case must end with the right status and a specific message, leave nothing behind (the
+autouse fixture checks), and not affect the next run.
+"""
+
+from __future__ import annotations
+
+import docker
+import pytest
+
+from executor import Executor, InvalidInput, SandboxLimits, Status, default_tag
+from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
+
+pytestmark = pytest.mark.docker
+
+
+async def healthy(executor: Executor) -> None:
+    """The next run after a fault works normally."""
+    result = await executor.run_notebook("print(sum(range(10)))")
+    assert result.status is Status.OK
+    assert result.stdout == "45\n"
+
+
+async def test_infinite_loop_times_out(executor: Executor) -> None:
+    result = await executor.run_notebook("while True:\n    pass", timeout_s=3)
+    assert result.status is Status.TIMEOUT
+    assert "3 s time limit" in result.message
+    await healthy(executor)
+
+
+async def test_sleep_beyond_the_limit_times_out(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "print('start', flush=True)\nimport time\ntime.sleep(600)", timeout_s=3
+    )
+    assert result.status is Status.TIMEOUT
+    assert result.stdout == "start\n"  # output from before the limit is kept
+
+
+async def test_code_that_ignores_interrupts_is_killed(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "import signal, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "open('partial.txt', 'w').write('written before the limit')\n"
+        "while True:\n"
+        "    time.sleep(0.1)",
+        timeout_s=3,
+    )
+    assert result.status is Status.TIMEOUT
+    assert "it was stopped" in result.message
+    # Files written before the kill still come back.
+    assert [(f.path, f.content) for f in result.files] == [
+        ("partial.txt", b"written before the limit")
+    ]
+    await healthy(executor)
+
+
+async def test_memory_bomb(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "blocks = []\nwhile True:\n    blocks.append(bytearray(64 * 1024 * 1024))", memory_mb=512
+    )
+    assert result.status is Status.MEMORY
+    assert "out of memory" in result.message and "512 MB" in result.message
+    await healthy(executor)
+
+
+async def test_fork_bomb(executor: Executor) -> None:
+    result = await executor.run_notebook("import os\nwhile True:\n    os.fork()", timeout_s=10)
+    assert result.status is not Status.OK
+    assert result.message
+    await healthy(executor)
+
+
+async def test_filling_mnt_data(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "chunk = b'0' * (64 * 1024 * 1024)\n"
+        "for i in range(20):\n"
+        "    open(f'/mnt/data/part{i}', 'wb').write(chunk)",
+        data_mb=256,
+    )
+    assert result.status is Status.ERROR
+    assert result.error is not None
+    assert "No space left on device" in result.error.value
+    assert all(f.size <= 50_000_000 for f in result.files)
+
+
+async def test_one_huge_file_hits_the_file_size_limit(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "open('/mnt/data/big', 'wb').write(b'0' * (40 * 1024 * 1024))", file_size_mb=16
+    )
+    assert result.status is Status.ERROR
+    assert result.error is not None
+    assert "File too large" in result.error.value
+
+
+async def test_filling_tmp(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "open('/tmp/big', 'wb').write(b'0' * (400 * 1024 * 1024))", tmp_mb=64
+    )
+    assert result.status is Status.ERROR
+    assert result.error is not None
+    assert "No space left on device" in result.error.value
+
+
+async def test_a_hundred_megabytes_of_output_is_cut(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "line = 'x' * 9_999\nfor _ in range(10_000):\n    print(line)", timeout_s=60
+    )
+    assert result.status is Status.OK
+    assert result.output_truncated
+    assert 900_000 <= len(result.stdout) <= 1_000_000
+    assert "Output was cut at 1,000,000 bytes" in result.message
+
+
+async def test_non_utf8_bytes_on_stdout(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "import os\nos.write(1, b'bad \\xff\\xfe end\\n')\nprint('after')"
+    )
+    assert result.status is Status.OK
+    assert "after\n" in result.stdout
+    assert "bad \ufffd\ufffd end" in result.stdout
+
+
+async def test_input_is_refused_clearly(executor: Executor) -> None:
+    result = await executor.run_notebook("name = input('name? ')")
+    assert result.status is Status.ERROR
+    assert result.error is not None
+    assert result.error.name == "StdinNotImplementedError"
+    assert "input requests" in result.error.value
+
+
+@pytest.mark.parametrize(
+    ("code", "signal_name"),
+    [
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "SIGKILL"),
+        ("import ctypes\nctypes.string_at(0)", "SIGSEGV"),
+    ],
+)
+async def test_kernel_that_dies(executor: Executor, code: str, signal_name: str) -> None:
+    result = await executor.run_notebook(["print('before')", code, "print('after')"])
+    assert result.status is Status.KILLED
+    assert "kernel died" in result.message and signal_name in result.message
+    assert result.stdout == "before\n"
+    await healthy(executor)
+
+
+async def test_root_and_etc_are_not_writable(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "import os\n"
+        "for path in ['/evil', '/etc/evil', '/opt/venv/evil', '/usr/evil']:\n"
+        "    try:\n"
+        "        open(path, 'w').write('x')\n"
+        "        print('WROTE', path)\n"
+        "    except OSError as e:\n"
+        "        print('refused', path, e.strerror)\n"
+        "print(os.getuid(), os.getgid())"
+    )
+    assert result.status is Status.OK
+    assert "WROTE" not in result.stdout
+    assert result.stdout.count("refused") == 4
+    assert result.stdout.splitlines()[-1] == "1000 1000"
+
+
+async def test_bot_secrets_are_not_in_the_sandbox(
+    executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-cellmate-test-secret")
+    monkeypatch.setenv("DISCORD_TOKEN", "discord-cellmate-test-secret")
+    result = await executor.run_notebook(
+        "import os, glob\n"
+        "seen = [repr(dict(os.environ))]\n"
+        "for path in glob.glob('/proc/*/environ'):\n"
+        "    try:\n"
+        "        seen.append(open(path, 'rb').read().decode(errors='replace'))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('\\n'.join(seen))"
+    )
+    assert result.status is Status.OK
+    assert "HOME=" in result.stdout  # the dump itself worked
+    assert "cellmate-test-secret" not in result.stdout
+    assert "OPENAI_API_KEY" not in result.stdout
+
+
+async def test_no_network(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "import socket\n"
+        "try:\n"
+        "    socket.getaddrinfo('pypi.org', 443)\n"
+        "    print('DNS works')\n"
+        "except OSError as e:\n"
+        "    print('no DNS')\n"
+        "for host in ['172.17.0.1', '10.0.0.1', '1.1.1.1']:\n"
+        "    try:\n"
+        "        socket.create_connection((host, 53), timeout=2).close()\n"
+        "        print('CONNECTED', host)\n"
+        "    except OSError as e:\n"
+        "        print('blocked', host)\n"
+        "print(open('/proc/net/route').read().count('\\n') - 1, 'routes')"
+    )
+    assert result.status is Status.OK
+    assert result.stdout.splitlines()[:4] == [
+        "no DNS",
+        "blocked 172.17.0.1",
+        "blocked 10.0.0.1",
+        "blocked 1.1.1.1",
+    ]
+
+
+async def test_network_is_opt_in(docker_client: docker.DockerClient) -> None:
+    code = "print(any(line.split()[1] == '00000000' for line in open('/proc/net/route').readlines()[1:]))"
+    async with Executor(
+        default_tag(), limits=SandboxLimits(network=True), instance=TEST_INSTANCE
+    ) as ex:
+        enabled = await ex.run_notebook(code)
+        disabled = await ex.run_notebook(code, network=False)
+    assert enabled.stdout == "True\n"  # a default route exists only when the operator allows it
+    assert disabled.stdout == "False\n"
+
+
+async def test_links_and_fifos_never_come_back(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "import os\n"
+        "os.symlink('/etc/passwd', 'passwd')\n"
+        "os.symlink('/proc/self/environ', 'environ')\n"
+        "os.mkfifo('pipe')\n"
+        "open('real.txt', 'w').write('real')"
+    )
+    assert result.status is Status.OK
+    assert [(f.path, f.content) for f in result.files] == [("real.txt", b"real")]
+    reasons = {s.path: s.reason for s in result.skipped_files}
+    assert "link" in reasons["passwd"] and "/etc/passwd" in reasons["passwd"]
+    assert "link" in reasons["environ"]
+
+
+async def test_ten_thousand_files(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "for i in range(10_000):\n    open(f'/mnt/data/f{i:05}.txt', 'w').write(str(i))"
+    )
+    assert result.status is Status.OK
+    assert len(result.files) == 100
+    assert any("9,900 more files not returned" in s.reason for s in result.skipped_files)
+    assert len(result.skipped_files) <= 2
+
+
+async def test_deep_folders_are_capped(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        "import os\nos.makedirs('a/b/c/d/e/f/g/h/i/j')\nopen('a/b/c/d/e/f/g/h/i/j/deep.txt', 'w').write('x')"
+    )
+    assert result.files == ()
+    assert "nested deeper" in result.skipped_files[0].reason
+
+
+@pytest.mark.parametrize("name", ["../escape.txt", "/etc/passwd", "a/../../b", "..", ""])
+async def test_bad_input_file_names_are_refused_before_any_sandbox(
+    executor: Executor, docker_client: docker.DockerClient, name: str
+) -> None:
+    with pytest.raises(InvalidInput, match="input file name"):
+        await executor.run_notebook("print(1)", files={name: b"x"})
+    assert live_sandboxes(docker_client) == []
+
+
+async def test_too_many_input_files_are_refused(executor: Executor) -> None:
+    with pytest.raises(InvalidInput, match="at most 20 are allowed"):
+        await executor.run_notebook("print(1)", files={f"f{i}": b"" for i in range(21)})
