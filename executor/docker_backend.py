@@ -15,7 +15,6 @@ import logging
 import os
 import socket
 import uuid
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,14 +27,13 @@ from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_outpu
 from executor.errors import EngineUnavailable, ImageNotFound, SandboxError
 from executor.limits import SandboxLimits
 from executor.protocol import ExitState
+from executor.stdio import MAX_LINE_BYTES, RunnerStream
 
 log = logging.getLogger(__name__)
 
 SANDBOX_LABEL = "cellmate.sandbox"
 INSTANCE_LABEL = "cellmate.instance"
 DATA_DIR = "/mnt/data"
-MAX_LINE_BYTES = 64 * 1024 * 1024
-STDERR_TAIL_BYTES = 16 * 1024
 
 
 def connect(timeout: float = 120) -> docker.DockerClient:
@@ -64,11 +62,8 @@ class DockerSandbox:
         self._client = client
         self._container = container
         self._volume_name = volume_name
-        self._reader = reader
+        self._events = RunnerStream(reader)
         self._writer = writer
-        self._stdout = bytearray()
-        self._stderr: deque[bytes] = deque()
-        self._stderr_size = 0
         self._destroyed = False
 
     @property
@@ -77,7 +72,7 @@ class DockerSandbox:
 
     @property
     def stderr_tail(self) -> str:
-        return b"".join(self._stderr).decode("utf-8", "replace")
+        return self._events.stderr_tail
 
     async def send(self, request: Mapping[str, Any]) -> None:
         try:
@@ -87,45 +82,7 @@ class DockerSandbox:
             raise SandboxError(f"the sandbox stopped accepting requests: {exc}") from exc
 
     async def receive(self) -> dict[str, Any] | None:
-        while True:
-            newline = self._stdout.find(b"\n")
-            if newline >= 0:
-                line = bytes(self._stdout[:newline])
-                del self._stdout[: newline + 1]
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    log.warning("sandbox %s wrote a line that is not JSON; ignored", self.id[:12])
-                    continue
-                if isinstance(event, dict):
-                    return event
-                continue
-            if len(self._stdout) > MAX_LINE_BYTES:
-                raise SandboxError("the sandbox wrote an event larger than 64 MB")
-            frame = await self._read_frame()
-            if frame is None:
-                return None
-            stream, payload = frame
-            if stream == 2:
-                self._keep_stderr(payload)
-            else:
-                self._stdout += payload
-
-    async def _read_frame(self) -> tuple[int, bytes] | None:
-        # Without a TTY the engine multiplexes stdout and stderr: an 8-byte header
-        # (stream id, 3 zero bytes, big-endian length) before each payload.
-        try:
-            header = await self._reader.readexactly(8)
-            payload = await self._reader.readexactly(int.from_bytes(header[4:8], "big"))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            return None
-        return header[0], payload
-
-    def _keep_stderr(self, payload: bytes) -> None:
-        self._stderr.append(payload)
-        self._stderr_size += len(payload)
-        while self._stderr_size > STDERR_TAIL_BYTES and len(self._stderr) > 1:
-            self._stderr_size -= len(self._stderr.popleft())
+        return await self._events.receive()
 
     async def get_files(self, caps: OutputCaps, unchanged: Mapping[str, bytes]) -> ExtractedFiles:
         def fetch() -> ExtractedFiles:

@@ -37,9 +37,9 @@ async def test_chart_is_inline_png_not_a_file(executor: Executor) -> None:
     assert result.status is Status.OK
     images = [r for r in result.results if "image/png" in r.data]
     assert len(images) == 1
-    picture = Image.open(io.BytesIO(base64.b64decode(images[0].data["image/png"])))
-    assert picture.format == "PNG"
-    assert picture.size[0] >= 400
+    with Image.open(io.BytesIO(base64.b64decode(images[0].data["image/png"]))) as picture:
+        assert picture.format == "PNG"
+        assert picture.size[0] >= 400
     assert result.files == ()
 
 

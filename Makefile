@@ -1,0 +1,44 @@
+# The two commands of the quick start are `make run` and `make test`; each does its own set-up.
+SHELL := /bin/bash
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: run test check lint typecheck unit build-image engine venv bench clean
+
+run: build-image
+	$(BIN)/cellmate demo
+
+test: check build-image
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+check: lint typecheck
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+build-image: venv engine
+	bash scripts/build-image.sh
+
+engine:
+	bash scripts/ensure-docker.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+bench: build-image
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) out .mypy_cache .ruff_cache .pytest_cache environments/jupyter/wheels

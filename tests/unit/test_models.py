@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from executor.models import OutputCollector, Status, clean_text
+
+
+def test_clean_text_strips_ansi_and_lone_surrogates() -> None:
+    assert clean_text("\x1b[31mValueError\x1b[39m: bad") == "ValueError: bad"
+    assert clean_text("\x1b]8;;http://x\x07link\x1b]8;;\x07") == "link"
+    assert clean_text("bad \udcff byte") == "bad ? byte"
+    assert clean_text(None) == ""
+
+
+def test_collector_folds_nbformat_outputs() -> None:
+    collector = OutputCollector()
+    collector.extend(
+        [
+            {"output_type": "stream", "name": "stdout", "text": "a\n"},
+            {"output_type": "stream", "name": "stderr", "text": ["warn", "ing\n"]},
+            {
+                "output_type": "display_data",
+                "data": {"image/png": "iVBO", "text/plain": ["<Figure>"]},
+                "metadata": {},
+            },
+            {
+                "output_type": "execute_result",
+                "data": {"text/plain": "42"},
+                "metadata": {},
+                "execution_count": 1,
+            },
+            {
+                "output_type": "error",
+                "ename": "KeyError",
+                "evalue": "'x'",
+                "traceback": ["\x1b[0;31mKeyError\x1b[0m: 'x'"],
+            },
+        ]
+    )
+    assert collector.stdout == ["a\n"]
+    assert collector.stderr == ["warning\n"]
+    chart, value = collector.results
+    assert chart.image_types == ["image/png"]
+    assert chart.text == "<Figure>"
+    assert not chart.is_main_result
+    assert value.is_main_result
+    assert value.text == "42"
+    assert collector.error is not None
+    assert collector.error.traceback == ("KeyError: 'x'",)
+
+
+def test_collector_ignores_malformed_outputs() -> None:
+    collector = OutputCollector()
+    collector.extend(
+        [{"output_type": "display_data", "data": "not a bundle"}, {"output_type": "unknown"}, {}]
+    )
+    assert collector.results == []
+    assert collector.error is None
+
+
+def test_status_values_are_the_documented_strings() -> None:
+    assert [s.value for s in Status] == ["ok", "error", "timeout", "memory", "killed"]
