@@ -135,21 +135,40 @@ class ExecutionResult:
 
 @dataclass(slots=True)
 class OutputCollector:
-    """Folds nbformat outputs, as the runner streams them, into the parts of a result."""
+    """Folds nbformat outputs, as the runner streams them, into the parts of a result.
 
+    The runner caps output already; the caps here hold even if sandboxed code bypasses it
+    and writes events to the container's stdout itself.
+    """
+
+    text_limit: int = 1_000_000
+    rich_limit: int = 20_000_000
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     results: list[RichResult] = field(default_factory=list)
     error: ExecutionError | None = None
+    truncated: bool = False
+    _text_size: int = 0
+    _rich_size: int = 0
 
     def add(self, output: Mapping[str, Any]) -> None:
         kind = output.get("output_type")
         if kind == "stream":
             text = clean_text(_joined(output.get("text", "")))
-            (self.stderr if output.get("name") == "stderr" else self.stdout).append(text)
+            room = self.text_limit - self._text_size
+            if len(text) > room:
+                text, self.truncated = text[: max(room, 0)], True
+            self._text_size += len(text)
+            if text:
+                (self.stderr if output.get("name") == "stderr" else self.stdout).append(text)
         elif kind in ("display_data", "execute_result"):
             data = output.get("data")
             if isinstance(data, Mapping):
+                size = sum(len(str(value)) for value in data.values())
+                if self._rich_size + size > self.rich_limit:
+                    self.truncated = True
+                    return
+                self._rich_size += size
                 self.results.append(
                     RichResult(
                         data={

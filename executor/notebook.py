@@ -46,12 +46,15 @@ async def run_notebook(
     try:
         startup_ms = await _wait_ready(sandbox, limits)
         run_started = time.monotonic()
-        collector = OutputCollector()
+        collector = OutputCollector(
+            text_limit=limits.output_bytes, rich_limit=limits.rich_output_bytes
+        )
         outcome = await _run(sandbox, list(cells), limits, collector)
         duration_ms = round((time.monotonic() - run_started) * 1000)
         exit_state = await sandbox.exit_state()
         extracted = await sandbox.get_files(_output_caps(limits), files)
         status, message = _judge(outcome, exit_state.oom_killed, exit_state.exit_code, limits)
+        outcome.truncated = outcome.truncated or collector.truncated
         if outcome.truncated:
             message = _join(message, f"Output was cut at {limits.output_bytes:,} bytes.")
         skipped = list(extracted.skipped)

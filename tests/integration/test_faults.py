@@ -6,6 +6,8 @@ autouse fixture checks), and not affect the next run.
 
 from __future__ import annotations
 
+import json
+
 import docker
 import pytest
 
@@ -271,3 +273,42 @@ async def test_bad_input_file_names_are_refused_before_any_sandbox(
 async def test_too_many_input_files_are_refused(executor: Executor) -> None:
     with pytest.raises(InvalidInput, match="at most 20 are allowed"):
         await executor.run_notebook("print(1)", files={f"f{i}": b"" for i in range(21)})
+
+
+async def test_code_that_kills_the_runner(executor: Executor) -> None:
+    result = await executor.run_notebook(
+        ["print('before')", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"]
+    )
+    assert result.status is Status.KILLED
+    assert result.message.startswith("The sandbox stopped unexpectedly")
+    await healthy(executor)
+
+
+async def test_forged_events_cannot_flood_the_host(executor: Executor, runtime: str) -> None:
+    # Sandboxed code writes protocol events straight into the runner's own output pipe,
+    # bypassing the runner's caps; the host's caps still hold.
+    result = await executor.run_notebook(
+        "import json, os\n"
+        "output = {'output_type': 'stream', 'name': 'stdout', 'text': 'y' * 100_000}\n"
+        "event = (json.dumps({'type': 'output', 'cell': 0, 'output': output}) + '\\n').encode()\n"
+        "runner = f'/proc/{os.getppid()}/fd'\n"
+        "# its stdin is fd 0 and its stderr fd 2; the event stream is another pipe (a host\n"
+        "# descriptor under gVisor)\n"
+        "for fd in os.listdir(runner):\n"
+        "    target = os.readlink(f'{runner}/{fd}')\n"
+        "    if fd not in ('0', '2') and target.startswith(('pipe:', 'host:')):\n"
+        "        out = os.open(f'{runner}/{fd}', os.O_WRONLY)\n"
+        "        for _ in range(50):\n"
+        "            os.write(out, event)\n"
+        "        print('forged into', fd)",
+    )
+    assert result.notebook is not None
+    # The runner's own record shows the forgery happened; the host's result stays capped.
+    assert "forged into" in json.dumps(result.notebook["cells"][0]["outputs"])
+    assert len(result.stdout) <= 1_000_000
+    if runtime == "runc":
+        assert result.output_truncated
+        assert len(result.stdout) == 1_000_000
+    # Under gVisor the forged writes interleave with the runner's own and garble the stream;
+    # the host drops the lines it cannot parse, which only spoils the forger's own result.
+    await healthy(executor)

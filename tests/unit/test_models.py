@@ -58,3 +58,14 @@ def test_collector_ignores_malformed_outputs() -> None:
 
 def test_status_values_are_the_documented_strings() -> None:
     assert [s.value for s in Status] == ["ok", "error", "timeout", "memory", "killed"]
+
+
+def test_collector_caps_what_a_runaway_runner_sends() -> None:
+    collector = OutputCollector(text_limit=10, rich_limit=8)
+    for _ in range(5):
+        collector.add({"output_type": "stream", "name": "stdout", "text": "abcd"})
+    collector.add({"output_type": "display_data", "data": {"text/plain": "12345"}})
+    collector.add({"output_type": "display_data", "data": {"text/plain": "12345"}})
+    assert "".join(collector.stdout) == "abcdabcdab"
+    assert len(collector.results) == 1
+    assert collector.truncated
