@@ -143,11 +143,15 @@ async def test_cancelled_run_removes_its_container(
 async def test_leftovers_of_a_crash_are_removed_at_start(
     docker_client: docker.DockerClient,
 ) -> None:
-    backend = DockerBackend(default_tag(), instance=TEST_INSTANCE)
-    orphan = await backend.start(SandboxLimits(), None)  # never destroyed, as after a crash
-    await backend.close()
-    assert len(live_sandboxes(docker_client)) == 2  # its container and its volume
+    # What a process killed mid-run leaves: a labelled volume and a running container.
+    labels = DockerBackend(default_tag(), instance=TEST_INSTANCE).labels
+    docker_client.volumes.create(name="cellmate-orphan-test", labels=labels)
+    orphan = docker_client.containers.run(
+        default_tag(), name="cellmate-orphan-test", labels=labels, stdin_open=True, detach=True
+    )
+    assert len(live_sandboxes(docker_client)) == 2
     async with Executor(default_tag(), instance=TEST_INSTANCE):
         pass
     assert live_sandboxes(docker_client) == []
-    del orphan
+    with pytest.raises(docker.errors.NotFound):
+        orphan.reload()
