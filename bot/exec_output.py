@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from pathlib import Path
 from typing import TextIO
 
@@ -46,6 +47,10 @@ def save_outputs(result: ExecutionResult, out_dir: Path) -> dict[str, list[Path]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(file.content)
         saved["files"].append(target)
+    if result.notebook is not None:
+        notebook = root / "notebook.ipynb"
+        notebook.write_text(json.dumps(result.notebook, indent=1), encoding="utf-8")
+        saved["notebook"] = [notebook]
     return saved
 
 

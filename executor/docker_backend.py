@@ -259,6 +259,9 @@ class DockerBackend:
                     type="json-file", config={"max-size": f"{limits.log_mb}m", "max-file": "1"}
                 ),
                 shm_size="64m",
+                ipc_mode="private",
+                # Under memory pressure on the host, sandboxes go before the bot or the engine.
+                oom_score_adj=500,
             )
         except docker.errors.ImageNotFound as exc:
             raise ImageNotFound(

@@ -65,6 +65,8 @@ def test_exec_saves_charts_and_files_and_prints_for_people(tmp_path: Path) -> No
         assert chart.format == "PNG"
     assert (out / "files" / "total.csv").read_text() == ",0\nn,3\n"
     assert not (out / "files" / "numbers.csv").exists()
+    notebook = json.loads((out / "notebook.ipynb").read_text())
+    assert notebook["cells"][0]["outputs"][-1]["text"] == "done\n"
 
 
 def test_exec_timeout_option(tmp_path: Path) -> None:
