@@ -11,14 +11,16 @@ from executor.errors import (
     ImageBuildError,
     ImageNotFound,
     InvalidInput,
+    SandboxBusy,
     SandboxError,
 )
-from executor.executor import Executor
+from executor.executor import Executor, PoolSettings, Session
 from executor.image import default_tag
 from executor.limits import SandboxLimits
 from executor.models import (
     ExecutionError,
     ExecutionResult,
+    OutputEvent,
     OutputFile,
     RichResult,
     SkippedFile,
@@ -34,10 +36,14 @@ __all__ = [
     "ImageBuildError",
     "ImageNotFound",
     "InvalidInput",
+    "OutputEvent",
     "OutputFile",
+    "PoolSettings",
     "RichResult",
+    "SandboxBusy",
     "SandboxError",
     "SandboxLimits",
+    "Session",
     "SkippedFile",
     "Status",
     "default_tag",

@@ -108,11 +108,13 @@ def read_output_tar(
     stream: io.RawIOBase | io.BufferedIOBase,
     caps: OutputCaps,
     unchanged: Mapping[str, bytes] | None = None,
+    parent: str | None = None,
 ) -> ExtractedFiles:
     """Read an archive of /mnt/data (as `get_archive` returns it) into memory, within caps.
 
     `unchanged` maps input names to the bytes that went in; files still equal to them are
-    not outputs. The first path component (the archived folder's own name) is dropped.
+    not outputs. The first path component (the archived folder's own name) is dropped,
+    unless `parent` names the folder (relative to /mnt/data) that the archived path is in.
     """
     unchanged = unchanged or {}
     found = ExtractedFiles()
@@ -120,7 +122,8 @@ def read_output_tar(
     max_listed = caps.max_files * 2
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
-            parts = PurePosixPath(member.name).parts[1:]
+            parts = PurePosixPath(member.name).parts
+            parts = parts[1:] if parent is None else PurePosixPath(parent).parts + parts
             if not parts:
                 continue
             path = "/".join(parts)

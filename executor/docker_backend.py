@@ -16,6 +16,7 @@ import os
 import socket
 import uuid
 from collections.abc import Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 import docker
@@ -71,6 +72,10 @@ class DockerSandbox:
         return str(self._container.id)
 
     @property
+    def alive(self) -> bool:
+        return not self._events.ended
+
+    @property
     def stderr_tail(self) -> str:
         return self._events.stderr_tail
 
@@ -83,6 +88,31 @@ class DockerSandbox:
 
     async def receive(self) -> dict[str, Any] | None:
         return await self._events.receive()
+
+    async def put_files(self, tar: bytes) -> None:
+        def put() -> None:
+            try:
+                self._container.put_archive(DATA_DIR, tar)
+            except docker.errors.APIError as exc:
+                raise SandboxError(
+                    f"could not put files into the sandbox: {exc.explanation or exc}"
+                ) from exc
+
+        await asyncio.to_thread(put)
+
+    async def get_path(self, path: str, caps: OutputCaps) -> ExtractedFiles:
+        parent = str(PurePosixPath(path).parent)
+
+        def fetch() -> ExtractedFiles:
+            try:
+                chunks, _ = self._container.get_archive(f"{DATA_DIR}/{path}")
+            except docker.errors.NotFound:
+                return ExtractedFiles()
+            return read_output_tar(
+                ChunkReader(iter(chunks)), caps, parent="" if parent == "." else parent
+            )
+
+        return await asyncio.to_thread(fetch)
 
     async def get_files(self, caps: OutputCaps, unchanged: Mapping[str, bytes]) -> ExtractedFiles:
         def fetch() -> ExtractedFiles:
@@ -229,8 +259,6 @@ class DockerBackend:
                 runtime=limits.runtime,
                 # Only these variables exist inside; nothing of the bot's environment.
                 environment={
-                    "CELLMATE_OUTPUT_LIMIT": str(limits.output_bytes),
-                    "CELLMATE_RICH_OUTPUT_LIMIT": str(limits.rich_output_bytes),
                     "OMP_NUM_THREADS": threads,
                     "OPENBLAS_NUM_THREADS": threads,
                     "MKL_NUM_THREADS": threads,

@@ -33,3 +33,7 @@ class InvalidInput(ExecutorError, ValueError):
 
 class SandboxError(ExecutorError, RuntimeError):
     """A sandbox could not start, or its runner broke the protocol."""
+
+
+class SandboxBusy(ExecutorError, RuntimeError):
+    """Every sandbox slot is in use and the waiting line is full; try again later."""

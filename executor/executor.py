@@ -2,23 +2,40 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 from executor.docker_backend import DockerBackend
 from executor.limits import SandboxLimits
-from executor.models import ExecutionResult
+from executor.models import ExecutionResult, OutputEvent
 from executor.notebook import run_notebook
+from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import SandboxBackend
+from executor.run import OutputCallback
+from executor.session import SessionManager, stream
 
 log = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PoolSettings:
+    size: int = 2
+    """Fresh sandboxes kept ready ahead of demand (0: start each on demand)."""
+    max_live: int = 20
+    """Sandboxes that may exist at once: ready, starting, or in use by a run or a session."""
+    queue_limit: int = 50
+    """Callers that may wait for a slot; past this they get SandboxBusy."""
+    idle_timeout_s: float = 900.0
+    max_lifetime_s: float = 4 * 3600.0
+
+
 class Executor:
-    """Checks the engine and image on entry, removes leftovers of crashed runs, runs code."""
+    """Checks the engine and image on entry, removes leftovers of crashed runs, keeps a warm
+    pool, runs one-off notebooks and keyed sessions; on exit removes every sandbox."""
 
     def __init__(
         self,
@@ -26,9 +43,17 @@ class Executor:
         limits: SandboxLimits | None = None,
         backend: SandboxBackend | None = None,
         instance: str = "default",
+        pool: PoolSettings | None = None,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.backend: SandboxBackend = backend or DockerBackend(image, instance=instance)
+        settings = pool or PoolSettings()
+        self.pool = SandboxPool(
+            self.backend, self.limits, settings.size, settings.max_live, settings.queue_limit
+        )
+        self.sessions = SessionManager(
+            self.pool, self.limits, settings.idle_timeout_s, settings.max_lifetime_s
+        )
 
     async def __aenter__(self) -> Self:
         try:
@@ -39,6 +64,8 @@ class Executor:
         except BaseException:
             await self.backend.close()
             raise
+        self.pool.start()
+        self.sessions.start()
         return self
 
     async def __aexit__(
@@ -47,21 +74,96 @@ class Executor:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.backend.close()
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """End every session and remove every sandbox this executor started."""
+        try:
+            await asyncio.shield(self._close())
+        finally:
+            await self.backend.close()
+
+    async def _close(self) -> None:
+        await self.sessions.close_all()
+        await self.pool.close()
 
     async def run_notebook(
         self,
         cells: str | Sequence[str],
         files: Mapping[str, bytes] | None = None,
+        *,
+        on_output: OutputCallback | None = None,
+        stop: asyncio.Event | None = None,
         **overrides: Any,
     ) -> ExecutionResult:
-        """Run cells in order in a fresh sandbox (stopping at the first error), then destroy it.
-
-        `overrides` replace fields of the executor's limits for this run (`timeout_s=10`).
-        """
+        """Run cells in order in a sandbox no one used before (stopping at the first error),
+        then destroy it. `overrides` replace fields of the limits for this run (`timeout_s=10`);
+        container limits other than the executor's mean a sandbox started for this run."""
         limits = dataclasses.replace(self.limits, **overrides) if overrides else self.limits
         if limits.runtime != self.limits.runtime:
             await self.backend.check(limits.runtime)
-        return await run_notebook(
-            self.backend, [cells] if isinstance(cells, str) else list(cells), limits, files
+        return await run_notebook(self.pool, _cells(cells), limits, files, on_output, stop)
+
+    def session(self, key: str) -> Session:
+        """The session for `key` (a conversation); it starts on its first use."""
+        return Session(self.sessions, key)
+
+
+class Session:
+    """A handle on one keyed session; cheap to create, holds no state of its own."""
+
+    def __init__(self, manager: SessionManager, key: str) -> None:
+        self._manager = manager
+        self.key = key
+
+    @property
+    def active(self) -> bool:
+        return self.key in self._manager.active
+
+    async def run(
+        self,
+        code: str | Sequence[str],
+        *,
+        on_output: OutputCallback | None = None,
+        on_queued: QueueCallback | None = None,
+        **overrides: Any,
+    ) -> ExecutionResult:
+        """Run code in the session's kernel; variables and files carry over between runs."""
+        return await self._manager.run(
+            self.key, _cells(code), on_output=on_output, on_queued=on_queued, **overrides
         )
+
+    def stream(
+        self, code: str | Sequence[str], **overrides: Any
+    ) -> AsyncIterator[OutputEvent | ExecutionResult]:
+        """Output events as they happen, and last the result."""
+        return stream(self._manager, self.key, _cells(code), **overrides)
+
+    def stop(self) -> bool:
+        """Interrupt the running code (the kernel keeps its state); False if nothing runs."""
+        return self._manager.stop(self.key)
+
+    async def put_files(self, files: Mapping[str, bytes]) -> None:
+        await self._manager.put_files(self.key, files)
+
+    async def list_files(self) -> list[tuple[str, int]]:
+        return await self._manager.list_files(self.key)
+
+    async def get_file(self, path: str) -> bytes | None:
+        return await self._manager.get_file(self.key, path)
+
+    async def export_notebook(self) -> dict[str, Any] | None:
+        """All cells run so far, with their outputs, as nbformat 4 JSON."""
+        notebook = await self._manager.export(self.key, "ipynb")
+        return notebook if isinstance(notebook, dict) else None
+
+    async def export_html(self) -> str | None:
+        html = await self._manager.export(self.key, "html")
+        return html if isinstance(html, str) else None
+
+    async def close(self) -> None:
+        await self._manager.close(self.key)
+
+
+def _cells(code: str | Sequence[str]) -> list[str]:
+    return [code] if isinstance(code, str) else list(code)

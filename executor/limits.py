@@ -39,6 +39,21 @@ class SandboxLimits:
     max_input_files: int = 20
     max_input_total_mb: int = 100
 
+    def container_spec(self) -> tuple[object, ...]:
+        """The limits fixed when a container is created; the rest apply per run."""
+        return (
+            self.memory_mb,
+            self.cpus,
+            self.pids,
+            self.tmp_mb,
+            self.data_mb,
+            self.file_size_mb,
+            self.open_files,
+            self.log_mb,
+            self.network,
+            self.runtime,
+        )
+
     def __post_init__(self) -> None:
         positive = {
             "memory_mb": self.memory_mb,

@@ -95,6 +95,17 @@ class SkippedFile:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputEvent:
+    """One piece of output as it happens, for callers that stream (already capped)."""
+
+    kind: str
+    """stdout, stderr, result (a display or the last expression's value) or error."""
+    text: str = ""
+    result: RichResult | None = None
+    error: ExecutionError | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutionResult:
     status: Status
     stdout: str = ""
@@ -111,6 +122,9 @@ class ExecutionResult:
     duration_ms: int = 0
     startup_ms: int = 0
     runtime: str = "runc"
+    session_restarted: bool = False
+    """In session mode: the conversation's earlier session had ended, so its variables and
+    files are gone (the message says why)."""
 
     @property
     def ok(self) -> bool:
@@ -130,6 +144,7 @@ class ExecutionResult:
             "duration_ms": self.duration_ms,
             "startup_ms": self.startup_ms,
             "runtime": self.runtime,
+            "session_restarted": self.session_restarted,
         }
 
 
@@ -151,7 +166,8 @@ class OutputCollector:
     _text_size: int = 0
     _rich_size: int = 0
 
-    def add(self, output: Mapping[str, Any]) -> None:
+    def add(self, output: Mapping[str, Any]) -> OutputEvent | None:
+        """Fold one output in; return it as an event, or None if it was empty or over a cap."""
         kind = output.get("output_type")
         if kind == "stream":
             text = clean_text(_joined(output.get("text", "")))
@@ -159,15 +175,18 @@ class OutputCollector:
             if len(text) > room:
                 text, self.truncated = text[: max(room, 0)], True
             self._text_size += len(text)
-            if text:
-                (self.stderr if output.get("name") == "stderr" else self.stdout).append(text)
-        elif kind in ("display_data", "execute_result"):
+            if not text:
+                return None
+            name = "stderr" if output.get("name") == "stderr" else "stdout"
+            (self.stderr if name == "stderr" else self.stdout).append(text)
+            return OutputEvent(kind=name, text=text)
+        if kind in ("display_data", "execute_result"):
             data = output.get("data")
             if isinstance(data, Mapping):
                 size = sum(len(str(value)) for value in data.values())
                 if self._rich_size + size > self.rich_limit:
                     self.truncated = True
-                    return
+                    return None
                 self._rich_size += size
                 self.results.append(
                     RichResult(
@@ -179,12 +198,16 @@ class OutputCollector:
                         is_main_result=kind == "execute_result",
                     )
                 )
-        elif kind == "error":
+                return OutputEvent(kind="result", result=self.results[-1])
+            return None
+        if kind == "error":
             self.error = ExecutionError(
                 name=clean_text(output.get("ename", "")),
                 value=clean_text(output.get("evalue", "")),
                 traceback=tuple(clean_text(line) for line in _lines(output.get("traceback"))),
             )
+            return OutputEvent(kind="error", error=self.error)
+        return None
 
     def extend(self, outputs: Iterable[Mapping[str, Any]]) -> None:
         for output in outputs:

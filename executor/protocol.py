@@ -28,6 +28,16 @@ class Sandbox(Protocol):
     @property
     def id(self) -> str: ...
 
+    @property
+    def alive(self) -> bool:
+        """False once the runner's output has ended (the sandbox is gone)."""
+
+    async def put_files(self, tar: bytes) -> None:
+        """Extract a tar of plain files into /mnt/data."""
+
+    async def get_path(self, path: str, caps: OutputCaps) -> ExtractedFiles:
+        """One file (or folder) under /mnt/data, read within caps."""
+
     async def send(self, request: Mapping[str, Any]) -> None:
         """Write one request to the runner."""
 

@@ -29,6 +29,11 @@ class RunnerStream:
         self._stdout = bytearray()
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
+        self._ended = False
+
+    @property
+    def ended(self) -> bool:
+        return self._ended or self._reader.at_eof()
 
     @property
     def stderr_tail(self) -> str:
@@ -53,6 +58,7 @@ class RunnerStream:
                 raise SandboxError("the sandbox wrote an event larger than 64 MB")
             frame = await self._read_frame()
             if frame is None:
+                self._ended = True
                 return None
             stream, payload = frame
             if stream == STDERR:

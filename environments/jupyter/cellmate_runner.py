@@ -6,14 +6,18 @@ shared folder. Everything it reports is untrusted on the host side: user code ru
 same user and could write to this process's stdout, so the host caps and validates it all.
 
 Requests (one JSON object per line on stdin):
-    {"op": "run", "cells": ["code", ...]}   run cells in order, stop at the first error
-    {"op": "interrupt"}                     send SIGINT to the kernel
-    {"op": "shutdown"}                      stop the kernel and exit
+    {"op": "run", "id": "r1", "cells": ["code", ...], "output_limit": 1000000,
+     "rich_limit": 20000000, "notebook": false}
+                                      run cells in order, stop at the first error
+    {"op": "interrupt"}               send SIGINT to the kernel
+    {"op": "export", "id": "e1", "format": "ipynb" | "html"}
+    {"op": "shutdown"}                stop the kernel and exit
 
 Events (one JSON object per line on stdout):
     {"type": "ready", "python": "3.11.2", "startup_ms": 812}
-    {"type": "output", "cell": 0, "output": {nbformat output}}
-    {"type": "done", "status": "ok|error|died", "notebook": {...}, ...}
+    {"type": "output", "id": "r1", "cell": 0, "output": {nbformat output}}
+    {"type": "done", "id": "r1", "status": "ok|error|died", "changed": ["out.csv"], ...}
+    {"type": "exported", "id": "e1", "format": "html", "content": "..."}
 """
 
 from __future__ import annotations
@@ -31,16 +35,25 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, DeadKernelError
 
-OUTPUT_LIMIT = int(os.environ.get("CELLMATE_OUTPUT_LIMIT", str(1_000_000)))
-RICH_OUTPUT_LIMIT = int(os.environ.get("CELLMATE_RICH_OUTPUT_LIMIT", str(20_000_000)))
+DATA_DIR = Path("/mnt/data")
 MPL_CACHE_SEED = Path("/opt/cellmate/mplconfig")
+SNAPSHOT_LIMIT = 20_000
 
-# Runs silently in the kernel before user code: charts as inline PNG display data, at a
-# size that reads well in chat.
+# Runs silently in the kernel before any user code: charts as inline PNG display data at a
+# size that reads well in chat, and the data stack imported and warmed up so that the first
+# run and the first chart are fast. It binds no names in the user's namespace.
 KERNEL_SETUP = """
-import matplotlib as _mpl
-_mpl.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (8, 5)})
-del _mpl
+def _cellmate_warm_up():
+    import matplotlib
+    matplotlib.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (8, 5)})
+    import numpy, pandas
+    import matplotlib.pyplot as plt
+    figure = plt.figure()
+    figure.add_subplot().plot([0, 1], [0, 1])
+    figure.canvas.draw()
+    plt.close("all")
+_cellmate_warm_up()
+del _cellmate_warm_up
 """
 
 
@@ -50,6 +63,12 @@ class CappedClient(NotebookClient):  # type: ignore[misc]
     def __init__(self, nb: Any, emit: Any, **kw: Any) -> None:
         super().__init__(nb, **kw)
         self.emit = emit
+        self.run_id = ""
+        self.text_limit = 1_000_000
+        self.rich_limit = 20_000_000
+        self.reset_caps()
+
+    def reset_caps(self) -> None:
         self.text_bytes = 0
         self.rich_bytes = 0
         self.truncated = False
@@ -58,33 +77,30 @@ class CappedClient(NotebookClient):  # type: ignore[misc]
         msg_type = msg["msg_type"]
         content = msg["content"]
         if msg_type == "stream":
-            size = len(content.get("text", "").encode("utf-8", "replace"))
-            if self.text_bytes + size > OUTPUT_LIMIT:
-                room = max(0, OUTPUT_LIMIT - self.text_bytes)
-                if not self.truncated and room:
-                    content["text"] = content["text"][:room]
-                    self.text_bytes = OUTPUT_LIMIT
-                else:
-                    self.truncated = True
-                    return None
+            text = content.get("text", "")
+            room = self.text_limit - self.text_bytes
+            if room <= 0:
                 self.truncated = True
-            else:
-                self.text_bytes += size
+                return None
+            if len(text) > room:
+                content["text"] = text[:room]
+                self.truncated = True
+            self.text_bytes += len(content["text"])
         elif msg_type in ("display_data", "execute_result", "error"):
             size = len(json.dumps(content.get("data", content)))
-            if self.rich_bytes + size > RICH_OUTPUT_LIMIT:
+            if self.rich_bytes + size > self.rich_limit:
                 self.truncated = True
                 return None
             self.rich_bytes += size
         out = super().output(outs, msg, display_id, cell_index)
         if out is not None:
-            self.emit({"type": "output", "cell": cell_index, "output": out})
+            self.emit({"type": "output", "id": self.run_id, "cell": cell_index, "output": out})
         return out
 
 
 class Runner:
-    def __init__(self) -> None:
-        self.out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    def __init__(self, out: Any) -> None:
+        self.out = out
         self.nb = nbformat.v4.new_notebook()
         self.nb.metadata["kernelspec"] = {
             "name": "python3",
@@ -110,7 +126,7 @@ class Runner:
         started = time.monotonic()
         prepare_writable_dirs()
         self.client.km = self.client.create_kernel_manager()
-        await self.client.async_start_new_kernel(cwd="/mnt/data")
+        await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
         await self.client.async_start_new_kernel_client()
         await self.client.kc.execute_interactive(KERNEL_SETUP, silent=True, store_history=False)
         self.emit(
@@ -121,14 +137,18 @@ class Runner:
             }
         )
 
-    async def run(self, cells: list[str]) -> None:
+    async def run(self, request: dict[str, Any]) -> None:
+        run_id = str(request.get("id", ""))
         status = "ok"
         detail: dict[str, Any] = {}
         oom_before = oom_kills()
-        self.client.text_bytes = self.client.rich_bytes = 0
-        self.client.truncated = False
-        for source in cells:
-            cell = nbformat.v4.new_code_cell(source)
+        before = snapshot()
+        self.client.run_id = run_id
+        self.client.text_limit = int(request.get("output_limit", 1_000_000))
+        self.client.rich_limit = int(request.get("rich_limit", 20_000_000))
+        self.client.reset_caps()
+        for source in request.get("cells", []):
+            cell = nbformat.v4.new_code_cell(str(source))
             self.nb.cells.append(cell)
             index = len(self.nb.cells) - 1
             try:
@@ -143,15 +163,31 @@ class Runner:
                     "oom": oom_kills() > oom_before,
                 }
                 break
+        after = snapshot()
+        changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
+        if request.get("notebook"):
+            detail["notebook"] = self.nb
         self.emit(
             {
                 "type": "done",
+                "id": run_id,
                 "status": status,
                 "truncated": self.client.truncated,
-                "notebook": self.nb,
+                "changed": changed,
                 **detail,
             }
         )
+
+    def export(self, request: dict[str, Any]) -> None:
+        event: dict[str, Any] = {"type": "exported", "id": request.get("id", "")}
+        if request.get("format") == "html":
+            from nbconvert import HTMLExporter
+
+            content, _ = HTMLExporter().from_notebook_node(self.nb)
+            event.update(format="html", content=content)
+        else:
+            event.update(format="ipynb", content=self.nb)
+        self.emit(event)
 
     async def interrupt(self) -> None:
         if self.client.km is not None:
@@ -174,14 +210,35 @@ class Runner:
                 if self.running is not None and not self.running.done():
                     self.emit({"type": "log", "message": "a run is already in progress"})
                     continue
-                self.running = asyncio.create_task(self.run([str(c) for c in request["cells"]]))
+                self.running = asyncio.create_task(self.run(request))
             elif op == "interrupt":
                 await self.interrupt()
+            elif op == "export":
+                if self.running is not None and not self.running.done():
+                    await asyncio.wait([self.running])
+                self.export(request)
             elif op == "shutdown":
                 break
         if self.running is not None:
             self.running.cancel()
         await self.client._async_cleanup_kernel()
+
+
+def snapshot() -> dict[str, tuple[int, int]]:
+    """Size and modification time of every regular file under /mnt/data (capped)."""
+    found: dict[str, tuple[int, int]] = {}
+    for root, dirs, files in os.walk(DATA_DIR):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(root) / name
+            try:
+                stat = path.lstat()
+            except OSError:
+                continue
+            found[str(path.relative_to(DATA_DIR))] = (stat.st_size, stat.st_mtime_ns)
+            if len(found) >= SNAPSHOT_LIMIT:
+                return found
+    return found
 
 
 def prepare_writable_dirs() -> None:
@@ -233,11 +290,12 @@ async def stdin_reader() -> asyncio.StreamReader:
 
 
 def main() -> None:
-    # Nothing the kernel prints to the inherited descriptors may reach the protocol stream.
-    runner = Runner()
+    # Events go to a private copy of stdout; whatever else writes to descriptor 1 (the
+    # kernel's children inherit it) goes nowhere.
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
-    asyncio.run(runner.serve())
+    asyncio.run(Runner(out).serve())
 
 
 if __name__ == "__main__":

@@ -5,11 +5,12 @@ from collections.abc import AsyncIterator, Iterator
 import docker
 import pytest
 
-from executor import Executor, SandboxLimits, default_tag
+from executor import Executor, PoolSettings, SandboxLimits, default_tag
 from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL, connect
 
 TEST_INSTANCE = "tests"
 RUNTIMES = ["runc", "runsc"]
+NO_POOL = PoolSettings(size=0)
 
 
 @pytest.fixture(scope="session")
@@ -46,5 +47,6 @@ def runtime(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 async def executor(runtime: str, docker_client: docker.DockerClient) -> AsyncIterator[Executor]:
     limits = SandboxLimits(runtime=runtime, timeout_s=20)  # type: ignore[arg-type]
-    async with Executor(default_tag(), limits=limits, instance=TEST_INSTANCE) as ex:
+    # No pool: each run starts exactly the sandbox it needs, which keeps the suite lean.
+    async with Executor(default_tag(), limits=limits, instance=TEST_INSTANCE, pool=NO_POOL) as ex:
         yield ex

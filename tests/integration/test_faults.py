@@ -12,7 +12,7 @@ import docker
 import pytest
 
 from executor import Executor, InvalidInput, SandboxLimits, Status, default_tag
-from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
+from tests.integration.conftest import NO_POOL, TEST_INSTANCE, live_sandboxes
 
 pytestmark = pytest.mark.docker
 
@@ -219,7 +219,7 @@ async def test_network_is_opt_in(docker_client: docker.DockerClient) -> None:
         "print(any(line.split()[1] == '00000000' for line in routes))"
     )
     async with Executor(
-        default_tag(), limits=SandboxLimits(network=True), instance=TEST_INSTANCE
+        default_tag(), limits=SandboxLimits(network=True), instance=TEST_INSTANCE, pool=NO_POOL
     ) as ex:
         enabled = await ex.run_notebook(code)
         disabled = await ex.run_notebook(code, network=False)
@@ -286,7 +286,7 @@ async def test_code_that_kills_the_runner(executor: Executor) -> None:
     await healthy(executor)
 
 
-async def test_forged_events_cannot_flood_the_host(executor: Executor, runtime: str) -> None:
+async def test_forged_events_are_ignored(executor: Executor) -> None:
     # Sandboxed code writes protocol events straight into the runner's own output pipe,
     # bypassing the runner's caps; the host's caps still hold.
     result = await executor.run_notebook(
@@ -305,12 +305,9 @@ async def test_forged_events_cannot_flood_the_host(executor: Executor, runtime: 
         "        print('forged into', fd)",
     )
     assert result.notebook is not None
-    # The runner's own record shows the forgery happened; the host's result stays capped.
+    # The runner's own record shows the forgery happened; the host ignored the forged events
+    # (they cannot carry the run's id) and the result holds only the real output.
     assert "forged into" in json.dumps(result.notebook["cells"][0]["outputs"])
+    assert "y" * 100 not in result.stdout
     assert len(result.stdout) <= 1_000_000
-    if runtime == "runc":
-        assert result.output_truncated
-        assert len(result.stdout) == 1_000_000
-    # Under gVisor the forged writes interleave with the runner's own and garble the stream;
-    # the host drops the lines it cannot parse, which only spoils the forger's own result.
     await healthy(executor)

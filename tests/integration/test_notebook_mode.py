@@ -12,7 +12,7 @@ from PIL import Image
 
 from executor import Executor, SandboxLimits, Status, default_tag
 from executor.docker_backend import DockerBackend
-from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
+from tests.integration.conftest import NO_POOL, TEST_INSTANCE, live_sandboxes
 
 pytestmark = pytest.mark.docker
 
@@ -127,7 +127,9 @@ async def test_cancelled_run_removes_its_container(
     runtime: str, docker_client: docker.DockerClient
 ) -> None:
     limits = SandboxLimits(runtime=runtime)  # type: ignore[arg-type]
-    async with Executor(default_tag(), limits=limits, instance=TEST_INSTANCE) as executor:
+    async with Executor(
+        default_tag(), limits=limits, instance=TEST_INSTANCE, pool=NO_POOL
+    ) as executor:
         task = asyncio.create_task(executor.run_notebook("import time; time.sleep(60)"))
         for _ in range(200):
             await asyncio.sleep(0.05)

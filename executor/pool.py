@@ -1,0 +1,217 @@
+"""A pool of fresh sandboxes, started ahead of demand, each handed out once.
+
+The pool keeps `size` sandboxes with a ready kernel waiting, and never lets more than
+`max_live` sandboxes exist at once (waiting, starting or in use). When every slot is in use,
+callers queue in order, up to `queue_limit`; past that they get `SandboxBusy` at once.
+A sandbox that comes back is destroyed, never handed out again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from executor.errors import ExecutorError, SandboxBusy
+from executor.limits import SandboxLimits
+from executor.protocol import Sandbox, SandboxBackend
+from executor.run import wait_ready
+
+log = logging.getLogger(__name__)
+
+QueueCallback = Callable[[int], Awaitable[None] | None]
+MAX_PARALLEL_STARTS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    sandbox: Sandbox
+    startup_ms: int
+    """How long its kernel took to become ready (paid before the caller asked, if pooled)."""
+    waited_ms: int = 0
+
+
+class SandboxPool:
+    def __init__(
+        self,
+        backend: SandboxBackend,
+        limits: SandboxLimits,
+        size: int = 2,
+        max_live: int = 20,
+        queue_limit: int = 50,
+    ) -> None:
+        if size < 0 or max_live < 1 or queue_limit < 0:
+            raise ValueError("pool size must be >= 0, max_live >= 1, queue_limit >= 0")
+        self.backend = backend
+        self.limits = limits
+        self.size = min(size, max_live)
+        self.max_live = max_live
+        self.queue_limit = queue_limit
+        self._ready: asyncio.Queue[Lease | ExecutorError] = asyncio.Queue()
+        self._starting = 0
+        self._idle = 0
+        self._leased = 0
+        self._waiting = 0
+        self._wake = asyncio.Event()
+        self._refill: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.last_error: ExecutorError | None = None
+
+    @property
+    def live(self) -> int:
+        return self.ready + self._starting + self._leased
+
+    @property
+    def ready(self) -> int:
+        return self._idle
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    def start(self) -> None:
+        if self._refill is None:
+            self._refill = asyncio.create_task(self._refill_loop(), name="cellmate-pool-refill")
+
+    async def acquire(self, on_queued: QueueCallback | None = None) -> Lease:
+        """A fresh sandbox with a ready kernel; waits in line when every slot is taken."""
+        if self._closed:
+            raise ExecutorError("the executor is shutting down")
+        self.start()
+        if not self._idle and self._leased + self._waiting >= self.max_live:
+            position = self._leased + self._waiting - self.max_live + 1
+            if position > self.queue_limit:
+                raise SandboxBusy(
+                    f"All {self.max_live} sandboxes are busy and {position - 1} requests are "
+                    "already waiting; try again in a minute."
+                )
+            if on_queued is not None:
+                returned = on_queued(position)
+                if inspect.isawaitable(returned):
+                    await returned
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        self._waiting += 1
+        self._wake.set()
+        try:
+            while True:
+                item = await self._ready.get()
+                if isinstance(item, ExecutorError):
+                    raise item
+                self._idle -= 1
+                if item.sandbox.alive:
+                    break
+                self._discard(item.sandbox)  # it died while waiting (an engine restart)
+        finally:
+            self._waiting -= 1
+        self._leased += 1
+        self._wake.set()
+        return Lease(item.sandbox, item.startup_ms, round((loop.time() - asked) * 1000))
+
+    async def acquire_custom(self, limits: SandboxLimits) -> Lease:
+        """A sandbox with other container limits than the pool's: started now, counted too."""
+        if self._closed:
+            raise ExecutorError("the executor is shutting down")
+        if self.live >= self.max_live and self._idle:
+            item = self._ready.get_nowait()
+            if not isinstance(item, ExecutorError):
+                self._idle -= 1
+                self._discard(item.sandbox)
+        if self.live >= self.max_live:
+            raise SandboxBusy(f"All {self.max_live} sandboxes are busy; try again in a minute.")
+        self._leased += 1
+        sandbox: Sandbox | None = None
+        try:
+            sandbox = await self.backend.start(limits, None)
+            startup_ms = await wait_ready(sandbox, limits.startup_timeout_s)
+        except BaseException:
+            self._leased -= 1
+            if sandbox is not None:
+                await self._destroy(sandbox)
+            raise
+        return Lease(sandbox, startup_ms)
+
+    def release(self, sandbox: Sandbox) -> None:
+        """Give a leased sandbox back: it is destroyed in the background."""
+        self._leased -= 1
+        self._discard(sandbox)
+        self._wake.set()
+
+    def _discard(self, sandbox: Sandbox) -> None:
+        task = asyncio.create_task(self._destroy(sandbox))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _destroy(self, sandbox: Sandbox) -> None:
+        try:
+            await sandbox.destroy()
+        except Exception as exc:  # the engine may be down; start-up clean-up will catch it
+            log.warning("could not remove sandbox %s: %s", sandbox.id[:12], exc)
+
+    def _wanted(self) -> int:
+        return min(self.max_live, self._leased + self.size + self._waiting)
+
+    async def _refill_loop(self) -> None:
+        backoff = 0.5
+        while not self._closed:
+            self._wake.clear()
+            while (
+                not self._closed
+                and self.live < self._wanted()
+                and self._starting < MAX_PARALLEL_STARTS
+            ):
+                self._starting += 1
+                task = asyncio.create_task(self._start_one())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            await self._wake.wait()
+            if self.last_error is not None:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+            else:
+                backoff = 0.5
+
+    async def _start_one(self) -> None:
+        sandbox: Sandbox | None = None
+        try:
+            sandbox = await self.backend.start(self.limits, None)
+            startup_ms = await wait_ready(sandbox, self.limits.startup_timeout_s)
+        except ExecutorError as exc:
+            self.last_error = exc
+            log.warning("could not start a sandbox: %s", exc)
+            if sandbox is not None:
+                await self._destroy(sandbox)
+            if self._waiting > self._ready.qsize():
+                self._ready.put_nowait(exc)  # the first caller in line learns why
+        else:
+            self.last_error = None
+            if self._closed:
+                await self._destroy(sandbox)
+            else:
+                self._idle += 1
+                self._ready.put_nowait(Lease(sandbox, startup_ms))
+        finally:
+            self._starting -= 1
+            self._wake.set()
+
+    async def close(self) -> None:
+        """Stop refilling and destroy every sandbox the pool still holds or is starting."""
+        self._closed = True
+        self._wake.set()
+        if self._refill is not None:
+            self._refill.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refill
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        while not self._ready.empty():
+            item = self._ready.get_nowait()
+            if not isinstance(item, ExecutorError):
+                self._idle -= 1
+                await self._destroy(item.sandbox)
+        for _ in range(self._waiting):
+            self._ready.put_nowait(ExecutorError("the executor is shutting down"))

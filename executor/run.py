@@ -1,0 +1,211 @@
+"""One run of cells on a started sandbox: streaming, time limit, stop, and the verdict.
+
+Shared by notebook mode and session mode; it knows the runner's protocol, not Docker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import signal
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor.errors import SandboxError
+from executor.limits import SandboxLimits
+from executor.models import OutputCollector, OutputEvent, Status
+from executor.protocol import Sandbox
+
+OutputCallback = Callable[[OutputEvent], Awaitable[None] | None]
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    """What the runner said (or failed to say) about one run."""
+
+    status: str = "lost"
+    """ok, error, died (kernel), lost (the sandbox's output ended)."""
+    notebook: Mapping[str, Any] | None = None
+    truncated: bool = False
+    changed: list[str] = field(default_factory=list)
+    kernel_exit_code: int | None = None
+    kernel_oom: bool = False
+    timed_out: bool = False
+    stopped: bool = False
+    killed_by_host: bool = False
+    duration_ms: int = 0
+
+    @property
+    def sandbox_usable(self) -> bool:
+        """Whether the kernel, and its state, survived the run."""
+        return self.status in ("ok", "error") and not self.killed_by_host
+
+
+async def wait_ready(sandbox: Sandbox, timeout_s: float) -> int:
+    """Wait for the runner's ready event; return its start-up time in ms."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                event = await sandbox.receive()
+                if event is None:
+                    tail = getattr(sandbox, "stderr_tail", "")
+                    raise SandboxError(
+                        f"the sandbox exited before its kernel was ready. {tail[-2000:]}".strip()
+                    )
+                if event.get("type") == "ready":
+                    return int(event.get("startup_ms") or 0)
+    except TimeoutError:
+        raise SandboxError(f"the sandbox's kernel was not ready within {timeout_s:.0f} s") from None
+
+
+async def execute(
+    sandbox: Sandbox,
+    cells: Sequence[str],
+    limits: SandboxLimits,
+    collector: OutputCollector,
+    *,
+    on_output: OutputCallback | None = None,
+    stop: asyncio.Event | None = None,
+    want_notebook: bool = False,
+) -> RunOutcome:
+    """Run cells; on the time limit or a stop request, interrupt, then freeze the sandbox."""
+    outcome = RunOutcome()
+    run_id = uuid.uuid4().hex[:12]
+    started = time.monotonic()
+    await sandbox.send(
+        {
+            "op": "run",
+            "id": run_id,
+            "cells": list(cells),
+            "output_limit": limits.output_bytes,
+            "rich_limit": limits.rich_output_bytes,
+            "notebook": want_notebook,
+        }
+    )
+    collecting = asyncio.create_task(_collect(sandbox, run_id, collector, outcome, on_output))
+    stopping = asyncio.create_task(stop.wait()) if stop is not None else None
+    try:
+        waiting: set[asyncio.Future[Any]] = {collecting} | ({stopping} if stopping else set())
+        await asyncio.wait(waiting, timeout=limits.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if not collecting.done():
+            outcome.stopped = stopping is not None and stopping.done()
+            outcome.timed_out = not outcome.stopped
+            # Interrupt first, so the kernel keeps its state; freeze it if the code ignores that.
+            with contextlib.suppress(SandboxError):
+                await sandbox.send({"op": "interrupt"})
+            await asyncio.wait({collecting}, timeout=limits.interrupt_grace_s)
+            if not collecting.done():
+                outcome.killed_by_host = True
+                await sandbox.kill()
+        await _finish(collecting)
+    finally:
+        for task in (collecting, stopping):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, SandboxError):
+                    await task
+    outcome.duration_ms = round((time.monotonic() - started) * 1000)
+    return outcome
+
+
+async def _finish(task: asyncio.Task[None]) -> None:
+    if task.done():
+        task.result()
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _collect(
+    sandbox: Sandbox,
+    run_id: str,
+    collector: OutputCollector,
+    outcome: RunOutcome,
+    on_output: OutputCallback | None,
+) -> None:
+    while True:
+        event = await sandbox.receive()
+        if event is None:
+            outcome.status = "lost"
+            return
+        if event.get("id") != run_id:
+            continue
+        kind = event.get("type")
+        if kind == "output" and isinstance(event.get("output"), Mapping):
+            update = collector.add(event["output"])
+            if update is not None and on_output is not None:
+                await _call(on_output, update)
+        elif kind == "done":
+            outcome.status = str(event.get("status"))
+            notebook = event.get("notebook")
+            outcome.notebook = notebook if isinstance(notebook, Mapping) else None
+            outcome.truncated = bool(event.get("truncated"))
+            changed = event.get("changed")
+            outcome.changed = [str(p) for p in changed] if isinstance(changed, list) else []
+            code = event.get("exit_code")
+            outcome.kernel_exit_code = code if isinstance(code, int) else None
+            outcome.kernel_oom = bool(event.get("oom"))
+            return
+
+
+async def _call(callback: OutputCallback, event: OutputEvent) -> None:
+    returned = callback(event)
+    if inspect.isawaitable(returned):
+        await returned
+
+
+def judge(
+    outcome: RunOutcome, container_oom: bool, container_exit: int | None, limits: SandboxLimits
+) -> tuple[Status, str]:
+    """The status of a run and, unless it is ok, why it ended, for a person."""
+    if outcome.stopped:
+        if outcome.killed_by_host:
+            return (
+                Status.KILLED,
+                "The run was stopped on request; the sandbox had to be stopped too.",
+            )
+        return Status.KILLED, "The run was stopped on request."
+    if outcome.timed_out:
+        how = "it was stopped" if outcome.killed_by_host else "it was interrupted"
+        return (
+            Status.TIMEOUT,
+            f"The code ran longer than the {limits.timeout_s:g} s time limit; {how}.",
+        )
+    if outcome.kernel_oom or container_oom:
+        return Status.MEMORY, (
+            f"The code ran out of memory (the limit is {limits.memory_mb} MB) "
+            "and the kernel was stopped."
+        )
+    if outcome.status == "ok":
+        return Status.OK, ""
+    if outcome.status == "error":
+        return Status.ERROR, "The code raised an exception."
+    if outcome.status == "died":
+        return Status.KILLED, (
+            f"The Python kernel died {describe_exit(outcome.kernel_exit_code)} "
+            "while running the code."
+        )
+    return Status.KILLED, f"The sandbox stopped unexpectedly {describe_exit(container_exit)}."
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "(no exit status)"
+    signum = -code if code < 0 else code - 128 if code > 128 else 0
+    if signum:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        meaning = {
+            "SIGSEGV": " (segmentation fault)",
+            "SIGKILL": " (killed)",
+            "SIGABRT": " (aborted)",
+        }
+        return f"from {name}{meaning.get(name, '')}"
+    return f"with exit code {code}"

@@ -1,0 +1,361 @@
+"""Session mode: one live kernel per conversation key, so follow-ups reuse its state.
+
+A session takes a fresh sandbox from the pool on its first run and keeps it until it is idle
+too long, reaches its maximum lifetime, is closed, or its kernel or sandbox dies. The next
+run then starts a new session and says so (`session_restarted`, with the reason in the
+message). Runs on one key queue in order; different keys run in parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from executor.archive import build_input_tar
+from executor.errors import InvalidInput, SandboxError
+from executor.limits import SandboxLimits
+from executor.models import ExecutionResult, OutputCollector, OutputEvent, OutputFile, SkippedFile
+from executor.notebook import MB, output_caps, over_count_note
+from executor.pool import Lease, QueueCallback, SandboxPool
+from executor.run import OutputCallback, RunOutcome, execute, judge
+
+log = logging.getLogger(__name__)
+
+REMEMBERED_ENDINGS = 10_000
+EXPORT_TIMEOUT_S = 60.0
+
+
+@dataclass(eq=False, slots=True)
+class _Live:
+    lease: Lease
+    created: float
+    last_used: float
+
+
+class SessionManager:
+    def __init__(
+        self,
+        pool: SandboxPool,
+        limits: SandboxLimits,
+        idle_timeout_s: float = 900.0,
+        max_lifetime_s: float = 4 * 3600.0,
+        reap_interval_s: float = 15.0,
+    ) -> None:
+        self.pool = pool
+        self.limits = limits
+        self.idle_timeout_s = idle_timeout_s
+        self.max_lifetime_s = max_lifetime_s
+        self.reap_interval_s = reap_interval_s
+        self._live: dict[str, _Live] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._stops: dict[str, asyncio.Event] = {}
+        self._endings: OrderedDict[str, str] = OrderedDict()
+        self._reaper: asyncio.Task[None] | None = None
+
+    @property
+    def active(self) -> list[str]:
+        return list(self._live)
+
+    def start(self) -> None:
+        if self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap_loop(), name="cellmate-session-reaper")
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    async def run(
+        self,
+        key: str,
+        cells: Sequence[str],
+        *,
+        on_output: OutputCallback | None = None,
+        on_queued: QueueCallback | None = None,
+        **overrides: Any,
+    ) -> ExecutionResult:
+        limits = self._run_limits(overrides)
+        async with self._lock(key):
+            live, ending = await self._session(key, on_queued)
+            stop = self._stops[key] = asyncio.Event()
+            collector = OutputCollector(
+                text_limit=limits.output_bytes, rich_limit=limits.rich_output_bytes
+            )
+            sandbox = live.lease.sandbox
+            try:
+                try:
+                    outcome = await execute(
+                        sandbox, cells, limits, collector, on_output=on_output, stop=stop
+                    )
+                except SandboxError:
+                    if collector.stdout or collector.results:
+                        raise
+                    # The sandbox vanished before the code started: nothing ran, so run it in
+                    # a new session instead of failing.
+                    await self._end(key, "its sandbox had stopped")
+                    live, ending = await self._session(key, on_queued)
+                    sandbox = live.lease.sandbox
+                    outcome = await execute(
+                        sandbox, cells, limits, collector, on_output=on_output, stop=stop
+                    )
+            finally:
+                self._stops.pop(key, None)
+            live.last_used = time.monotonic()
+            return await self._result(key, live, outcome, collector, limits, ending)
+
+    async def _result(
+        self,
+        key: str,
+        live: _Live,
+        outcome: RunOutcome,
+        collector: OutputCollector,
+        limits: SandboxLimits,
+        ending: str | None,
+    ) -> ExecutionResult:
+        sandbox = live.lease.sandbox
+        files: list[OutputFile] = []
+        skipped: list[SkippedFile] = []
+        if outcome.sandbox_usable:
+            status, message = judge(outcome, False, None, limits)
+            files, skipped = await self._changed_files(live, outcome.changed, limits)
+        else:
+            state = await sandbox.exit_state()
+            status, message = judge(outcome, state.oom_killed, state.exit_code, limits)
+            await self._end(key, _why_it_ended(status.value, message))
+        truncated = outcome.truncated or collector.truncated
+        if truncated:
+            message = f"{message} Output was cut at {limits.output_bytes:,} bytes.".strip()
+        if ending:
+            message = (
+                f"This is a new session ({ending}); earlier variables and files are gone. {message}"
+            ).strip()
+        return ExecutionResult(
+            status=status,
+            stdout="".join(collector.stdout),
+            stderr="".join(collector.stderr),
+            results=tuple(collector.results),
+            error=collector.error,
+            message=message,
+            files=tuple(files),
+            skipped_files=tuple(skipped),
+            output_truncated=truncated,
+            duration_ms=outcome.duration_ms,
+            startup_ms=live.lease.startup_ms,
+            runtime=limits.runtime,
+            session_restarted=ending is not None,
+        )
+
+    async def _changed_files(
+        self, live: _Live, changed: list[str], limits: SandboxLimits
+    ) -> tuple[list[OutputFile], list[SkippedFile]]:
+        files: list[OutputFile] = []
+        skipped: list[SkippedFile] = []
+        caps = output_caps(limits)
+        total = 0
+        for path in changed[: limits.max_output_files]:
+            if not _safe_relative(path):
+                skipped.append(SkippedFile(path=path[:200], reason="path leaves /mnt/data"))
+                continue
+            found = await live.lease.sandbox.get_path(path, dataclasses.replace(caps, max_files=1))
+            skipped.extend(found.skipped)
+            for file in found.files:
+                if total + file.size > caps.max_total_bytes:
+                    skipped.append(
+                        SkippedFile(
+                            file.path,
+                            f"output files together exceed {limits.max_output_total_mb} MB",
+                        )
+                    )
+                    continue
+                total += file.size
+                files.append(file)
+        if len(changed) > limits.max_output_files:
+            skipped.append(over_count_note(len(changed) - limits.max_output_files, limits))
+        return files, skipped
+
+    async def _session(self, key: str, on_queued: QueueCallback | None) -> tuple[_Live, str | None]:
+        """The key's live session, or a new one with the reason the previous one ended."""
+        live = self._live.get(key)
+        if live is not None and not live.lease.sandbox.alive:
+            await self._end(key, "its sandbox had stopped")
+            live = None
+        if live is not None:
+            return live, None
+        lease = await self.pool.acquire(on_queued)
+        now = time.monotonic()
+        live = self._live[key] = _Live(lease=lease, created=now, last_used=now)
+        return live, self._endings.pop(key, None)
+
+    async def _end(self, key: str, reason: str | None) -> None:
+        live = self._live.pop(key, None)
+        if live is None:
+            return
+        if reason is not None:
+            self._endings[key] = reason
+            self._endings.move_to_end(key)
+            while len(self._endings) > REMEMBERED_ENDINGS:
+                self._endings.popitem(last=False)
+        self.pool.release(live.lease.sandbox)
+
+    def stop(self, key: str) -> bool:
+        """Interrupt the key's running run; False when nothing runs."""
+        stop = self._stops.get(key)
+        if stop is None:
+            return False
+        stop.set()
+        return True
+
+    async def close(self, key: str) -> None:
+        """End the key's session on request (the next run starts afresh without a note)."""
+        async with self._lock(key):
+            await self._end(key, None)
+            self._endings.pop(key, None)
+
+    async def put_files(self, key: str, files: Mapping[str, bytes]) -> None:
+        tar = build_input_tar(
+            files, self.limits.max_input_files, self.limits.max_input_total_mb * MB
+        )
+        async with self._lock(key):
+            live, _ = await self._session(key, None)
+            await live.lease.sandbox.put_files(tar)
+            live.last_used = time.monotonic()
+
+    async def list_files(self, key: str) -> list[tuple[str, int]]:
+        async with self._lock(key):
+            live = self._live.get(key)
+            if live is None:
+                return []
+            found = await live.lease.sandbox.get_files(output_caps(self.limits), {})
+            return [(f.path, f.size) for f in found.files]
+
+    async def get_file(self, key: str, path: str) -> bytes | None:
+        if not _safe_relative(path):
+            raise InvalidInput(f"file path {path!r} must be relative to /mnt/data, without '..'")
+        async with self._lock(key):
+            live = self._live.get(key)
+            if live is None:
+                return None
+            found = await live.lease.sandbox.get_path(
+                path, dataclasses.replace(output_caps(self.limits), max_files=1)
+            )
+            return found.files[0].content if found.files else None
+
+    async def export(self, key: str, fmt: str) -> Any:
+        async with self._lock(key):
+            live = self._live.get(key)
+            if live is None:
+                return None
+            sandbox = live.lease.sandbox
+            export_id = uuid.uuid4().hex[:12]
+            await sandbox.send({"op": "export", "id": export_id, "format": fmt})
+            try:
+                async with asyncio.timeout(EXPORT_TIMEOUT_S):
+                    while (event := await sandbox.receive()) is not None:
+                        if event.get("type") == "exported" and event.get("id") == export_id:
+                            return event.get("content")
+            except TimeoutError:
+                raise SandboxError(
+                    f"the sandbox did not export the session within {EXPORT_TIMEOUT_S:g} s"
+                ) from None
+            raise SandboxError("the sandbox stopped while exporting the session")
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.reap_interval_s)
+            await self.reap()
+
+    async def reap(self) -> None:
+        now = time.monotonic()
+        for key, live in list(self._live.items()):
+            if self._lock(key).locked():
+                continue
+            if now - live.last_used >= self.idle_timeout_s:
+                await self._end(
+                    key, f"the previous one was idle for {_duration(self.idle_timeout_s)}"
+                )
+            elif now - live.created >= self.max_lifetime_s:
+                await self._end(
+                    key, f"the previous one reached its {_duration(self.max_lifetime_s)} lifetime"
+                )
+            elif not live.lease.sandbox.alive:
+                await self._end(key, "its sandbox had stopped")
+
+    async def close_all(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for key in list(self._live):
+            self.stop(key)
+            await self._end(key, None)
+
+    def _run_limits(self, overrides: Mapping[str, Any]) -> SandboxLimits:
+        limits = dataclasses.replace(self.limits, **overrides) if overrides else self.limits
+        if limits.container_spec() != self.limits.container_spec():
+            raise InvalidInput(
+                "a session run can change only per-run limits (time, output); container limits "
+                "(memory, CPU, runtime, network, sizes) are set for the executor"
+            )
+        return limits
+
+
+async def stream(
+    manager: SessionManager, key: str, cells: Sequence[str], **overrides: Any
+) -> AsyncIterator[OutputEvent | ExecutionResult]:
+    """Output events as they happen, then the result, as one async iterator."""
+    queue: asyncio.Queue[OutputEvent | ExecutionResult | BaseException] = asyncio.Queue()
+
+    async def produce() -> None:
+        try:
+            queue.put_nowait(await manager.run(key, cells, on_output=queue.put_nowait, **overrides))
+        except BaseException as exc:
+            queue.put_nowait(exc)
+
+    task = asyncio.create_task(produce())
+    try:
+        while True:
+            item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if isinstance(item, ExecutionResult):
+                return
+    finally:
+        if not task.done():
+            manager.stop(key)
+            await task
+
+
+def _safe_relative(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return (
+        bool(parts)
+        and not PurePosixPath(path).is_absolute()
+        and ".." not in parts
+        and "\x00" not in path
+    )
+
+
+def _why_it_ended(status: str, message: str) -> str:
+    if status == "memory":
+        return "the previous one ran out of memory"
+    if status == "timeout":
+        return "the previous run was stopped at the time limit"
+    if "stopped on request" in message:
+        return "the previous run was stopped on request"
+    return "the previous one's kernel died"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
