@@ -1,0 +1,265 @@
+"""Session mode with real containers: state that carries over, and every way a session ends."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import docker
+import nbformat
+import pytest
+
+from executor import Executor, InvalidInput, OutputEvent, Status
+
+pytestmark = pytest.mark.docker
+
+
+async def value(executor: Executor, key: str, expression: str) -> str:
+    result = await executor.session(key).run(expression)
+    assert result.status is Status.OK, (result.message, result.error)
+    return result.results[-1].text
+
+
+async def test_variables_and_files_carry_over(executor: Executor) -> None:
+    session = executor.session("conversation-1")
+    first = await session.run(
+        "import pandas as pd\ndf = pd.DataFrame({'v': [1, 2, 3]})\ndf.to_csv('v.csv')"
+    )
+    assert first.status is Status.OK
+    assert not first.session_restarted
+    assert [f.path for f in first.files] == ["v.csv"]
+    second = await session.run(
+        "total = int(df['v'].sum()) + len(open('v.csv').read().splitlines())\ntotal"
+    )
+    assert second.results[-1].text == "10"
+    assert second.files == ()  # nothing changed in this run
+    third = await session.run("df['v'] *= 2\ndf.to_csv('v.csv')")
+    assert [(f.path, f.content.decode().splitlines()[-1]) for f in third.files] == [
+        ("v.csv", "2,6")
+    ]
+
+
+async def test_output_streams_while_the_code_runs(executor: Executor) -> None:
+    arrivals: list[tuple[float, OutputEvent | object]] = []
+    async for item in executor.session("streaming").stream(
+        "import time\nprint('one', flush=True)\ntime.sleep(1.5)\nprint('two')\n21 * 2"
+    ):
+        arrivals.append((time.monotonic(), item))
+    events = [item for _, item in arrivals[:-1]]
+    assert [
+        (e.kind, e.text) for e in events if isinstance(e, OutputEvent) and e.kind == "stdout"
+    ] == [
+        ("stdout", "one\n"),
+        ("stdout", "two\n"),
+    ]
+    assert any(
+        isinstance(e, OutputEvent) and e.kind == "result" and e.result and e.result.text == "42"
+        for e in events
+    )
+    finished = arrivals[-1][0]
+    assert finished - arrivals[0][0] >= 1.0  # 'one' came a second before the end, not with it
+
+
+async def test_stop_interrupts_and_keeps_state(executor: Executor) -> None:
+    session = executor.session("stoppable")
+    await session.run("kept = 'still here'")
+    running = asyncio.create_task(session.run("import time\nwhile True:\n    time.sleep(0.1)"))
+    await asyncio.sleep(1.5)
+    assert session.stop()
+    stopped = await running
+    assert stopped.status is Status.KILLED
+    assert stopped.message == "The run was stopped on request."
+    after = await session.run("kept")
+    assert after.results[-1].text == "'still here'"
+    assert not after.session_restarted
+    assert not session.stop()  # nothing runs now
+
+
+async def test_stop_freezes_code_that_ignores_it_and_the_session_restarts(
+    executor: Executor,
+) -> None:
+    session = executor.session("stubborn")
+    await session.run("pass")
+    running = asyncio.create_task(
+        session.run(
+            "import signal, time\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "while True:\n"
+            "    time.sleep(0.1)"
+        )
+    )
+    await asyncio.sleep(1.5)
+    assert session.stop()
+    stopped = await running
+    assert stopped.status is Status.KILLED
+    assert "stopped on request" in stopped.message
+    after = await session.run("1 + 1")
+    assert after.session_restarted
+    assert after.message.startswith(
+        "This is a new session (the previous run was stopped on request)"
+    )
+    assert after.results[-1].text == "2"
+
+
+async def test_timeout_in_a_session_keeps_state(executor: Executor) -> None:
+    session = executor.session("slow")
+    await session.run("n = 7")
+    slow = await session.run("import time\ntime.sleep(30)", timeout_s=2)
+    assert slow.status is Status.TIMEOUT
+    assert await value(executor, "slow", "n") == "7"
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "reason"),
+    [
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", Status.KILLED, "kernel died"),
+        ("import ctypes\nctypes.string_at(0)", Status.KILLED, "kernel died"),
+        (
+            "blocks = []\nwhile True:\n    blocks.append(bytearray(64 * 1024 * 1024))",
+            Status.MEMORY,
+            "ran out of memory",
+        ),
+    ],
+)
+async def test_a_dead_kernel_restarts_the_session_and_says_so(
+    executor: Executor, code: str, status: Status, reason: str
+) -> None:
+    session = executor.session("fragile")
+    await session.run("precious = 1")
+    died = await session.run(code)
+    assert died.status is status
+    after = await session.run("'precious' in globals()")
+    assert after.session_restarted
+    assert reason in after.message
+    assert "earlier variables and files are gone" in after.message
+    assert after.results[-1].text == "False"
+    again = await session.run("1")
+    assert not again.session_restarted
+
+
+async def test_a_container_removed_from_outside_is_replaced(
+    executor: Executor, docker_client: docker.DockerClient
+) -> None:
+    session = executor.session("removed")
+    await session.run("x = 1")
+    (container,) = [
+        c for c in docker_client.containers.list(filters={"label": "cellmate.instance=tests"})
+    ]
+    container.remove(force=True)
+    await asyncio.sleep(0.5)
+    after = await session.run("print('recovered')")
+    assert after.status is Status.OK
+    assert after.stdout == "recovered\n"
+    assert after.session_restarted
+    assert "its sandbox had stopped" in after.message
+
+
+async def test_sessions_never_see_each_other(executor: Executor) -> None:
+    alice, bob = executor.session("alice"), executor.session("bob")
+    await alice.run("secret = 's3cr3t'\nopen('alice.txt', 'w').write(secret)")
+    await alice.put_files({"upload.csv": b"private"})
+    peek = await bob.run(
+        "import os\nprint(sorted(os.listdir('/mnt/data')))\nprint('secret' in globals())"
+    )
+    assert peek.stdout == "[]\nFalse\n"
+    assert await bob.list_files() == []
+    assert await bob.get_file("alice.txt") is None
+    assert await alice.get_file("alice.txt") == b"s3cr3t"
+
+
+async def test_runs_on_one_session_queue_in_order(executor: Executor) -> None:
+    session = executor.session("queue")
+    await session.run("seen = []")
+    runs = [
+        session.run(f"import time\ntime.sleep(0.2)\nseen.append({i})\nlist(seen)") for i in range(4)
+    ]
+    results = await asyncio.gather(*runs)
+    assert [r.results[-1].text for r in results] == ["[0]", "[0, 1]", "[0, 1, 2]", "[0, 1, 2, 3]"]
+
+
+async def test_files_into_and_out_of_a_live_session(executor: Executor) -> None:
+    session = executor.session("files")
+    await session.put_files({"data.csv": b"a\n1\n2\n"})
+    result = await session.run("import pandas as pd\nint(pd.read_csv('data.csv')['a'].sum())")
+    assert result.results[-1].text == "3"
+    await session.run(
+        "import os\nos.makedirs('out', exist_ok=True)\nopen('out/r.txt', 'w').write('r')"
+    )
+    assert sorted(await session.list_files()) == [("data.csv", 6), ("out/r.txt", 1)]
+    assert await session.get_file("out/r.txt") == b"r"
+    assert await session.get_file("missing.txt") is None
+    with pytest.raises(InvalidInput, match="relative to /mnt/data"):
+        await session.get_file("../etc/passwd")
+    with pytest.raises(InvalidInput, match="input file name"):
+        await session.put_files({"../escape": b"x"})
+
+
+async def test_a_link_written_by_code_is_never_followed(executor: Executor) -> None:
+    session = executor.session("links")
+    result = await session.run("import os\nos.symlink('/etc/passwd', 'passwd')")
+    assert result.files == ()
+    assert "a link" in result.skipped_files[0].reason
+    assert await session.get_file("passwd") is None
+
+
+async def test_export_as_notebook_and_html(executor: Executor) -> None:
+    session = executor.session("export")
+    await session.run("a = 20")
+    await session.run("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\na + 22")
+    exported = await session.export_notebook()
+    assert exported is not None
+    notebook = nbformat.from_dict(exported)
+    nbformat.validate(notebook)
+    assert [c.source for c in notebook.cells] == [
+        "a = 20",
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\na + 22",
+    ]
+    outputs = notebook.cells[1].outputs
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert outputs[-1]["data"]["text/plain"] == "42"
+    html = await session.export_html()
+    assert html is not None
+    assert html.lstrip().lower().startswith("<!doctype html>")
+    assert "data:image/png;base64," in html  # the chart, embedded
+    assert "<pre>42</pre>" in html
+    assert await executor.session("never-used").export_notebook() is None
+
+
+async def test_idle_sessions_end_and_the_next_run_says_so(executor: Executor) -> None:
+    executor.sessions.idle_timeout_s = 0.5
+    session = executor.session("idle")
+    await session.run("x = 1")
+    await asyncio.sleep(1)
+    await executor.sessions.reap()
+    assert not session.active
+    after = await session.run("'x' in globals()")
+    assert after.session_restarted
+    assert "idle for 0.5 s" in after.message
+    assert after.results[-1].text == "False"
+
+
+async def test_closing_a_session_forgets_it_quietly(executor: Executor) -> None:
+    session = executor.session("reset")
+    await session.run("x = 1")
+    await session.close()
+    after = await session.run("'x' in globals()")
+    assert after.results[-1].text == "False"
+    assert not after.session_restarted
+
+
+async def test_container_limits_cannot_change_per_session_run(executor: Executor) -> None:
+    with pytest.raises(InvalidInput, match="container limits"):
+        await executor.session("limits").run("1", memory_mb=4096)
+
+
+async def test_a_new_session_has_the_data_stack_loaded_and_nothing_visible(
+    executor: Executor,
+) -> None:
+    result = await executor.session("fresh").run(
+        "import sys\n"
+        "print(all(m in sys.modules for m in ['numpy', 'pandas', 'matplotlib.pyplot']))\n"
+        "print(sorted(n for n in globals() if not n.startswith('_') and n not in "
+        "('In', 'Out', 'get_ipython', 'exit', 'quit', 'open', 'sys')))\n"
+        "print(len(In))"
+    )
+    assert result.stdout == "True\n[]\n2\n"
