@@ -38,7 +38,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 bench: build-image
-	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench executor $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) out .mypy_cache .ruff_cache .pytest_cache environments/jupyter/wheels

@@ -1,34 +1,46 @@
-"""How long notebook-mode runs take, end to end, for each runtime.
+"""Executor latency and footprint: `python -m bench executor [--runtime runsc] [--quick]`.
 
-    python -m bench [--runs N] [--runtime runc --runtime runsc]
-
-Prints, per case and runtime, the median and p95 of: the whole call (container created,
-kernel started, code run, files fetched, container removed), the sandbox start-up up to a
-ready kernel, and the code's own run time.
+Prints a table of median and p95 figures (milliseconds unless named otherwise), the machine
+and the settings, and as its last line one JSON object with the headline figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import os
 import platform
 import statistics
+import subprocess
 import time
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import docker
 
 from bot.settings import load_settings
-from executor import Executor, Status
-from executor.docker_backend import connect
+from executor import ExecutionResult, Executor, PoolSettings, SandboxLimits, Status
+from executor.docker_backend import INSTANCE_LABEL, connect
 
-CASES = {
-    "print": "print('hello')",
-    "pandas+chart": (
-        "import pandas as pd, matplotlib.pyplot as plt\n"
-        "df = pd.DataFrame({'x': range(100), 'y': [i * i for i in range(100)]})\n"
-        "df.plot(x='x', y='y')\nplt.show()\ndf.to_csv('/mnt/data/out.csv')"
-    ),
-}
+INSTANCE = "bench"
+TRIVIAL = "x += 1; x"
+CHART = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
+
+
+@dataclasses.dataclass
+class Figures:
+    rows: list[tuple[str, float, float, int]] = dataclasses.field(default_factory=list)
+    summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def add(self, name: str, samples: list[float], key: str | None = None) -> None:
+        p50, p95 = statistics.median(samples), percentile(samples, 0.95)
+        self.rows.append((name, p50, p95, len(samples)))
+        if key:
+            self.summary[f"{key}_p50_ms"] = round(p50, 1)
+            self.summary[f"{key}_p95_ms"] = round(p95, 1)
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -36,60 +48,169 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def describe_machine() -> str:
+async def timed(call: Callable[[], Awaitable[ExecutionResult]]) -> float:
+    started = time.perf_counter()
+    result = await call()
+    elapsed = (time.perf_counter() - started) * 1000
+    if result.status is not Status.OK:
+        raise SystemExit(f"benchmark run failed: {result.status} {result.message} {result.error}")
+    return elapsed
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    async with asyncio.timeout(120):
+        while not predicate():  # noqa: ASYNC110 (polls pool counters)
+            await asyncio.sleep(0.05)
+
+
+async def measure(image: str, limits: SandboxLimits, samples: int, figures: Figures) -> None:
+    pool = PoolSettings(size=2, max_live=40, queue_limit=50)
+    async with Executor(image, limits=limits, instance=INSTANCE, pool=pool) as executor:
+        await until(lambda: executor.pool.ready == pool.size)
+
+        warm = executor.session("follow-up")
+        await warm.run("x = 0")
+        follow = [await timed(lambda: warm.run(TRIVIAL)) for _ in range(samples * 5)]
+        figures.add("follow-up run, warm session", follow, "follow_up")
+
+        first: list[float] = []
+        charts: list[float] = []
+        for i in range(samples):
+            await until(lambda: executor.pool.ready == pool.size)
+            first.append(await timed(partial(executor.session(f"new-{i}").run, "x = 1; x")))
+            await until(lambda: executor.pool.ready == pool.size)
+            charts.append(await timed(partial(executor.session(f"chart-{i}").run, CHART)))
+            await executor.session(f"new-{i}").close()
+            await executor.session(f"chart-{i}").close()
+        figures.add("first run, new session from the pool", first, "pool_first_run")
+        figures.add("first chart, new session from the pool", charts)
+        figures.summary["first_chart_ms"] = round(statistics.median(charts), 1)
+
+        notebook: list[float] = []
+        for _ in range(samples):
+            await until(lambda: executor.pool.ready == pool.size)
+            notebook.append(await timed(lambda: executor.run_notebook("x = 1; x")))
+        figures.add("notebook-mode run from the pool", notebook, "notebook_run")
+
+        for count in (10, 30):
+            sessions = [executor.session(f"busy-{count}-{i}") for i in range(count)]
+            await asyncio.gather(*(s.run("x = 0") for s in sessions))
+            rounds: list[float] = []
+            for _ in range(max(3, samples // 2)):
+                rounds += await asyncio.gather(*(timed(partial(s.run, TRIVIAL)) for s in sessions))
+            figures.add(f"{count} sessions running at once", rounds, f"concurrent{count}")
+            if count == 10:
+                figures.summary["idle_session_mib"] = round(idle_memory_mib(executor), 1)
+            for s in sessions:
+                await s.close()
+
+    cold = dataclasses.replace(pool, size=0)
+    async with Executor(image, limits=limits, instance=INSTANCE, pool=cold) as executor:
+        cold_runs = [
+            await timed(partial(executor.session(f"cold-{i}").run, "x = 1; x"))
+            for i in range(samples)
+        ]
+        figures.add("first run, cold session (no pool)", cold_runs)
+        figures.summary["cold_session_ms"] = round(statistics.median(cold_runs), 1)
+
+
+def idle_memory_mib(executor: Executor) -> float:
+    """Memory of the idle session sandboxes (cgroup usage less reclaimable page cache)."""
     client = connect()
-    engine = client.version()
+    try:
+        usages = []
+        for container in client.containers.list(filters={"label": f"{INSTANCE_LABEL}={INSTANCE}"}):
+            reading: Any = container.stats(stream=False)
+            stats = reading["memory_stats"]
+            inner = stats.get("stats", {})
+            cache = inner.get("total_inactive_file", inner.get("inactive_file", 0))
+            if stats.get("usage"):
+                usages.append((stats["usage"] - cache) / 2**20)
+        return statistics.median(usages) if usages else float("nan")
+    finally:
+        client.close()
+
+
+def baseline(image: str, runtime: str, samples: int, figures: Figures) -> None:
+    """A per-call `docker run` + `jupyter nbconvert --execute` of the same code."""
+    cell = {"cell_type": "code", "id": "c1", "source": "x = 1; x", "metadata": {}, "outputs": []}
+    kernelspec = {"name": "python3", "display_name": "Python 3"}
+    document = json.dumps(
+        {
+            "nbformat": 4,
+            "nbformat_minor": 5,
+            "metadata": {"kernelspec": kernelspec},
+            "cells": [{**cell, "execution_count": None}],
+        }
+    )
+    command = [
+        "docker",
+        "run",
+        "--rm",
+        "-i",
+        "--network",
+        "none",
+        f"--runtime={runtime}",
+        "--entrypoint",
+        "/opt/venv/bin/jupyter",
+        image,
+        "nbconvert",
+        "--execute",
+        "--to",
+        "notebook",
+        "--stdin",
+        "--stdout",
+    ]
+    runs = []
+    for _ in range(max(3, samples // 2)):
+        started = time.perf_counter()
+        done = subprocess.run(command, input=document, capture_output=True, text=True, check=False)
+        runs.append((time.perf_counter() - started) * 1000)
+        outputs = json.loads(done.stdout or "{}").get("cells", [{}])[0].get("outputs", [])
+        if done.returncode != 0 or not any("execute_result" in str(o) for o in outputs):
+            raise SystemExit(f"baseline failed: {done.stderr[-2000:]}")
+    figures.add("baseline: docker run + nbconvert --execute", runs)
+    figures.summary["baseline_nbconvert_ms"] = round(statistics.median(runs), 1)
+
+
+def machine() -> str:
+    client: docker.DockerClient = connect()
+    version = client.version().get("Version")
     client.close()
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (
-        f"{platform.node()}: {os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.system()} "
-        f"{platform.release()}, Docker {engine.get('Version')}"
+    system = f"{platform.system()} {platform.release()}"
+    return f"{os.cpu_count()} cores, {memory_gib:.0f} GiB, {system}, Docker {version}"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench executor")
+    parser.add_argument(
+        "--runtime", choices=["runc", "runsc"], help="default: the settings' runtime"
     )
-
-
-async def bench(runtime: str, runs: int) -> list[str]:
-    settings = load_settings()
-    limits = replace(settings.sandbox, runtime=runtime)  # type: ignore[arg-type]
-    lines = []
-    async with Executor(settings.image, limits=limits, instance="bench") as executor:
-        await executor.run_notebook("pass")  # warm the engine's caches
-        for case, code in CASES.items():
-            totals: list[float] = []
-            startups: list[float] = []
-            runs_ms: list[float] = []
-            for _ in range(runs):
-                started = time.perf_counter()
-                result = await executor.run_notebook(code)
-                totals.append((time.perf_counter() - started) * 1000)
-                if result.status is not Status.OK:
-                    raise SystemExit(
-                        f"{case} failed under {runtime}: {result.message} {result.error}"
-                    )
-                startups.append(result.startup_ms)
-                runs_ms.append(result.duration_ms)
-            lines.append(
-                f"{runtime:6} {case:13} "
-                + "  ".join(
-                    f"{name} median {statistics.median(v):6.0f} p95 {percentile(v, 0.95):6.0f}"
-                    for name, v in (("call", totals), ("start", startups), ("code", runs_ms))
-                )
-            )
-    return lines
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--runtime", action="append", choices=["runc", "runsc"])
-    args = parser.parse_args()
+    parser.add_argument(
+        "--samples", type=int, default=10, help="samples per figure (follow-ups: 5x)"
+    )
+    args = parser.parse_args(argv)
     settings = load_settings()
     limits = settings.sandbox
-    print(describe_machine())
+    if args.runtime:
+        limits = dataclasses.replace(limits, runtime=args.runtime)
+    figures = Figures()
+    print(f"machine: {machine()}")
     print(
-        f"settings: {args.runs} runs per case, memory {limits.memory_mb} MB, cpus {limits.cpus}, "
-        f"image {settings.image}; times in ms"
+        f"settings: runtime {limits.runtime}, memory {limits.memory_mb} MB, cpus {limits.cpus}, "
+        f"pool 2 ready, {args.samples} samples, image {settings.image}"
     )
-    for runtime in args.runtime or ["runc", "runsc"]:
-        for line in asyncio.run(bench(runtime, args.runs)):
-            print(line, flush=True)
+    baseline(settings.image, limits.runtime, args.samples, figures)
+    asyncio.run(measure(settings.image, limits, args.samples, figures))
+    follow_up = figures.summary["follow_up_p50_ms"]
+    figures.summary["speedup_vs_baseline"] = round(
+        figures.summary["baseline_nbconvert_ms"] / follow_up, 1
+    )
+    figures.summary["runtime"] = limits.runtime
+    print(f"{'figure':48} {'p50 ms':>9} {'p95 ms':>9} {'n':>5}")
+    for name, p50, p95, count in figures.rows:
+        print(f"{name:48} {p50:9.1f} {p95:9.1f} {count:5}")
+    print(f"{'idle session memory (MiB)':48} {figures.summary['idle_session_mib']:9.1f}")
+    print(json.dumps(figures.summary))
     return 0

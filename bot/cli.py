@@ -122,7 +122,11 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 async def _run_once(
     settings: Settings, limits: SandboxLimits, source: str, files: dict[str, bytes]
 ) -> ExecutionResult:
-    async with Executor(settings.image, limits=limits, instance=settings.instance) as executor:
+    # One run needs one sandbox: no pool kept warm for a single command.
+    pool = dataclasses.replace(settings.pool, size=0)
+    async with Executor(
+        settings.image, limits=limits, instance=settings.instance, pool=pool
+    ) as executor:
         return await executor.run_notebook([source], files=files)
 
 

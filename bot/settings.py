@@ -1,7 +1,8 @@
 """Settings from the environment and `.env`; the only module that reads either.
 
 Sandbox limits are `CELLMATE_SANDBOX_<FIELD>` for every field of `SandboxLimits`
-(e.g. `CELLMATE_SANDBOX_MEMORY_MB=2048`, `CELLMATE_SANDBOX_RUNTIME=runsc`).
+(e.g. `CELLMATE_SANDBOX_MEMORY_MB=2048`, `CELLMATE_SANDBOX_RUNTIME=runsc`); the pool and
+sessions are `CELLMATE_POOL_<FIELD>` for every field of `PoolSettings`.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dotenv import dotenv_values
 
+from executor.executor import PoolSettings
 from executor.image import default_tag
 from executor.limits import SandboxLimits
 
 SANDBOX_PREFIX = "CELLMATE_SANDBOX_"
+POOL_PREFIX = "CELLMATE_POOL_"
+T = TypeVar("T")
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
 
@@ -31,6 +35,7 @@ class SettingsError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Settings:
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
+    pool: PoolSettings = field(default_factory=PoolSettings)
     sandbox_image: str = ""
     """Image for sandboxes; by default the content-hash tag of environments/jupyter."""
     instance: str = "default"
@@ -51,10 +56,12 @@ def load_settings(
     if env_file is not None and env_file.is_file():
         values.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
     values.update(os.environ if environ is None else environ)
-    sandbox = _sandbox_limits(values)
+    sandbox = _section(SandboxLimits, SANDBOX_PREFIX, values)
+    pool = _section(PoolSettings, POOL_PREFIX, values)
     try:
         return Settings(
             sandbox=sandbox,
+            pool=pool,
             sandbox_image=values.get("CELLMATE_SANDBOX_IMAGE", ""),
             instance=values.get("CELLMATE_INSTANCE", "default") or "default",
             data_dir=Path(values.get("CELLMATE_DATA_DIR", ".data") or ".data"),
@@ -65,17 +72,18 @@ def load_settings(
         raise SettingsError(str(exc)) from exc
 
 
-def _sandbox_limits(values: Mapping[str, str]) -> SandboxLimits:
-    hints = typing.get_type_hints(SandboxLimits)
+def _section(kind: type[T], prefix: str, values: Mapping[str, str]) -> T:
+    """A settings dataclass from `<prefix><FIELD>` variables; defaults for the rest."""
+    hints = typing.get_type_hints(kind)
     given: dict[str, Any] = {}
-    for limit in dataclasses.fields(SandboxLimits):
-        name = SANDBOX_PREFIX + limit.name.upper()
+    for item in dataclasses.fields(kind):  # type: ignore[arg-type]
+        name = prefix + item.name.upper()
         if name in values:
-            given[limit.name] = _parse(name, values[name].strip(), hints[limit.name])
+            given[item.name] = _parse(name, values[name].strip(), hints[item.name])
     try:
-        return SandboxLimits(**given)
+        return kind(**given)
     except ValueError as exc:
-        raise SettingsError(f"{exc} (check the CELLMATE_SANDBOX_* settings)") from exc
+        raise SettingsError(f"{exc} (check the {prefix}* settings)") from exc
 
 
 def _parse(name: str, raw: str, kind: Any) -> Any:

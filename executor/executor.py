@@ -30,7 +30,15 @@ class PoolSettings:
     queue_limit: int = 50
     """Callers that may wait for a slot; past this they get SandboxBusy."""
     idle_timeout_s: float = 900.0
+    """A session that ran nothing this long ends (its variables and files are gone)."""
     max_lifetime_s: float = 4 * 3600.0
+    """A session ends this long after it started, however busy."""
+
+    def __post_init__(self) -> None:
+        if self.size < 0 or self.max_live < 1 or self.queue_limit < 0:
+            raise ValueError("pool size and queue_limit must be >= 0, and max_live >= 1")
+        if self.idle_timeout_s <= 0 or self.max_lifetime_s <= 0:
+            raise ValueError("idle_timeout_s and max_lifetime_s must be positive")
 
 
 class Executor:

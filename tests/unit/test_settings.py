@@ -54,3 +54,22 @@ def test_network_cannot_be_enabled_under_runsc() -> None:
         load_settings(
             {"CELLMATE_SANDBOX_NETWORK": "true", "CELLMATE_SANDBOX_RUNTIME": "runsc"}, env_file=None
         )
+
+
+def test_pool_settings() -> None:
+    settings = load_settings(
+        {
+            "CELLMATE_POOL_SIZE": "4",
+            "CELLMATE_POOL_MAX_LIVE": "40",
+            "CELLMATE_POOL_IDLE_TIMEOUT_S": "60",
+        },
+        env_file=None,
+    )
+    assert (settings.pool.size, settings.pool.max_live, settings.pool.idle_timeout_s) == (
+        4,
+        40,
+        60.0,
+    )
+    assert load_settings({}, env_file=None).pool.size == 2
+    with pytest.raises(SettingsError, match="CELLMATE_POOL_"):
+        load_settings({"CELLMATE_POOL_MAX_LIVE": "0"}, env_file=None)
