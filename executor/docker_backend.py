@@ -15,12 +15,13 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
+import requests
 from docker.models.containers import Container
 from docker.types import LogConfig, Mount, Ulimit
 
@@ -31,6 +32,7 @@ from executor.protocol import ExitState
 from executor.stdio import MAX_LINE_BYTES, RunnerStream
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SANDBOX_LABEL = "cellmate.sandbox"
 INSTANCE_LABEL = "cellmate.instance"
@@ -98,7 +100,7 @@ class DockerSandbox:
                     f"could not put files into the sandbox: {exc.explanation or exc}"
                 ) from exc
 
-        await asyncio.to_thread(put)
+        await _engine(put)
 
     async def get_path(self, path: str, caps: OutputCaps) -> ExtractedFiles:
         parent = str(PurePosixPath(path).parent)
@@ -112,14 +114,14 @@ class DockerSandbox:
                 ChunkReader(iter(chunks)), caps, parent="" if parent == "." else parent
             )
 
-        return await asyncio.to_thread(fetch)
+        return await _engine(fetch)
 
     async def get_files(self, caps: OutputCaps, unchanged: Mapping[str, bytes]) -> ExtractedFiles:
         def fetch() -> ExtractedFiles:
             chunks, _ = self._container.get_archive(DATA_DIR)
             return read_output_tar(ChunkReader(iter(chunks)), caps, unchanged)
 
-        return await asyncio.to_thread(fetch)
+        return await _engine(fetch)
 
     async def exit_state(self) -> ExitState:
         def inspect() -> ExitState:
@@ -134,7 +136,7 @@ class DockerSandbox:
                 oom_killed=bool(state.get("OOMKilled")),
             )
 
-        return await asyncio.to_thread(inspect)
+        return await _engine(inspect)
 
     async def kill(self) -> None:
         # Freezing stops every process at once, like a kill, but keeps the container running,
@@ -146,15 +148,37 @@ class DockerSandbox:
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     self._container.kill()
 
-        await asyncio.to_thread(kill)
+        await _engine(kill)
 
     async def destroy(self) -> None:
+        """Remove the container and its volume; raises EngineUnavailable (and may be called
+        again) when the engine does not answer."""
         if self._destroyed:
             return
-        self._destroyed = True
-        self._writer.close()
+        if not self._writer.is_closing():
+            self._writer.close()
         # A thread finishes the removal even when the awaiting task is cancelled.
-        await asyncio.to_thread(_remove, self._client, self.id, self._volume_name)
+        await _engine(_remove, self._client, self.id, self._volume_name)
+        self._destroyed = True
+
+
+async def _engine(call: Callable[..., T], *args: Any) -> T:
+    """Run a blocking Engine API call in a thread; an engine that stops answering (it is
+    restarting, or gone) becomes EngineUnavailable, with what happened."""
+    try:
+        return await asyncio.to_thread(call, *args)
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+        raise EngineUnavailable(f"the Docker engine stopped answering: {exc}") from exc
+    except docker.errors.APIError as exc:
+        if (
+            exc.status_code is not None
+            and exc.status_code >= 500
+            and "is restarting" not in str(exc)
+        ):
+            raise SandboxError(
+                f"the Docker engine failed a request: {exc.explanation or exc}"
+            ) from exc
+        raise
 
 
 def _remove(client: docker.DockerClient, container_id: str, volume_name: str) -> None:

@@ -59,6 +59,7 @@ class SandboxPool:
         self._refill: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._orphans: list[Sandbox] = []
         self.last_error: ExecutorError | None = None
 
     @property
@@ -149,8 +150,15 @@ class SandboxPool:
     async def _destroy(self, sandbox: Sandbox) -> None:
         try:
             await sandbox.destroy()
-        except Exception as exc:  # the engine may be down; start-up clean-up will catch it
-            log.warning("could not remove sandbox %s: %s", sandbox.id[:12], exc)
+        except ExecutorError as exc:
+            # The engine may be restarting: try again later, and on close.
+            log.warning("could not remove sandbox %s yet: %s", sandbox.id[:12], exc)
+            self._orphans.append(sandbox)
+
+    async def _retry_orphans(self) -> None:
+        orphans, self._orphans = self._orphans, []
+        for sandbox in orphans:
+            await self._destroy(sandbox)
 
     def _wanted(self) -> int:
         return min(self.max_live, self._leased + self.size + self._waiting)
@@ -168,7 +176,11 @@ class SandboxPool:
                 task = asyncio.create_task(self._start_one())
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            await self._wake.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(None if not self._orphans else backoff):
+                    await self._wake.wait()
+            if self._orphans:
+                await self._retry_orphans()
             if self.last_error is not None:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -215,3 +227,9 @@ class SandboxPool:
                 await self._destroy(item.sandbox)
         for _ in range(self._waiting):
             self._ready.put_nowait(ExecutorError("the executor is shutting down"))
+        await self._retry_orphans()
+        if self._orphans:
+            log.warning(
+                "%d sandbox(es) could not be removed; the next start-up removes them",
+                len(self._orphans),
+            )
