@@ -4,12 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint typecheck unit build-image engine venv bench clean
+.PHONY: run test check lint typecheck unit build-image engine venv bench clean azurite
 
 run: build-image
 	$(BIN)/cellmate demo
 
-test: check build-image
+test: check build-image azurite
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 check: lint typecheck
@@ -41,4 +41,10 @@ bench: build-image
 	$(BIN)/python -m bench executor $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) out .mypy_cache .ruff_cache .pytest_cache environments/jupyter/wheels
+	rm -rf $(VENV) out .tools .mypy_cache .ruff_cache .pytest_cache environments/jupyter/wheels
+
+# Azurite, Microsoft's Blob Storage emulator, for the storage tests (the tests start it).
+azurite: .tools/node_modules/.bin/azurite-blob
+
+.tools/node_modules/.bin/azurite-blob:
+	npm install --prefix .tools --no-audit --no-fund --loglevel=error azurite@3.37.0
