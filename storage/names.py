@@ -32,16 +32,18 @@ def safe_name(name: str | bytes, fallback: str = "file") -> str:
     name = unicodedata.normalize("NFKC", name).replace("\\", "/")
     name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C")
     name = PurePosixPath(name).name if "/" in name else name
-    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
-    cleaned = UNSAFE_CHARACTERS.sub("_", ascii_name).strip(" ._")
-    cleaned = re.sub(r"\s+", "-", cleaned)
-    if not cleaned:
-        cleaned = fallback
-    stem, dot, suffix = cleaned.rpartition(".")
-    if dot and 0 < len(suffix) <= 10 and stem:
-        stem = stem[: MAX_NAME_LENGTH - len(suffix) - 1].rstrip(" ._-") or fallback
-        return f"{stem}.{suffix}"
-    return cleaned[:MAX_NAME_LENGTH].rstrip(" ._-") or fallback
+    stem, dot, suffix = name.rpartition(".")
+    if not dot or not stem.strip(" ._") or len(suffix) > 10:
+        stem, suffix = name, ""
+    stem, suffix = _clean(stem), _clean(suffix)
+    stem = stem[: MAX_NAME_LENGTH - len(suffix) - 1].rstrip(" ._-") or fallback
+    return f"{stem}.{suffix}" if suffix else stem
+
+
+def _clean(part: str) -> str:
+    ascii_part = unicodedata.normalize("NFKD", part).encode("ascii", "ignore").decode()
+    cleaned = UNSAFE_CHARACTERS.sub("_", ascii_part).strip(" ._")
+    return re.sub(r"\s+", "-", cleaned)
 
 
 def conversation_prefix(conversation: str) -> str:
