@@ -169,6 +169,11 @@ class Session:
         html = await self._manager.export(self.key, "html")
         return html if isinstance(html, str) else None
 
+    async def preview(self, paths: Sequence[str]) -> dict[str, str]:
+        """Schema previews of tabular files in /mnt/data (columns, types, first rows), read
+        inside the sandbox, for the model to see instead of the raw contents."""
+        return await self._manager.preview(self.key, paths)
+
     async def close(self) -> None:
         await self._manager.close(self.key)
 

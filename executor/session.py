@@ -266,6 +266,32 @@ class SessionManager:
                 ) from None
             raise SandboxError("the sandbox stopped while exporting the session")
 
+    async def preview(self, key: str, paths: Sequence[str]) -> dict[str, str]:
+        """Short schema previews (columns, types, first rows) of tabular files in the session."""
+        for path in paths:
+            if not _safe_relative(path):
+                raise InvalidInput(
+                    f"file path {path!r} must be relative to /mnt/data, without '..'"
+                )
+        async with self._lock(key):
+            live = self._live.get(key)
+            if live is None:
+                return {}
+            sandbox = live.lease.sandbox
+            preview_id = uuid.uuid4().hex[:12]
+            await sandbox.send({"op": "preview", "id": preview_id, "paths": list(paths)})
+            try:
+                async with asyncio.timeout(EXPORT_TIMEOUT_S):
+                    while (event := await sandbox.receive()) is not None:
+                        if event.get("type") == "previewed" and event.get("id") == preview_id:
+                            found = event.get("previews")
+                            if not isinstance(found, dict):
+                                return {}
+                            return {str(k): str(v)[:3000] for k, v in found.items() if k in paths}
+            except TimeoutError:
+                raise SandboxError("the sandbox did not preview the files in time") from None
+            raise SandboxError("the sandbox stopped while previewing files")
+
     async def _reap_loop(self) -> None:
         while True:
             await asyncio.sleep(self.reap_interval_s)

@@ -11,6 +11,8 @@ Requests (one JSON object per line on stdin):
                                       run cells in order, stop at the first error
     {"op": "interrupt"}               send SIGINT to the kernel
     {"op": "export", "id": "e1", "format": "ipynb" | "html"}
+    {"op": "preview", "id": "p1", "paths": ["sales.csv"]}
+                                      schema previews of tabular files, read in a subprocess
     {"op": "shutdown"}                stop the kernel and exit
 
 Events (one JSON object per line on stdout):
@@ -18,11 +20,13 @@ Events (one JSON object per line on stdout):
     {"type": "output", "id": "r1", "cell": 0, "output": {nbformat output}}
     {"type": "done", "id": "r1", "status": "ok|error|died", "changed": ["out.csv"], ...}
     {"type": "exported", "id": "e1", "format": "html", "content": "..."}
+    {"type": "previewed", "id": "p1", "previews": {"sales.csv": "..."}}
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -55,6 +59,44 @@ def _cellmate_warm_up():
 _cellmate_warm_up()
 del _cellmate_warm_up
 """
+
+
+# Reads untrusted files with pandas in a separate process (not the user's kernel, whose
+# state it must not touch), and prints one JSON object: path -> preview text.
+PREVIEW_SCRIPT = r"""
+import json, sys
+import pandas as pd
+ROWS = 5
+def read(path):
+    lower = path.lower()
+    if lower.endswith(".tsv"):
+        return pd.read_csv(path, sep="\t", nrows=1000)
+    if lower.endswith(".csv"):
+        return pd.read_csv(path, nrows=1000, sep=None, engine="python")
+    if lower.endswith(".xlsx"):
+        return pd.read_excel(path, nrows=1000)
+    if lower.endswith(".jsonl"):
+        return pd.read_json(path, lines=True, nrows=1000)
+    if lower.endswith(".json"):
+        return pd.read_json(path)
+    if lower.endswith(".parquet"):
+        return pd.read_parquet(path)
+    raise ValueError("not a tabular file")
+previews = {}
+for path in sys.argv[1:]:
+    try:
+        frame = read(path)
+        rows = f"{len(frame)} rows" if len(frame) < 1000 else "1000+ rows"
+        columns = ", ".join(f"{name} ({dtype})" for name, dtype in frame.dtypes.astype(str).items())
+        with pd.option_context("display.width", 120, "display.max_columns", 20):
+            head = frame.head(ROWS).to_string(max_colwidth=40)
+        previews[path] = f"{path}: {rows}, {frame.shape[1]} columns: {columns}\n{head}"[:3000]
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {str(exc)[:200]}"
+        previews[path] = f"{path}: could not be read as a table ({problem})"
+print(json.dumps(previews))
+"""
+PREVIEW_TIMEOUT_S = 30
 
 
 class CappedClient(NotebookClient):  # type: ignore[misc]
@@ -118,6 +160,7 @@ class Runner:
             shutdown_kernel="immediate",
         )
         self.running: asyncio.Task[None] | None = None
+        self.side_tasks: set[asyncio.Task[None]] = set()
 
     def emit(self, event: dict[str, Any]) -> None:
         self.out.write(json.dumps(event, default=str) + "\n")
@@ -189,6 +232,28 @@ class Runner:
             event.update(format="ipynb", content=self.nb)
         self.emit(event)
 
+    async def preview(self, request: dict[str, Any]) -> None:
+        paths = [str(p) for p in request.get("paths", [])][:20]
+        previews: dict[str, str] = {}
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-I",
+                "-c",
+                PREVIEW_SCRIPT,
+                *paths,
+                cwd=str(DATA_DIR),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            output, _ = await asyncio.wait_for(process.communicate(), PREVIEW_TIMEOUT_S)
+            previews = json.loads(output or b"{}")
+        except (TimeoutError, ValueError, OSError) as exc:
+            previews = {path: f"{path}: no preview ({type(exc).__name__})" for path in paths}
+            with contextlib.suppress(ProcessLookupError, UnboundLocalError):
+                process.kill()
+        self.emit({"type": "previewed", "id": request.get("id", ""), "previews": previews})
+
     async def interrupt(self) -> None:
         if self.client.km is not None:
             await self.client.km.interrupt_kernel()
@@ -217,6 +282,9 @@ class Runner:
                 if self.running is not None and not self.running.done():
                     await asyncio.wait([self.running])
                 self.export(request)
+            elif op == "preview":
+                self.side_tasks.add(task := asyncio.create_task(self.preview(request)))
+                task.add_done_callback(self.side_tasks.discard)
             elif op == "shutdown":
                 break
         if self.running is not None:
