@@ -8,15 +8,19 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 from bot.demo import DEMO_CODE
 from bot.exec_output import print_result, save_outputs
 from bot.settings import Settings, SettingsError, load_settings
+from bot.storage_setup import build_storage
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
 from executor.image import build_image
+from storage.errors import StorageError
+from storage.retention import parse_age, prune
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,6 +79,16 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run a short example with a table and a chart")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), metavar="DIR")
     demo.set_defaults(handler=_demo)
+
+    store = commands.add_parser("storage", help="artifact storage: check it, prune old artifacts")
+    store_commands = store.add_subparsers(required=True, metavar="ACTION")
+    prune_parser = store_commands.add_parser("prune", help="remove artifacts older than an age")
+    prune_parser.add_argument(
+        "--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 1d12h"
+    )
+    prune_parser.set_defaults(handler=_storage_prune)
+    check_parser = store_commands.add_parser("check", help="check that artifacts can be stored")
+    check_parser.set_defaults(handler=_storage_check)
 
     build = commands.add_parser("build-image", help="build the sandbox image if its inputs changed")
     build.add_argument(
@@ -136,6 +150,58 @@ def _build_image(args: argparse.Namespace, settings: Settings) -> int:
         client, tag=settings.sandbox_image or None, mirror=settings.debian_mirror, force=args.force
     )
     return 0
+
+
+def _storage_prune(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        age = parse_age(args.older_than)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+
+    async def run() -> int:
+        storage = build_storage(settings)
+        try:
+            await storage.check()
+            return await prune(storage, age)
+        finally:
+            await storage.close()
+
+    removed = _storage_call(run)
+    print(f"Removed {removed} artifact(s) older than {args.older_than} from {_describe(settings)}.")
+    return 0
+
+
+def _storage_check(args: argparse.Namespace, settings: Settings) -> int:
+    async def run() -> int:
+        storage = build_storage(settings)
+        try:
+            await storage.check()
+            return len(await storage.list())
+        finally:
+            await storage.close()
+
+    count = _storage_call(run)
+    print(f"Storage is usable: {_describe(settings)}, {count} artifact(s).")
+    return 0
+
+
+def _storage_call(run: Callable[[], Coroutine[Any, Any, int]]) -> int:
+    try:
+        return asyncio.run(run())
+    except StorageError as exc:
+        raise StorageProblem(str(exc)) from exc
+
+
+class StorageProblem(ExecutorError):
+    """A storage failure, reported by the command like any infrastructure failure."""
+
+
+def _describe(settings: Settings) -> str:
+    if settings.storage.backend == "azure" or (
+        settings.storage.backend == "auto" and settings.azure.configured
+    ):
+        return f"Azure Blob container {settings.azure.container!r}"
+    return f"local files in {settings.data_dir / 'files'}"
 
 
 def _read_text(path: Path) -> str:

@@ -2,7 +2,8 @@
 
 Sandbox limits are `CELLMATE_SANDBOX_<FIELD>` for every field of `SandboxLimits`
 (e.g. `CELLMATE_SANDBOX_MEMORY_MB=2048`, `CELLMATE_SANDBOX_RUNTIME=runsc`); the pool and
-sessions are `CELLMATE_POOL_<FIELD>` for every field of `PoolSettings`.
+sessions are `CELLMATE_POOL_<FIELD>` for every field of `PoolSettings`; artifacts are
+`CELLMATE_STORAGE_<FIELD>`, and Azure Blob uses the `AZURE_*` names operators already know.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from executor.limits import SandboxLimits
 
 SANDBOX_PREFIX = "CELLMATE_SANDBOX_"
 POOL_PREFIX = "CELLMATE_POOL_"
+STORAGE_PREFIX = "CELLMATE_STORAGE_"
 T = TypeVar("T")
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
@@ -33,9 +35,49 @@ class SettingsError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class StorageSettings:
+    """Where artifacts go: Azure Blob when it is configured, local files otherwise."""
+
+    backend: typing.Literal["auto", "local", "azure"] = "auto"
+    public_base_url: str = ""
+    """Base of artifact links: the bot's own address for local files (e.g.
+    https://bot.example.com), or a CDN / custom domain in front of the Blob container."""
+    link_expiry_days: float = 7.0
+    retention_days: int = 0
+    """Remove artifacts older than this many days (0: keep them)."""
+    artifact_max_mb: float = 25.0
+    artifact_max_count: int = 50
+    attachment_max_mb: float = 25.0
+    attachment_max_count: int = 10
+    link_secret: str = ""
+    """Signs local links; by default a random secret kept in the data directory."""
+
+    def __post_init__(self) -> None:
+        if self.link_expiry_days <= 0 or self.retention_days < 0:
+            raise ValueError("link_expiry_days must be positive and retention_days not negative")
+        if self.public_base_url and not self.public_base_url.startswith(("http://", "https://")):
+            raise ValueError("public_base_url must start with http:// or https://")
+
+
+@dataclass(frozen=True, slots=True)
+class AzureSettings:
+    connection_string: str = ""
+    container: str = "cellmate"
+    account_name: str = ""
+    account_key: str = ""
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.connection_string or self.account_name)
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     pool: PoolSettings = field(default_factory=PoolSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    azure: AzureSettings = field(default_factory=AzureSettings)
+    http_port: int = 8080
     sandbox_image: str = ""
     """Image for sandboxes; by default the content-hash tag of environments/jupyter."""
     instance: str = "default"
@@ -58,10 +100,20 @@ def load_settings(
     values.update(os.environ if environ is None else environ)
     sandbox = _section(SandboxLimits, SANDBOX_PREFIX, values)
     pool = _section(PoolSettings, POOL_PREFIX, values)
+    storage = _section(StorageSettings, STORAGE_PREFIX, values)
+    azure = AzureSettings(
+        connection_string=values.get("AZURE_STORAGE_CONNECTION_STRING", ""),
+        container=values.get("AZURE_BLOB_CONTAINER_NAME", "") or "cellmate",
+        account_name=values.get("AZURE_STORAGE_ACCOUNT_NAME", ""),
+        account_key=values.get("AZURE_STORAGE_ACCOUNT_KEY", ""),
+    )
     try:
         return Settings(
             sandbox=sandbox,
             pool=pool,
+            storage=storage,
+            azure=azure,
+            http_port=_parse("CELLMATE_HTTP_PORT", values.get("CELLMATE_HTTP_PORT", "8080"), int),
             sandbox_image=values.get("CELLMATE_SANDBOX_IMAGE", ""),
             instance=values.get("CELLMATE_INSTANCE", "default") or "default",
             data_dir=Path(values.get("CELLMATE_DATA_DIR", ".data") or ".data"),

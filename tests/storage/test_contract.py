@@ -111,3 +111,17 @@ async def test_list_is_by_prefix(storage: Storage) -> None:
     await storage.put(a, b"1", "text/plain")
     await storage.put(b, b"2", "text/plain")
     assert [o.key for o in await storage.list(a.split("/")[0])] == [a]
+
+
+async def test_prune_removes_only_what_is_old(storage: Storage) -> None:
+    from datetime import UTC, datetime
+
+    from storage.retention import prune
+
+    keys = [artifact_key("prune", new_run_id(), f"{n}.txt") for n in ("a", "b")]
+    for key in keys:
+        await storage.put(key, b"x", "text/plain")
+    assert await prune(storage, timedelta(days=30)) == 0
+    later = datetime.now(UTC) + timedelta(days=31)
+    assert await prune(storage, timedelta(days=30), now=later) >= 2
+    assert await storage.list(keys[0].split("/")[0]) == []

@@ -57,3 +57,16 @@ def test_content_types_and_dispositions() -> None:
     assert disposition("image/png", "a.png") == 'inline; filename="a.png"'
     for unsafe in ("text/html", "image/svg+xml", "application/pdf", "application/xhtml+xml"):
         assert disposition(unsafe, "f").startswith("attachment")
+
+
+def test_ages() -> None:
+    from datetime import timedelta
+
+    from storage.retention import parse_age
+
+    assert parse_age("30d") == timedelta(days=30)
+    assert parse_age("1d12h") == timedelta(days=1, hours=12)
+    assert parse_age("90m") == timedelta(minutes=90)
+    for bad in ("", "30", "thirty days", "-1d", "1w"):
+        with pytest.raises(ValueError, match="is not an age"):
+            parse_age(bad)

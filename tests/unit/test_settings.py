@@ -73,3 +73,58 @@ def test_pool_settings() -> None:
     assert load_settings({}, env_file=None).pool.size == 2
     with pytest.raises(SettingsError, match="CELLMATE_POOL_"):
         load_settings({"CELLMATE_POOL_MAX_LIVE": "0"}, env_file=None)
+
+
+def test_storage_is_local_unless_azure_is_configured(tmp_path: Path) -> None:
+    from bot.storage_setup import build_storage
+    from storage.azure_blob import AzureBlobStorage
+    from storage.local import LocalStorage
+
+    local = load_settings({"CELLMATE_DATA_DIR": str(tmp_path)}, env_file=None)
+    assert isinstance(build_storage(local), LocalStorage)
+    azure = load_settings(
+        {
+            "AZURE_STORAGE_CONNECTION_STRING": "DefaultEndpointsProtocol=https;AccountName=acct;"
+            "AccountKey=" + "A" * 86 + "==;EndpointSuffix=core.windows.net",
+            "AZURE_BLOB_CONTAINER_NAME": "charts",
+            "CELLMATE_STORAGE_LINK_EXPIRY_DAYS": "2",
+        },
+        env_file=None,
+    )
+    store = build_storage(azure)
+    assert isinstance(store, AzureBlobStorage)
+    assert store.container == "charts"
+    assert store.default_expiry.days == 2
+    with pytest.raises(SettingsError, match="public_base_url must start with http"):
+        load_settings({"CELLMATE_STORAGE_PUBLIC_BASE_URL": "ftp://x"}, env_file=None)
+    with pytest.raises(
+        SettingsError, match="CELLMATE_STORAGE_BACKEND must be one of auto, local, azure"
+    ):
+        load_settings({"CELLMATE_STORAGE_BACKEND": "s3"}, env_file=None)
+
+
+def test_env_example_lists_every_setting_and_loads() -> None:
+    import dataclasses
+
+    from bot.settings import POOL_PREFIX, SANDBOX_PREFIX, STORAGE_PREFIX, StorageSettings
+    from executor.executor import PoolSettings
+    from executor.limits import SandboxLimits
+
+    example = Path(__file__).resolve().parents[2] / ".env.example"
+    text = example.read_text()
+    for prefix, section in (
+        (SANDBOX_PREFIX, SandboxLimits),
+        (POOL_PREFIX, PoolSettings),
+        (STORAGE_PREFIX, StorageSettings),
+    ):
+        for item in dataclasses.fields(section):
+            assert prefix + item.name.upper() in text, item.name
+    for name in (
+        "CELLMATE_SANDBOX_IMAGE",
+        "CELLMATE_INSTANCE",
+        "CELLMATE_DATA_DIR",
+        "CELLMATE_HTTP_PORT",
+        "AZURE_BLOB_CONTAINER_NAME",
+    ):
+        assert name in text
+    assert load_settings({}, env_file=example).sandbox.memory_mb == 1024
