@@ -125,3 +125,19 @@ async def test_prune_removes_only_what_is_old(storage: Storage) -> None:
     later = datetime.now(UTC) + timedelta(days=31)
     assert await prune(storage, timedelta(days=30), now=later) >= 2
     assert await storage.list(keys[0].split("/")[0]) == []
+
+
+async def test_pruning_on_a_schedule(storage: Storage) -> None:
+    from storage.retention import prune_periodically
+
+    key = artifact_key("scheduled", new_run_id(), "fresh.txt")
+    await storage.put(key, b"x", "text/plain")
+    task = asyncio.create_task(prune_periodically(storage, keep_days=0, every=timedelta(hours=1)))
+    try:
+        for _ in range(100):
+            if not await storage.list(key.split("/")[0]):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+    assert await storage.list(key.split("/")[0]) == []
