@@ -155,8 +155,9 @@ class DockerSandbox:
         again) when the engine does not answer."""
         if self._destroyed:
             return
-        if not self._writer.is_closing():
-            self._writer.close()
+        self._writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._writer.wait_closed()
         # A thread finishes the removal even when the awaiting task is cancelled.
         await _engine(_remove, self._client, self.id, self._volume_name)
         self._destroyed = True

@@ -1,0 +1,347 @@
+"""The agent: one turn of a conversation, from the user's message to one answer.
+
+With a model, it asks the model (chat completions with one `python` tool), runs each tool
+call in the conversation's session, publishes charts and files, feeds a trimmed result back,
+and repeats until the model answers, within a step limit and a time budget. Without a
+model, a fenced code block or `/run ...` runs directly. Every turn ends with exactly one
+`Answer` or `Failure` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import openai
+
+from bot.events import (
+    Answer,
+    ArtifactsPublished,
+    CodeStarted,
+    ExecutionFinished,
+    Failure,
+    Notice,
+    OutputChunk,
+    Thinking,
+    TurnEvent,
+)
+from bot.history import History
+from bot.prompt import PYTHON_TOOL, system_prompt, tool_result
+from bot.run_outputs import artifact_sources
+from executor import ExecutionResult, Executor, ExecutorError, OutputEvent, Status
+from storage.artifacts import Artifact, ArtifactLimits, publish
+from storage.base import Storage
+from storage.intake import Fetcher, IncomingFile, IntakeLimits, receive
+
+Emit = Callable[[TurnEvent], Awaitable[None] | None]
+FENCED = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+NO_MODEL = (
+    "No model is configured, so I can only run code: send Python in a ``` block or as "
+    "`/run <code>`. To chat in plain language, set OPENAI_API_KEY (and OPENAI_MODEL, or "
+    "OPENAI_BASE_URL for Ollama, vLLM, LM Studio) in .env."
+)
+
+
+class EmptyReply(openai.OpenAIError):
+    """The model answered with nothing to use."""
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    text: str
+    attachments: Sequence[IncomingFile] = ()
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLimits:
+    max_steps: int = 8
+    budget_s: float = 300.0
+    history_chars: int = 60_000
+    result_chars: int = 6_000
+
+
+@dataclass(slots=True)
+class Turn:
+    """A running turn; `stop()` ends it early (the kernel keeps its state where it can)."""
+
+    conversation: str
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    model_call: asyncio.Task[Any] | None = None
+
+    def stop(self, agent: Agent) -> None:
+        self.stop_requested.set()
+        agent.executor.session(self.conversation).stop()
+        if self.model_call is not None:
+            self.model_call.cancel()
+
+
+class Agent:
+    def __init__(
+        self,
+        executor: Executor,
+        storage: Storage,
+        history: History,
+        client: openai.AsyncOpenAI | None = None,
+        model: str = "",
+        limits: AgentLimits | None = None,
+        artifact_limits: ArtifactLimits | None = None,
+        intake_limits: IntakeLimits | None = None,
+        fetch: Fetcher | None = None,
+    ) -> None:
+        self.executor = executor
+        self.storage = storage
+        self.history = history
+        self.client = client
+        self.model = model
+        self.limits = limits or AgentLimits()
+        self.artifact_limits = artifact_limits or ArtifactLimits()
+        self.intake_limits = intake_limits or IntakeLimits()
+        self.fetch = fetch
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def turn(
+        self, conversation: str, message: UserMessage, emit: Emit, turn: Turn | None = None
+    ) -> None:
+        """Handle one message; turns of one conversation run one at a time, in order."""
+        turn = turn or Turn(conversation)
+        async with self._locks.setdefault(conversation, asyncio.Lock()):
+            try:
+                await self._turn(conversation, message, emit, turn)
+            except ExecutorError as exc:
+                await _call(emit, Failure(f"The sandbox could not run the code: {exc}"))
+
+    async def reset(self, conversation: str) -> None:
+        """Forget the conversation's history and end its session."""
+        async with self._locks.setdefault(conversation, asyncio.Lock()):
+            await self.history.forget(conversation)
+            await self.executor.session(conversation).close()
+
+    async def _turn(self, conversation: str, message: UserMessage, emit: Emit, turn: Turn) -> None:
+        session = self.executor.session(conversation)
+        previews: dict[str, str] = {}
+        files: list[str] = []
+        if message.attachments:
+            intake = await receive(message.attachments, self.fetch, self.intake_limits)
+            if intake.message():
+                await _call(emit, Notice(intake.message()))
+            if intake.files:
+                await session.put_files(intake.files)
+                files = list(intake.files)
+                previews = await session.preview(intake.tabular)
+        direct = direct_code(message.text)
+        if direct is not None:
+            result, _ = await self._run(conversation, direct, emit)
+            await _call(emit, Answer(_direct_summary(result)))
+            return
+        if self.client is None:
+            await _call(emit, Answer(NO_MODEL))
+            return
+        await self._converse(conversation, message, files, previews, emit, turn)
+
+    async def _converse(
+        self,
+        conversation: str,
+        message: UserMessage,
+        files: list[str],
+        previews: dict[str, str],
+        emit: Emit,
+        turn: Turn,
+    ) -> None:
+        assert self.client is not None
+        earlier = await self.history.load(conversation, self.limits.history_chars)
+        user = {"role": "user", "content": _user_content(message.text, files, previews)}
+        new: list[dict[str, Any]] = [user]
+        network = self.executor.limits.network
+        try:
+            async with asyncio.timeout(self.limits.budget_s):
+                for step in range(1, self.limits.max_steps + 1):
+                    if turn.stop_requested.is_set():
+                        await _call(emit, Failure("Stopped."))
+                        return
+                    await _call(emit, Thinking(step))
+                    messages = [
+                        {"role": "system", "content": system_prompt(network)},
+                        *earlier,
+                        *new,
+                    ]
+                    turn.model_call = asyncio.create_task(self._ask(messages))
+                    try:
+                        choice = await turn.model_call
+                    finally:
+                        turn.model_call = None
+                    reply = choice.message
+                    calls = list(reply.tool_calls or [])
+                    if choice.finish_reason == "length":
+                        await self._cut_off(
+                            conversation, new, reply.content or "", bool(calls), emit
+                        )
+                        return
+                    if not calls:
+                        text = reply.content or ""
+                        new.append({"role": "assistant", "content": text})
+                        await self.history.append(conversation, new)
+                        await _call(emit, Answer(text))
+                        return
+                    new.append(_assistant_with_calls(reply.content, calls))
+                    for call in calls:
+                        new.append(
+                            {
+                                "role": "tool",
+                                "tool_call_id": call.id,
+                                "content": await self._tool(conversation, call, emit, turn),
+                            }
+                        )
+                await self.history.append(conversation, new)
+                await _call(
+                    emit,
+                    Failure(
+                        f"I stopped after {self.limits.max_steps} steps without a final answer. "
+                        "Ask again, perhaps in smaller parts."
+                    ),
+                )
+        except asyncio.CancelledError:
+            if not turn.stop_requested.is_set():
+                raise
+            await _call(emit, Failure("Stopped."))
+        except TimeoutError:
+            await _call(
+                emit,
+                Failure(f"The turn took longer than {self.limits.budget_s:g} s and was stopped."),
+            )
+        except openai.OpenAIError as exc:
+            await _call(
+                emit,
+                Failure(
+                    f"The model is not available right now ({_describe(exc)}). Try again later."
+                ),
+            )
+
+    async def _ask(self, messages: list[dict[str, Any]]) -> Any:
+        assert self.client is not None
+        # Messages are plain dicts in the OpenAI wire format (they round-trip through SQLite).
+        response = await self.client.chat.completions.create(
+            model=self.model,
+            messages=cast(Any, messages),
+            tools=cast(Any, [PYTHON_TOOL]),
+            tool_choice="auto",
+        )
+        if not response.choices:
+            raise EmptyReply("the model sent no choices")
+        return response.choices[0]
+
+    async def _tool(self, conversation: str, call: Any, emit: Emit, turn: Turn) -> str:
+        if call.function.name != "python":
+            return f"There is no tool named {call.function.name!r}; use `python`."
+        try:
+            code = json.loads(call.function.arguments or "{}")["code"]
+            if not isinstance(code, str):
+                raise TypeError("code must be a string")
+        except (ValueError, KeyError, TypeError) as exc:
+            return f'The tool arguments were not valid ({exc}); send {{"code": "..."}}.'
+        result, manifest = await self._run(conversation, code, emit)
+        return tool_result(result, manifest, self.limits.result_chars)
+
+    async def _run(
+        self, conversation: str, code: str, emit: Emit
+    ) -> tuple[ExecutionResult, list[Artifact]]:
+        await _call(emit, CodeStarted(code))
+
+        async def forward(event: OutputEvent) -> None:
+            await _call(emit, OutputChunk(event))
+
+        result = await self.executor.session(conversation).run(code, on_output=forward)
+        await _call(
+            emit,
+            ExecutionFinished(
+                result.status, result.duration_ms, result.message, result.session_restarted
+            ),
+        )
+        manifest = await publish(
+            self.storage, conversation, artifact_sources(result), self.artifact_limits
+        )
+        if manifest:
+            await _call(emit, ArtifactsPublished(manifest))
+        return result, manifest
+
+    async def _cut_off(
+        self, conversation: str, new: list[dict[str, Any]], text: str, had_code: bool, emit: Emit
+    ) -> None:
+        await self.history.append(conversation, new)
+        if had_code:
+            await _call(
+                emit,
+                Failure(
+                    "The model's reply was cut off by its length limit, so its code was not run. "
+                    "Ask for less at once."
+                ),
+            )
+        else:
+            await _call(
+                emit,
+                Answer(f"{text}\n\n(The reply was cut off by the model's length limit.)".strip()),
+            )
+
+
+def direct_code(text: str) -> str | None:
+    """The code of a message that is only a fenced code block, or `/run ...`; else None."""
+    stripped = text.strip()
+    if stripped.startswith("/run"):
+        return stripped.removeprefix("/run").strip() or None
+    match = FENCED.fullmatch(stripped)
+    return match.group(1) if match else None
+
+
+def _direct_summary(result: ExecutionResult) -> str:
+    if result.status is Status.OK:
+        return result.message or "Done."
+    if result.error is not None:
+        return f"{result.error.name}: {result.error.value}".strip(": ")
+    return result.message
+
+
+def _user_content(text: str, files: list[str], previews: dict[str, str]) -> str:
+    if not files:
+        return text
+    lines = [text, "", "Attached files, now in /mnt/data:"]
+    for name in files:
+        lines.append(f"- {name}")
+        if name in previews:
+            lines.append("  " + previews[name].replace("\n", "\n  "))
+    return "\n".join(lines)
+
+
+def _assistant_with_calls(content: str | None, calls: list[Any]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": content or "",
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in calls
+        ],
+    }
+
+
+def _describe(exc: openai.OpenAIError) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "it did not answer in time"
+    if isinstance(exc, openai.APIConnectionError):
+        return "it could not be reached"
+    return type(exc).__name__
+
+
+async def _call(emit: Emit, event: TurnEvent) -> None:
+    returned = emit(event)
+    if inspect.isawaitable(returned):
+        await returned

@@ -1,0 +1,88 @@
+"""What the model is told: the system prompt, the `python` tool, and trimmed tool results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from executor import ExecutionResult, Status
+from storage.artifacts import Artifact
+
+PYTHON_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "python",
+        "description": (
+            "Run Python code in the conversation's Jupyter kernel and get its output. State "
+            "(variables, imports, loaded data) persists between calls. Files are in /mnt/data."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The Python code to run."}},
+            "required": ["code"],
+        },
+    },
+}
+
+
+def system_prompt(network: bool) -> str:
+    reach = (
+        "The sandbox can reach the network."
+        if network
+        else "The sandbox has no network access: do not try to download or pip install anything."
+    )
+    return (
+        "You are Cellmate, a code interpreter in a team chat. Use the `python` tool to compute, "
+        "analyse data and draw charts rather than guessing.\n"
+        "- The tool runs in a stateful Jupyter kernel: variables and imports stay between calls "
+        "and between messages of this conversation (unless you are told the session restarted).\n"
+        "- The user's attached files are in /mnt/data, the working directory. Write files the "
+        "user should get to /mnt/data; they are delivered to the user automatically.\n"
+        "- Charts are shown to the user automatically: call plt.show(); do not save them unless "
+        "asked. numpy, pandas, matplotlib, seaborn, scipy, scikit-learn, sympy and openpyxl "
+        "are installed.\n"
+        f"- {reach}\n"
+        "- If the code fails, read the error, fix the code and try again.\n"
+        "- Never write links to files or charts yourself: the chat shows them. Refer to files "
+        "by name. Answer briefly, in the user's language."
+    )
+
+
+def tool_result(result: ExecutionResult, manifest: list[Artifact], budget: int) -> str:
+    """The run as the model sees it: status, trimmed output, error, and what the user got."""
+    parts = [f"status: {result.status.value}"]
+    if result.message:
+        parts.append(f"note: {result.message}")
+    if result.stdout:
+        parts.append("stdout:\n" + _trim(result.stdout, budget // 2))
+    if result.stderr:
+        parts.append("stderr:\n" + _trim(result.stderr, budget // 4))
+    for rich in result.results:
+        if rich.image_types:
+            continue
+        if rich.text:
+            parts.append(
+                ("value:\n" if rich.is_main_result else "display:\n")
+                + _trim(rich.text, budget // 4)
+            )
+    if result.error is not None and result.status is Status.ERROR:
+        trace = "\n".join(result.error.traceback[-30:])
+        parts.append(
+            "error:\n" + _trim(trace or f"{result.error.name}: {result.error.value}", budget // 3)
+        )
+    for item in manifest:
+        kind = "chart" if item.inline_image else "file"
+        if item.status == "published":
+            parts.append(f"{kind} {item.name} ({item.size:,} bytes) was delivered to the user.")
+        else:
+            parts.append(
+                f"{kind} {item.name} could not be delivered ({item.status}: {item.reason})."
+            )
+    return _trim("\n".join(parts), budget)
+
+
+def _trim(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    return f"{text[:head]}\n[... {len(text) - limit:,} characters cut ...]\n{text[-tail:]}"
