@@ -9,17 +9,24 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from bot.agent import Agent, AgentLimits
 from bot.demo import DEMO_CODE
 from bot.exec_output import print_result, save_outputs
+from bot.history import History
+from bot.llm import build_client
+from bot.platforms.console import Console, is_terminal, run_interactive, run_piped
 from bot.settings import Settings, SettingsError, load_settings
 from bot.storage_setup import build_storage
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
 from executor.image import build_image
+from storage.artifacts import ArtifactLimits
 from storage.errors import StorageError
+from storage.intake import IntakeLimits
 from storage.retention import parse_age, prune
 
 
@@ -76,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_exec)
 
+    chat = commands.add_parser(
+        "chat", help="chat in the terminal (reads a pipe when not a terminal)"
+    )
+    chat.set_defaults(handler=_chat)
+
     demo = commands.add_parser("demo", help="run a short example with a table and a chart")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), metavar="DIR")
     demo.set_defaults(handler=_demo)
@@ -117,6 +129,68 @@ def _exec(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print_result(result, sys.stdout, saved)
     return 0
+
+
+def _chat(args: argparse.Namespace, settings: Settings) -> int:
+    return asyncio.run(_chat_session(settings))
+
+
+async def _chat_session(settings: Settings) -> int:
+    storage = build_storage(settings)
+    try:
+        await storage.check()
+    except StorageError as exc:
+        await storage.close()
+        raise StorageProblem(str(exc)) from exc
+    history = History(settings.data_dir / "history.sqlite3")
+    client = build_client(settings.model)
+    # One sandbox kept ready is plenty for one person at a terminal.
+    pool = dataclasses.replace(settings.pool, size=min(settings.pool.size, 1))
+    try:
+        async with Executor(
+            settings.image, limits=settings.sandbox, instance=settings.instance, pool=pool
+        ) as executor:
+            agent = Agent(
+                executor,
+                storage,
+                history,
+                client=client,
+                model=settings.model.model,
+                limits=AgentLimits(
+                    max_steps=settings.model.max_steps, budget_s=settings.model.turn_budget_s
+                ),
+                artifact_limits=ArtifactLimits(
+                    max_bytes=int(settings.storage.artifact_max_mb * 1e6),
+                    max_count=settings.storage.artifact_max_count,
+                    link_expiry=timedelta(days=settings.storage.link_expiry_days),
+                ),
+                intake_limits=IntakeLimits(
+                    max_bytes=int(settings.storage.attachment_max_mb * 1e6),
+                    max_count=settings.storage.attachment_max_count,
+                ),
+            )
+            console = Console(agent, sys.stdout, settings.data_dir / "exports")
+            if is_terminal():
+                await run_interactive(console, _banner(settings))
+            else:
+                await run_piped(console, sys.stdin)
+    finally:
+        await storage.close()
+        history.close()
+        if client is not None:
+            await client.close()
+    return 0
+
+
+def _banner(settings: Settings) -> str:
+    model = settings.model
+    if model.configured:
+        where = model.azure_endpoint or model.base_url or "OpenAI"
+        brain = f"model {model.model} at {where}"
+    else:
+        brain = "no model configured: code blocks and /run only (see .env.example)"
+    sandbox = f"{settings.sandbox.runtime} sandbox"
+    return f"Cellmate console: {brain}; {sandbox}; files in {_describe(settings)}."
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:

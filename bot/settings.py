@@ -72,12 +72,33 @@ class AzureSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """The model endpoint: OpenAI, Azure OpenAI, or any OpenAI-compatible server."""
+
+    api_key: str = ""
+    base_url: str = ""
+    model: str = "gpt-4o-mini"
+    azure_endpoint: str = ""
+    azure_api_key: str = ""
+    api_version: str = "2024-10-21"
+    timeout_s: float = 60.0
+    max_retries: int = 2
+    max_steps: int = 8
+    turn_budget_s: float = 300.0
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.api_key or self.base_url or self.azure_endpoint)
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     pool: PoolSettings = field(default_factory=PoolSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     azure: AzureSettings = field(default_factory=AzureSettings)
     http_port: int = 8080
+    model: ModelSettings = field(default_factory=ModelSettings)
     sandbox_image: str = ""
     """Image for sandboxes; by default the content-hash tag of environments/jupyter."""
     instance: str = "default"
@@ -114,6 +135,28 @@ def load_settings(
             storage=storage,
             azure=azure,
             http_port=_parse("CELLMATE_HTTP_PORT", values.get("CELLMATE_HTTP_PORT", "8080"), int),
+            model=ModelSettings(
+                api_key=values.get("OPENAI_API_KEY", ""),
+                base_url=values.get("OPENAI_BASE_URL", ""),
+                model=values.get("OPENAI_MODEL", "") or "gpt-4o-mini",
+                azure_endpoint=values.get("AZURE_OPENAI_ENDPOINT", ""),
+                azure_api_key=values.get("AZURE_OPENAI_API_KEY", ""),
+                api_version=values.get("OPENAI_API_VERSION", "") or "2024-10-21",
+                timeout_s=_parse(
+                    "CELLMATE_LLM_TIMEOUT_S", values.get("CELLMATE_LLM_TIMEOUT_S", "60"), float
+                ),
+                max_retries=_parse(
+                    "CELLMATE_LLM_MAX_RETRIES", values.get("CELLMATE_LLM_MAX_RETRIES", "2"), int
+                ),
+                max_steps=_parse(
+                    "CELLMATE_AGENT_MAX_STEPS", values.get("CELLMATE_AGENT_MAX_STEPS", "8"), int
+                ),
+                turn_budget_s=_parse(
+                    "CELLMATE_AGENT_TURN_BUDGET_S",
+                    values.get("CELLMATE_AGENT_TURN_BUDGET_S", "300"),
+                    float,
+                ),
+            ),
             sandbox_image=values.get("CELLMATE_SANDBOX_IMAGE", ""),
             instance=values.get("CELLMATE_INSTANCE", "default") or "default",
             data_dir=Path(values.get("CELLMATE_DATA_DIR", ".data") or ".data"),

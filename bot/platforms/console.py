@@ -1,0 +1,241 @@
+"""The console chat (`cellmate chat`): the agent in a terminal, or fed by a pipe.
+
+In a terminal it reads one message per line (a line starting with ``` reads on to the closing
+fence), shows the code being run and its output as it streams, and Ctrl-C stops the running
+turn. From a pipe it reads messages separated by blank lines (a blank line inside a fenced
+block does not end a message), answers each in turn, and exits at the end of input.
+Commands: /reset, /files, /export, /attach PATH, /quit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from bot.agent import Agent, Turn, UserMessage
+from bot.events import (
+    Answer,
+    ArtifactsPublished,
+    CodeStarted,
+    ExecutionFinished,
+    Failure,
+    Notice,
+    OutputChunk,
+    Thinking,
+    TurnEvent,
+)
+from executor import Status
+from storage.intake import IncomingFile
+
+CONVERSATION = "console"
+MARK = {
+    Status.OK: "✓",
+    Status.ERROR: "✗",
+    Status.TIMEOUT: "⏱",
+    Status.MEMORY: "✗",
+    Status.KILLED: "■",
+}
+HELP = (
+    "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /export, "
+    "/reset, /quit. Ctrl-C stops a running turn."
+)
+
+
+class Renderer:
+    """Prints a turn's events as they happen."""
+
+    def __init__(self, out: TextIO, interactive: bool) -> None:
+        self.out = out
+        self.interactive = interactive
+        self._at_line_start = True
+
+    def __call__(self, event: TurnEvent) -> None:
+        if isinstance(event, Thinking):
+            if self.interactive:
+                self._line(f"· thinking (step {event.step}) …")
+        elif isinstance(event, CodeStarted):
+            self._line("── running ─────────────────────────")
+            self._write(event.code if event.code.endswith("\n") else event.code + "\n")
+            self._line("── output ──────────────────────────")
+        elif isinstance(event, OutputChunk):
+            self._output(event)
+        elif isinstance(event, ExecutionFinished):
+            detail = f": {event.message}" if event.message else ""
+            self._line(
+                f"{MARK[event.status]} {event.status.value} "
+                f"in {event.duration_ms / 1000:.2f} s{detail}"
+            )
+        elif isinstance(event, ArtifactsPublished):
+            for item in event.artifacts:
+                where = item.link if item.status == "published" else f"not uploaded ({item.reason})"
+                self._line(f"📎 {item.name} ({_size(item.size)}): {where}")
+        elif isinstance(event, Notice):
+            self._line(f"note: {event.text}")
+        elif isinstance(event, Answer):
+            self._line(event.text)
+        elif isinstance(event, Failure):
+            self._line(f"✗ {event.message}")
+        self.out.flush()
+
+    def _output(self, chunk: OutputChunk) -> None:
+        event = chunk.output
+        if event.kind in ("stdout", "stderr"):
+            self._write(event.text)
+        elif event.kind == "result" and event.result is not None:
+            if event.result.image_types:
+                self._line(f"[{event.result.image_types[0]} chart]")
+            elif event.result.text:
+                self._line(("Out: " if event.result.is_main_result else "") + event.result.text)
+        elif event.kind == "error" and event.error is not None:
+            self._line(
+                "\n".join(event.error.traceback) or f"{event.error.name}: {event.error.value}"
+            )
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self._at_line_start = text.endswith("\n")
+
+    def _line(self, text: str) -> None:
+        if not self._at_line_start:
+            self.out.write("\n")
+        self._write(text + "\n")
+
+
+class Console:
+    def __init__(self, agent: Agent, out: TextIO, exports: Path) -> None:
+        self.agent = agent
+        self.out = out
+        self.exports = exports
+        self.attachments: list[IncomingFile] = []
+        self.turn: Turn | None = None
+
+    async def handle(self, text: str, interactive: bool) -> bool:
+        """Handle one message or command; False once the user asked to quit."""
+        command, _, argument = text.strip().partition(" ")
+        if command == "/quit":
+            return False
+        if command == "/help":
+            self._say(HELP)
+        elif command == "/reset":
+            await self.agent.reset(CONVERSATION)
+            self._say("Forgot the conversation and restarted the session.")
+        elif command == "/files":
+            files = await self.agent.executor.session(CONVERSATION).list_files()
+            self._say(
+                "\n".join(f"{path} ({_size(size)})" for path, size in files)
+                or "No files in /mnt/data."
+            )
+        elif command == "/export":
+            await self._export()
+        elif command == "/attach":
+            self._attach(argument.strip())
+        elif text.strip():
+            message = UserMessage(text, list(self.attachments), user="console")
+            self.attachments.clear()
+            self.turn = Turn(CONVERSATION)
+            try:
+                await self.agent.turn(
+                    CONVERSATION, message, Renderer(self.out, interactive), self.turn
+                )
+            finally:
+                self.turn = None
+        return True
+
+    def stop(self) -> None:
+        if self.turn is not None:
+            self.turn.stop(self.agent)
+            self._say("Stopping …")
+
+    async def _export(self) -> None:
+        notebook = await self.agent.executor.session(CONVERSATION).export_notebook()
+        if notebook is None:
+            self._say("Nothing to export yet: no code has run in this session.")
+            return
+        self.exports.mkdir(parents=True, exist_ok=True)
+        path = self.exports / f"session-{time.strftime('%Y%m%d-%H%M%S')}.ipynb"
+        path.write_text(json.dumps(notebook, indent=1))
+        self._say(f"Exported the session to {path.resolve()}")
+
+    def _attach(self, argument: str) -> None:
+        path = Path(argument).expanduser()
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            self._say(f"Cannot attach {argument!r}: {exc.strerror or exc}")
+            return
+        self.attachments.append(IncomingFile(path.name, len(data), data))
+        self._say(f"Attached {path.name} ({_size(len(data))}); it goes with your next message.")
+
+    def _say(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+
+def split_messages(text: str) -> Iterator[str]:
+    """Messages separated by blank lines; a blank line inside a ``` block belongs to it."""
+    lines: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        if not line.strip() and not fenced:
+            if lines:
+                yield "\n".join(lines)
+                lines = []
+            continue
+        lines.append(line)
+    if lines:
+        yield "\n".join(lines)
+
+
+async def run_piped(console: Console, source: TextIO) -> None:
+    text = await asyncio.to_thread(source.read)
+    for message in split_messages(text):
+        if not await console.handle(message, interactive=False):
+            break
+
+
+async def run_interactive(console: Console, banner: str) -> None:
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, console.stop)
+    console.out.write(f"{banner}\n{HELP}\n")
+    try:
+        while True:
+            try:
+                message = await asyncio.to_thread(_read_message)
+            except EOFError:
+                break
+            if not await console.handle(message, interactive=True):
+                break
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
+
+
+def _read_message() -> str:
+    first = input("you> ")
+    if not first.strip().startswith("```"):
+        return first
+    lines = [first]
+    while True:
+        line = input("...  ")
+        lines.append(line)
+        if line.strip().startswith("```"):
+            return "\n".join(lines)
+
+
+def _size(size: int) -> str:
+    if size < 1000:
+        return f"{size} B"
+    return f"{size / 1000:.1f} kB" if size < 1_000_000 else f"{size / 1e6:.1f} MB"
+
+
+def is_terminal() -> bool:
+    return sys.stdin.isatty()
