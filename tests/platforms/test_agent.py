@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,22 +47,35 @@ async def executor() -> AsyncIterator[Executor]:
         yield ex
 
 
-def make_agent(
-    executor: Executor, model: ScriptedModel | None, tmp_path: Path, **limits: Any
-) -> Agent:
-    client = None
-    if model is not None:
-        client = openai.AsyncOpenAI(
-            api_key="test-key", base_url=model.base_url, max_retries=2, timeout=30
+@pytest.fixture
+async def clients() -> AsyncIterator[list[openai.AsyncOpenAI]]:
+    made: list[openai.AsyncOpenAI] = []
+    yield made
+    for client in made:
+        await client.close()
+
+
+@pytest.fixture
+def make_agent(clients: list[openai.AsyncOpenAI]) -> Callable[..., Agent]:
+    def make(
+        executor: Executor, model: ScriptedModel | None, tmp_path: Path, **limits: Any
+    ) -> Agent:
+        client = None
+        if model is not None:
+            client = openai.AsyncOpenAI(
+                api_key="test-key", base_url=model.base_url, max_retries=2, timeout=30
+            )
+            clients.append(client)
+        return Agent(
+            executor,
+            LocalStorage(tmp_path / "files", SECRET),
+            History(tmp_path / f"history-{len(clients)}.sqlite3"),
+            client=client,
+            model="scripted-model",
+            limits=AgentLimits(**limits),
         )
-    return Agent(
-        executor,
-        LocalStorage(tmp_path / "files", SECRET),
-        History(tmp_path / "history.sqlite3"),
-        client=client,
-        model="scripted-model",
-        limits=AgentLimits(**limits),
-    )
+
+    return make
 
 
 async def turn(
@@ -85,7 +98,7 @@ def tool_messages(request: dict[str, Any]) -> list[str]:
 
 
 async def test_a_loads_an_attached_csv_and_plots_it(
-    executor: Executor, model: ScriptedModel, tmp_path: Path
+    make_agent: Callable[..., Agent], executor: Executor, model: ScriptedModel, tmp_path: Path
 ) -> None:
     model.script(
         runs(
@@ -120,7 +133,7 @@ async def test_a_loads_an_attached_csv_and_plots_it(
 
 
 async def test_b_an_error_goes_back_to_the_model_which_fixes_it(
-    executor: Executor, model: ScriptedModel, tmp_path: Path
+    make_agent: Callable[..., Agent], executor: Executor, model: ScriptedModel, tmp_path: Path
 ) -> None:
     model.script(runs("print(totl)"), runs("total = 6 * 7\nprint(total)"), says("The total is 42."))
     events = await turn(make_agent(executor, model, tmp_path), "c-b", "what is 6 times 7?")
@@ -134,7 +147,7 @@ async def test_b_an_error_goes_back_to_the_model_which_fixes_it(
 
 
 async def test_c_a_follow_up_reuses_a_variable_and_the_history(
-    executor: Executor, model: ScriptedModel, tmp_path: Path
+    make_agent: Callable[..., Agent], executor: Executor, model: ScriptedModel, tmp_path: Path
 ) -> None:
     agent = make_agent(executor, model, tmp_path)
     model.script(runs("x = 41"), says("Stored."))
@@ -155,7 +168,7 @@ async def test_c_a_follow_up_reuses_a_variable_and_the_history(
 
 
 async def test_d_the_step_limit_ends_the_turn(
-    executor: Executor, model: ScriptedModel, tmp_path: Path
+    make_agent: Callable[..., Agent], executor: Executor, model: ScriptedModel, tmp_path: Path
 ) -> None:
     model.endless = runs("1 + 1")
     events = await turn(make_agent(executor, model, tmp_path, max_steps=3), "c-d", "loop forever")
@@ -166,7 +179,7 @@ async def test_d_the_step_limit_ends_the_turn(
 
 
 async def test_e_a_429_is_retried_after_the_delay_it_asks_for(
-    executor: Executor, model: ScriptedModel, tmp_path: Path
+    make_agent: Callable[..., Agent], executor: Executor, model: ScriptedModel, tmp_path: Path
 ) -> None:
     model.script(fails(429, retry_after="1"), says("Hello!"))
     events = await turn(make_agent(executor, model, tmp_path), "c-e", "hi")
@@ -175,7 +188,7 @@ async def test_e_a_429_is_retried_after_the_delay_it_asks_for(
 
 
 async def test_f_code_from_a_cut_off_reply_never_runs(
-    executor: Executor, model: ScriptedModel, tmp_path: Path
+    make_agent: Callable[..., Agent], executor: Executor, model: ScriptedModel, tmp_path: Path
 ) -> None:
     model.script(Reply(code="open('/mnt/data/should-not-exist', 'w')", finish_reason="length"))
     events = await turn(make_agent(executor, model, tmp_path), "c-f", "write a long program")
@@ -186,7 +199,7 @@ async def test_f_code_from_a_cut_off_reply_never_runs(
 
 
 async def test_a_model_that_stays_down_gets_one_clear_message(
-    executor: Executor, model: ScriptedModel, tmp_path: Path
+    make_agent: Callable[..., Agent], executor: Executor, model: ScriptedModel, tmp_path: Path
 ) -> None:
     model.endless = fails(500)
     events = await turn(make_agent(executor, model, tmp_path), "c-down", "hi")
@@ -196,7 +209,9 @@ async def test_a_model_that_stays_down_gets_one_clear_message(
     assert len(model.requests) == 3  # one try and two bounded retries
 
 
-async def test_without_a_model_code_still_runs(executor: Executor, tmp_path: Path) -> None:
+async def test_without_a_model_code_still_runs(
+    make_agent: Callable[..., Agent], executor: Executor, tmp_path: Path
+) -> None:
     agent = make_agent(executor, None, tmp_path)
     events = await turn(agent, "c-none", "```python\nprint(sum(range(5)))\n```")
     assert final(events) == Answer("Done.")
@@ -210,7 +225,7 @@ async def test_without_a_model_code_still_runs(executor: Executor, tmp_path: Pat
 
 
 async def test_reset_forgets_history_and_variables(
-    executor: Executor, model: ScriptedModel, tmp_path: Path
+    make_agent: Callable[..., Agent], executor: Executor, model: ScriptedModel, tmp_path: Path
 ) -> None:
     agent = make_agent(executor, model, tmp_path)
     model.script(runs("y = 1"), says("ok"))
