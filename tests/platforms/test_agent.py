@@ -58,12 +58,16 @@ async def clients() -> AsyncIterator[list[openai.AsyncOpenAI]]:
 @pytest.fixture
 def make_agent(clients: list[openai.AsyncOpenAI]) -> Callable[..., Agent]:
     def make(
-        executor: Executor, model: ScriptedModel | None, tmp_path: Path, **limits: Any
+        executor: Executor,
+        model: ScriptedModel | None,
+        tmp_path: Path,
+        timeout: float = 30,
+        **limits: Any,
     ) -> Agent:
         client = None
         if model is not None:
             client = openai.AsyncOpenAI(
-                api_key="test-key", base_url=model.base_url, max_retries=2, timeout=30
+                api_key="test-key", base_url=model.base_url, max_retries=2, timeout=timeout
             )
             clients.append(client)
         return Agent(
@@ -235,3 +239,30 @@ async def test_reset_forgets_history_and_variables(
     await turn(agent, "c-reset", "is y there?")
     assert [m["role"] for m in model.requests[2]["messages"]] == ["system", "user"]
     assert "value:\nFalse" in tool_messages(model.requests[3])[0]
+
+
+async def test_a_slow_model_times_out_with_a_clear_message(
+    make_agent: Callable[..., Agent], executor: Executor, model: ScriptedModel, tmp_path: Path
+) -> None:
+    model.endless = Reply(content="too late", delay_s=3)
+    events = await turn(make_agent(executor, model, tmp_path, timeout=0.5), "c-slow", "hi")
+    ending = final(events)
+    assert isinstance(ending, Failure)
+    assert ending.message == (
+        "The model is not available right now (it did not answer in time). Try again later."
+    )
+
+
+async def test_streamed_completions_from_the_test_server_parse_with_the_real_client(
+    model: ScriptedModel,
+) -> None:
+    model.script(runs("print(1)"))
+    async with openai.AsyncOpenAI(api_key="k", base_url=model.base_url, max_retries=0) as client:
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        chunks = [chunk async for chunk in stream]
+    calls = [c for chunk in chunks for c in (chunk.choices[0].delta.tool_calls or [])]
+    assert calls[0].function is not None
+    assert calls[0].function.arguments == '{"code": "print(1)"}'
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
