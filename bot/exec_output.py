@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from pathlib import Path
 from typing import TextIO
@@ -32,7 +30,7 @@ def save_outputs(result: ExecutionResult, out_dir: Path) -> dict[str, list[Path]
     saved: dict[str, list[Path]] = {"images": [], "files": []}
     for index, rich in enumerate(result.results, start=1):
         for mime in rich.image_types:
-            content = _image_bytes(rich, mime)
+            content = rich.image_bytes(mime)
             if content is None or mime not in IMAGE_SUFFIXES:
                 continue
             path = root / f"output-{index}{IMAGE_SUFFIXES[mime]}"
@@ -102,21 +100,9 @@ def _section(stream: TextIO, title: str) -> None:
     stream.write(f"── {title} ──\n")
 
 
-def _image_bytes(rich: RichResult, mime: str) -> bytes | None:
-    value = rich.data.get(mime)
-    if not isinstance(value, str):
-        return None
-    if mime == "image/svg+xml":
-        return value.encode("utf-8")
-    try:
-        return base64.b64decode(value, validate=False)
-    except (binascii.Error, ValueError):
-        return None
-
-
 def _describe_image(rich: RichResult) -> str:
     mime = rich.image_types[0]
-    content = _image_bytes(rich, mime) or b""
+    content = rich.image_bytes(mime) or b""
     return f"{mime}, {_size(len(content))}"
 
 

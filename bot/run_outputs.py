@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-
 from executor.models import ExecutionResult
 from storage.artifacts import ArtifactSource
 from storage.content_types import guess_type
@@ -17,8 +14,7 @@ def artifact_sources(result: ExecutionResult) -> list[ArtifactSource]:
     found: list[ArtifactSource] = []
     for rich in result.results:
         for mime, suffix in IMAGE_TYPES.items():
-            value = rich.data.get(mime)
-            content = _decode(value, mime) if isinstance(value, str) else None
+            content = rich.image_bytes(mime)
             if content is not None:
                 found.append(ArtifactSource(f"chart-{len(found) + 1}.{suffix}", content, mime))
                 break
@@ -27,12 +23,3 @@ def artifact_sources(result: ExecutionResult) -> list[ArtifactSource]:
             ArtifactSource(file.path.replace("/", "_"), file.content, guess_type(file.path))
         )
     return found
-
-
-def _decode(value: str, mime: str) -> bytes | None:
-    if mime == "image/svg+xml":
-        return value.encode("utf-8")
-    try:
-        return base64.b64decode(value, validate=False)
-    except (binascii.Error, ValueError):
-        return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
@@ -45,6 +47,18 @@ class RichResult:
     @property
     def image_types(self) -> list[str]:
         return [mime for mime in self.data if mime.startswith("image/")]
+
+    def image_bytes(self, mime: str) -> bytes | None:
+        """The image's bytes: base64 decoded (png, jpeg, ...) or UTF-8 encoded (svg)."""
+        value = self.data.get(mime)
+        if not isinstance(value, str):
+            return None
+        if mime == "image/svg+xml":
+            return value.encode("utf-8")
+        try:
+            return base64.b64decode(value, validate=False)
+        except (binascii.Error, ValueError):
+            return None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -208,6 +222,18 @@ class OutputCollector:
             )
             return OutputEvent(kind="error", error=self.error)
         return None
+
+    def result(self, status: Status, message: str, **fields: Any) -> ExecutionResult:
+        """The collected outputs as a result, with the run's other fields."""
+        return ExecutionResult(
+            status=status,
+            stdout="".join(self.stdout),
+            stderr="".join(self.stderr),
+            results=tuple(self.results),
+            error=self.error,
+            message=message,
+            **fields,
+        )
 
     def extend(self, outputs: Iterable[Mapping[str, Any]]) -> None:
         for output in outputs:

@@ -9,7 +9,7 @@ from executor.archive import OutputCaps, build_input_tar
 from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, OutputCollector, SkippedFile
 from executor.pool import SandboxPool
-from executor.run import OutputCallback, execute, judge
+from executor.run import OutputCallback, execute, judge, truncation_note
 
 MB = 1_000_000
 
@@ -42,8 +42,6 @@ async def run_notebook(
         extracted = await sandbox.get_files(output_caps(limits), files)
         status, message = judge(outcome, exit_state.oom_killed, exit_state.exit_code, limits)
         truncated = outcome.truncated or collector.truncated
-        if truncated:
-            message = f"{message} Output was cut at {limits.output_bytes:,} bytes.".strip()
         skipped = list(extracted.skipped)
         if extracted.over_count:
             skipped.append(over_count_note(extracted.over_count, limits))
@@ -51,13 +49,9 @@ async def run_notebook(
             skipped.append(
                 SkippedFile(path="…", reason=f"{extracted.not_listed:,} more entries refused")
             )
-        return ExecutionResult(
-            status=status,
-            stdout="".join(collector.stdout),
-            stderr="".join(collector.stderr),
-            results=tuple(collector.results),
-            error=collector.error,
-            message=message,
+        return collector.result(
+            status,
+            truncation_note(message, truncated, limits),
             files=tuple(extracted.files),
             skipped_files=tuple(skipped),
             notebook=outcome.notebook,

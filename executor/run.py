@@ -193,6 +193,13 @@ def judge(
     return Status.KILLED, f"The sandbox stopped unexpectedly {describe_exit(container_exit)}."
 
 
+def truncation_note(message: str, truncated: bool, limits: SandboxLimits) -> str:
+    """The run's message, with a note when its output was cut."""
+    if not truncated:
+        return message
+    return f"{message} Output was cut at {limits.output_bytes:,} bytes.".strip()
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "(no exit status)"

@@ -26,7 +26,7 @@ from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, OutputCollector, OutputEvent, OutputFile, SkippedFile
 from executor.notebook import MB, output_caps, over_count_note
 from executor.pool import Lease, QueueCallback, SandboxPool
-from executor.run import OutputCallback, RunOutcome, execute, judge
+from executor.run import OutputCallback, RunOutcome, execute, judge, truncation_note
 
 log = logging.getLogger(__name__)
 
@@ -130,19 +130,14 @@ class SessionManager:
             status, message = judge(outcome, state.oom_killed, state.exit_code, limits)
             await self._end(key, _why_it_ended(status.value, message))
         truncated = outcome.truncated or collector.truncated
-        if truncated:
-            message = f"{message} Output was cut at {limits.output_bytes:,} bytes.".strip()
+        message = truncation_note(message, truncated, limits)
         if ending:
             message = (
                 f"This is a new session ({ending}); earlier variables and files are gone. {message}"
             ).strip()
-        return ExecutionResult(
-            status=status,
-            stdout="".join(collector.stdout),
-            stderr="".join(collector.stderr),
-            results=tuple(collector.results),
-            error=collector.error,
-            message=message,
+        return collector.result(
+            status,
+            message,
             files=tuple(files),
             skipped_files=tuple(skipped),
             output_truncated=truncated,

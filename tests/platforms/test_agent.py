@@ -30,13 +30,6 @@ pytestmark = pytest.mark.docker
 
 
 @pytest.fixture
-async def model() -> AsyncIterator[ScriptedModel]:
-    server = await ScriptedModel().start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def executor() -> AsyncIterator[Executor]:
     async with Executor(
         default_tag(),

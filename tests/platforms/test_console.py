@@ -8,7 +8,6 @@ import pty
 import select
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,6 @@ import pytest
 from tests.platforms.openai_server import ScriptedModel, runs, says
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[ScriptedModel]:
-    server = await ScriptedModel().start()
-    yield server
-    await server.stop()
 
 
 def environment(data: Path, **extra: str) -> dict[str, str]:
