@@ -10,6 +10,7 @@ model, a fenced code block or `/run ...` runs directly. Every turn ends with exa
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import json
 import re
@@ -64,6 +65,9 @@ class AgentLimits:
     budget_s: float = 300.0
     history_chars: int = 60_000
     result_chars: int = 6_000
+    vision: bool = False
+    """Show charts to the model as images (for models that accept image input)."""
+    max_pictures: int = 4
 
 
 @dataclass(slots=True)
@@ -157,6 +161,7 @@ class Agent:
         earlier = await self.history.load(conversation, self.limits.history_chars)
         user = {"role": "user", "content": _user_content(message.text, files, previews)}
         new: list[dict[str, Any]] = [user]
+        shown: list[dict[str, Any]] = []
         network = self.executor.limits.network
         try:
             async with asyncio.timeout(self.limits.budget_s):
@@ -169,6 +174,7 @@ class Agent:
                         {"role": "system", "content": system_prompt(network)},
                         *earlier,
                         *new,
+                        *shown,
                     ]
                     turn.model_call = asyncio.create_task(self._ask(messages))
                     try:
@@ -189,14 +195,15 @@ class Agent:
                         await _call(emit, Answer(text))
                         return
                     new.append(_assistant_with_calls(reply.content, calls))
+                    charts: list[Artifact] = []
                     for call in calls:
-                        new.append(
-                            {
-                                "role": "tool",
-                                "tool_call_id": call.id,
-                                "content": await self._tool(conversation, call, emit, turn),
-                            }
-                        )
+                        content, manifest = await self._tool(conversation, call, emit)
+                        new.append({"role": "tool", "tool_call_id": call.id, "content": content})
+                        charts += [a for a in manifest if a.inline_image and a.content]
+                    # Pictures go to vision models for the next step only, never into history.
+                    shown = (
+                        _pictures(charts, self.limits.max_pictures) if self.limits.vision else []
+                    )
                 await self.history.append(conversation, new)
                 await _call(
                     emit,
@@ -235,17 +242,17 @@ class Agent:
             raise EmptyReply("the model sent no choices")
         return response.choices[0]
 
-    async def _tool(self, conversation: str, call: Any, emit: Emit, turn: Turn) -> str:
+    async def _tool(self, conversation: str, call: Any, emit: Emit) -> tuple[str, list[Artifact]]:
         if call.function.name != "python":
-            return f"There is no tool named {call.function.name!r}; use `python`."
+            return f"There is no tool named {call.function.name!r}; use `python`.", []
         try:
             code = json.loads(call.function.arguments or "{}")["code"]
             if not isinstance(code, str):
                 raise TypeError("code must be a string")
         except (ValueError, KeyError, TypeError) as exc:
-            return f'The tool arguments were not valid ({exc}); send {{"code": "..."}}.'
+            return f'The tool arguments were not valid ({exc}); send {{"code": "..."}}.', []
         result, manifest = await self._run(conversation, code, emit)
-        return tool_result(result, manifest, self.limits.result_chars)
+        return tool_result(result, manifest, self.limits.result_chars), manifest
 
     async def _run(
         self, conversation: str, code: str, emit: Emit
@@ -314,6 +321,17 @@ def _user_content(text: str, files: list[str], previews: dict[str, str]) -> str:
         if name in previews:
             lines.append("  " + previews[name].replace("\n", "\n  "))
     return "\n".join(lines)
+
+
+def _pictures(charts: list[Artifact], limit: int) -> list[dict[str, Any]]:
+    if not charts:
+        return []
+    parts: list[dict[str, Any]] = [{"type": "text", "text": "The charts from the last run:"}]
+    for chart in charts[:limit]:
+        encoded = base64.b64encode(chart.content or b"").decode()
+        url = f"data:{chart.content_type};base64,{encoded}"
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return [{"role": "user", "content": parts}]
 
 
 def _assistant_with_calls(content: str | None, calls: list[Any]) -> dict[str, Any]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from bot.agent import Agent, AgentLimits
 from bot.demo import DEMO_CODE
 from bot.exec_output import print_result, save_outputs
 from bot.history import History
+from bot.http import create_app, start_server
 from bot.llm import build_client
 from bot.platforms.console import Console, is_terminal, run_interactive, run_piped
 from bot.settings import Settings, SettingsError, load_settings
@@ -25,9 +27,11 @@ from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, San
 from executor.docker_backend import connect
 from executor.image import build_image
 from storage.artifacts import ArtifactLimits
+from storage.base import Storage
 from storage.errors import StorageError
 from storage.intake import IntakeLimits
-from storage.retention import parse_age, prune
+from storage.local import LocalStorage
+from storage.retention import parse_age, prune, prune_periodically
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -157,7 +161,9 @@ async def _chat_session(settings: Settings) -> int:
                 client=client,
                 model=settings.model.model,
                 limits=AgentLimits(
-                    max_steps=settings.model.max_steps, budget_s=settings.model.turn_budget_s
+                    max_steps=settings.model.max_steps,
+                    budget_s=settings.model.turn_budget_s,
+                    vision=settings.model.vision,
                 ),
                 artifact_limits=ArtifactLimits(
                     max_bytes=int(settings.storage.artifact_max_mb * 1e6),
@@ -170,16 +176,44 @@ async def _chat_session(settings: Settings) -> int:
                 ),
             )
             console = Console(agent, sys.stdout, settings.data_dir / "exports")
-            if is_terminal():
-                await run_interactive(console, _banner(settings))
-            else:
-                await run_piped(console, sys.stdin)
+            async with _background(settings, storage):
+                if is_terminal():
+                    await run_interactive(console, _banner(settings))
+                else:
+                    await run_piped(console, sys.stdin)
     finally:
         await storage.close()
         history.close()
         if client is not None:
             await client.close()
     return 0
+
+
+@contextlib.asynccontextmanager
+async def _background(settings: Settings, storage: Storage) -> AsyncIterator[None]:
+    """What runs beside the chat: the HTTP server behind local links, and pruning."""
+    runner = None
+    if isinstance(storage, LocalStorage) and storage.base_url:
+        address = f"{settings.http_host}:{settings.http_port}"
+        try:
+            runner = await start_server(create_app(storage), settings.http_host, settings.http_port)
+        except OSError as exc:
+            raise StorageProblem(
+                f"cannot serve artifact links on {address}: {exc.strerror or exc}; "
+                "set CELLMATE_HTTP_PORT (or CELLMATE_HTTP_HOST) to a free address"
+            ) from exc
+    pruning = None
+    if settings.storage.retention_days:
+        pruning = asyncio.create_task(prune_periodically(storage, settings.storage.retention_days))
+    try:
+        yield
+    finally:
+        if pruning is not None:
+            pruning.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pruning
+        if runner is not None:
+            await runner.cleanup()
 
 
 def _banner(settings: Settings) -> str:

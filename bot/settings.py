@@ -85,6 +85,7 @@ class ModelSettings:
     max_retries: int = 2
     max_steps: int = 8
     turn_budget_s: float = 300.0
+    vision: bool = False
 
     @property
     def configured(self) -> bool:
@@ -98,6 +99,8 @@ class Settings:
     storage: StorageSettings = field(default_factory=StorageSettings)
     azure: AzureSettings = field(default_factory=AzureSettings)
     http_port: int = 8080
+    http_host: str = "127.0.0.1"
+    """Where the HTTP server listens; 0.0.0.0 to serve local links to other machines."""
     model: ModelSettings = field(default_factory=ModelSettings)
     sandbox_image: str = ""
     """Image for sandboxes; by default the content-hash tag of environments/jupyter."""
@@ -135,6 +138,7 @@ def load_settings(
             storage=storage,
             azure=azure,
             http_port=_parse("CELLMATE_HTTP_PORT", values.get("CELLMATE_HTTP_PORT", "8080"), int),
+            http_host=values.get("CELLMATE_HTTP_HOST", "") or "127.0.0.1",
             model=ModelSettings(
                 api_key=values.get("OPENAI_API_KEY", ""),
                 base_url=values.get("OPENAI_BASE_URL", ""),
@@ -150,6 +154,9 @@ def load_settings(
                 ),
                 max_steps=_parse(
                     "CELLMATE_AGENT_MAX_STEPS", values.get("CELLMATE_AGENT_MAX_STEPS", "8"), int
+                ),
+                vision=_parse(
+                    "CELLMATE_LLM_VISION", values.get("CELLMATE_LLM_VISION", "false"), bool
                 ),
                 turn_budget_s=_parse(
                     "CELLMATE_AGENT_TURN_BUDGET_S",

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -55,11 +55,13 @@ class Renderer:
         self.out = out
         self.interactive = interactive
         self._at_line_start = True
+        self._spinner: asyncio.Task[None] | None = None
 
     def __call__(self, event: TurnEvent) -> None:
+        self._stop_spinner()
         if isinstance(event, Thinking):
             if self.interactive:
-                self._line(f"· thinking (step {event.step}) …")
+                self._spinner = asyncio.get_running_loop().create_task(self._spin(event.step))
         elif isinstance(event, CodeStarted):
             self._line("── running ─────────────────────────")
             self._write(event.code if event.code.endswith("\n") else event.code + "\n")
@@ -83,6 +85,24 @@ class Renderer:
         elif isinstance(event, Failure):
             self._line(f"✗ {event.message}")
         self.out.flush()
+
+    async def _spin(self, step: int) -> None:
+        """A spinner on its own line while the model thinks; erased by the next event."""
+        frames = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+        if not self._at_line_start:
+            self._write("\n")
+        started = time.monotonic()
+        for tick in itertools.count():
+            waited = time.monotonic() - started
+            self.out.write(f"\r{frames[tick % len(frames)]} thinking (step {step}) {waited:.0f} s")
+            self.out.flush()
+            await asyncio.sleep(0.1)
+
+    def _stop_spinner(self) -> None:
+        if self._spinner is not None:
+            self._spinner.cancel()
+            self._spinner = None
+            self.out.write("\r\x1b[K")
 
     def _output(self, chunk: OutputChunk) -> None:
         event = chunk.output
@@ -178,28 +198,38 @@ class Console:
         self.out.flush()
 
 
-def split_messages(text: str) -> Iterator[str]:
+class MessageSplitter:
     """Messages separated by blank lines; a blank line inside a ``` block belongs to it."""
-    lines: list[str] = []
-    fenced = False
-    for line in text.splitlines():
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._fenced = False
+
+    def feed(self, line: str) -> str | None:
+        """Take one line; return a message when this line completed one."""
+        line = line.rstrip("\r\n")
         if line.strip().startswith("```"):
-            fenced = not fenced
-        if not line.strip() and not fenced:
-            if lines:
-                yield "\n".join(lines)
-                lines = []
-            continue
-        lines.append(line)
-    if lines:
-        yield "\n".join(lines)
+            self._fenced = not self._fenced
+        if not line.strip() and not self._fenced:
+            return self.flush()
+        self._lines.append(line)
+        return None
+
+    def flush(self) -> str | None:
+        message, self._lines = "\n".join(self._lines), []
+        return message or None
 
 
 async def run_piped(console: Console, source: TextIO) -> None:
-    text = await asyncio.to_thread(source.read)
-    for message in split_messages(text):
-        if not await console.handle(message, interactive=False):
-            break
+    """Answer each message as soon as it is complete; stop at the end of input or /quit."""
+    splitter = MessageSplitter()
+    while True:
+        line = await asyncio.to_thread(source.readline)
+        message = splitter.feed(line) if line else splitter.flush()
+        if message is not None and not await console.handle(message, interactive=False):
+            return
+        if not line:
+            return
 
 
 async def run_interactive(console: Console, banner: str) -> None:

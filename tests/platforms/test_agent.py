@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -259,3 +260,21 @@ async def test_streamed_completions_from_the_test_server_parse_with_the_real_cli
     assert calls[0].function is not None
     assert calls[0].function.arguments == '{"code": "print(1)"}'
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+async def test_charts_are_shown_to_vision_models_but_not_kept_in_history(
+    make_agent: Callable[..., Agent], executor: Executor, model: ScriptedModel, tmp_path: Path
+) -> None:
+    model.script(
+        runs("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [1, 2])\nplt.show()"),
+        says("b is twice a."),
+        says("Still true."),
+    )
+    agent = make_agent(executor, model, tmp_path, vision=True)
+    await turn(agent, "c-vision", "compare a and b")
+    shown = model.requests[1]["messages"][-1]
+    assert shown["role"] == "user"
+    assert shown["content"][1]["image_url"]["url"].startswith("data:image/png;base64,iVBOR")
+    await turn(agent, "c-vision", "is that still true?")
+    later = json.dumps(model.requests[2]["messages"])
+    assert "image_url" not in later  # pictures never go into the stored history

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import fetch
 from tests.platforms.openai_server import ScriptedModel, runs, says
+from tests.storage.azurite import free_port
 
 pytestmark = pytest.mark.docker
 
@@ -129,3 +131,39 @@ def test_ctrl_c_stops_a_runaway_turn_in_a_terminal(tmp_path: Path) -> None:
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         os.close(terminal)
+
+
+async def test_local_links_are_served_while_the_chat_runs(tmp_path: Path) -> None:
+    port = free_port()
+    env = environment(
+        tmp_path,
+        CELLMATE_STORAGE_PUBLIC_BASE_URL=f"http://127.0.0.1:{port}",
+        CELLMATE_HTTP_PORT=str(port),
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "chat",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    try:
+        process.stdin.write(b"```python\nopen('report.csv', 'w').write('a,b\\n1,2\\n')\n```\n\n")
+        await process.stdin.drain()
+        async with asyncio.timeout(120):
+            while not (line := (await process.stdout.readline()).decode()).startswith(
+                "📎 report.csv"
+            ):
+                assert line, "the chat ended without publishing report.csv"
+        link = line.split(": ", 1)[1].strip()
+        assert link.startswith(f"http://127.0.0.1:{port}/files/")
+        got = await fetch(link)
+        assert (got.status, got.body) == (200, b"a,b\n1,2\n")
+        assert (await fetch(link.split("?")[0])).status == 404  # unsigned: refused
+    finally:
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), 60)
