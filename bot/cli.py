@@ -9,10 +9,9 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from bot.agent import Agent, AgentLimits
 from bot.demo import DEMO_CODE
@@ -28,7 +27,7 @@ from executor.docker_backend import connect
 from executor.image import build_image
 from storage.artifacts import ArtifactLimits
 from storage.base import Storage
-from storage.errors import StorageError
+from storage.errors import StorageError, StorageUnavailable
 from storage.intake import IntakeLimits
 from storage.local import LocalStorage
 from storage.retention import parse_age, prune, prune_periodically
@@ -47,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidInput as exc:
         print(f"cellmate: {exc}", file=sys.stderr)
         return 2
-    except ExecutorError as exc:
+    except (ExecutorError, StorageError) as exc:
         print(f"cellmate: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -143,9 +142,9 @@ async def _chat_session(settings: Settings) -> int:
     storage = build_storage(settings)
     try:
         await storage.check()
-    except StorageError as exc:
+    except StorageError:
         await storage.close()
-        raise StorageProblem(str(exc)) from exc
+        raise
     history = History(settings.data_dir / "history.sqlite3")
     client = build_client(settings.model)
     # One sandbox kept ready is plenty for one person at a terminal.
@@ -198,7 +197,7 @@ async def _background(settings: Settings, storage: Storage) -> AsyncIterator[Non
         try:
             runner = await start_server(create_app(storage), settings.http_host, settings.http_port)
         except OSError as exc:
-            raise StorageProblem(
+            raise StorageUnavailable(
                 f"cannot serve artifact links on {address}: {exc.strerror or exc}; "
                 "set CELLMATE_HTTP_PORT (or CELLMATE_HTTP_HOST) to a free address"
             ) from exc
@@ -274,7 +273,7 @@ def _storage_prune(args: argparse.Namespace, settings: Settings) -> int:
         finally:
             await storage.close()
 
-    removed = _storage_call(run)
+    removed = asyncio.run(run())
     print(f"Removed {removed} artifact(s) older than {args.older_than} from {_describe(settings)}.")
     return 0
 
@@ -288,20 +287,9 @@ def _storage_check(args: argparse.Namespace, settings: Settings) -> int:
         finally:
             await storage.close()
 
-    count = _storage_call(run)
+    count = asyncio.run(run())
     print(f"Storage is usable: {_describe(settings)}, {count} artifact(s).")
     return 0
-
-
-def _storage_call(run: Callable[[], Coroutine[Any, Any, int]]) -> int:
-    try:
-        return asyncio.run(run())
-    except StorageError as exc:
-        raise StorageProblem(str(exc)) from exc
-
-
-class StorageProblem(ExecutorError):
-    """A storage failure, reported by the command like any infrastructure failure."""
 
 
 def _describe(settings: Settings) -> str:

@@ -31,7 +31,7 @@ from executor.run import OutputCallback, RunOutcome, execute, judge, truncation_
 log = logging.getLogger(__name__)
 
 REMEMBERED_ENDINGS = 10_000
-EXPORT_TIMEOUT_S = 60.0
+REQUEST_TIMEOUT_S = 60.0
 
 
 @dataclass(eq=False, slots=True)
@@ -243,23 +243,10 @@ class SessionManager:
             return found.files[0].content if found.files else None
 
     async def export(self, key: str, fmt: str) -> Any:
-        async with self._lock(key):
-            live = self._live.get(key)
-            if live is None:
-                return None
-            sandbox = live.lease.sandbox
-            export_id = uuid.uuid4().hex[:12]
-            await sandbox.send({"op": "export", "id": export_id, "format": fmt})
-            try:
-                async with asyncio.timeout(EXPORT_TIMEOUT_S):
-                    while (event := await sandbox.receive()) is not None:
-                        if event.get("type") == "exported" and event.get("id") == export_id:
-                            return event.get("content")
-            except TimeoutError:
-                raise SandboxError(
-                    f"the sandbox did not export the session within {EXPORT_TIMEOUT_S:g} s"
-                ) from None
-            raise SandboxError("the sandbox stopped while exporting the session")
+        reply = await self._ask(
+            key, {"op": "export", "format": fmt}, "exported", "export the session"
+        )
+        return None if reply is None else reply.get("content")
 
     async def preview(self, key: str, paths: Sequence[str]) -> dict[str, str]:
         """Short schema previews (columns, types, first rows) of tabular files in the session."""
@@ -268,24 +255,35 @@ class SessionManager:
                 raise InvalidInput(
                     f"file path {path!r} must be relative to /mnt/data, without '..'"
                 )
+        reply = await self._ask(
+            key, {"op": "preview", "paths": list(paths)}, "previewed", "preview files"
+        )
+        found = None if reply is None else reply.get("previews")
+        if not isinstance(found, dict):
+            return {}
+        return {str(k): str(v)[:3000] for k, v in found.items() if k in paths}
+
+    async def _ask(
+        self, key: str, request: dict[str, Any], reply_type: str, doing: str
+    ) -> dict[str, Any] | None:
+        """Send a request to the session's runner and wait for its reply (None: no session)."""
         async with self._lock(key):
             live = self._live.get(key)
             if live is None:
-                return {}
+                return None
             sandbox = live.lease.sandbox
-            preview_id = uuid.uuid4().hex[:12]
-            await sandbox.send({"op": "preview", "id": preview_id, "paths": list(paths)})
+            request_id = uuid.uuid4().hex[:12]
+            await sandbox.send({**request, "id": request_id})
             try:
-                async with asyncio.timeout(EXPORT_TIMEOUT_S):
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
                     while (event := await sandbox.receive()) is not None:
-                        if event.get("type") == "previewed" and event.get("id") == preview_id:
-                            found = event.get("previews")
-                            if not isinstance(found, dict):
-                                return {}
-                            return {str(k): str(v)[:3000] for k, v in found.items() if k in paths}
+                        if event.get("type") == reply_type and event.get("id") == request_id:
+                            return event
             except TimeoutError:
-                raise SandboxError("the sandbox did not preview the files in time") from None
-            raise SandboxError("the sandbox stopped while previewing files")
+                raise SandboxError(
+                    f"the sandbox did not {doing} within {REQUEST_TIMEOUT_S:g} s"
+                ) from None
+            raise SandboxError(f"the sandbox stopped before it could {doing}")
 
     async def _reap_loop(self) -> None:
         while True:
