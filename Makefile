@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 .PHONY: run test check lint typecheck unit build-image engine venv bench clean azurite
 
 run: build-image
-	$(BIN)/cellmate chat
+	$(BIN)/cellmate start
 
 test: check build-image azurite
 	$(BIN)/pytest $(PYTEST_ARGS)

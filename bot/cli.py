@@ -4,33 +4,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Sequence
-from datetime import timedelta
+from collections.abc import Sequence
 from pathlib import Path
 
-from bot.agent import Agent, AgentLimits
+import discord
+
 from bot.demo import DEMO_CODE
 from bot.exec_output import print_result, save_outputs
-from bot.history import History
-from bot.http import create_app, start_server
-from bot.llm import build_client
 from bot.platforms.console import Console, is_terminal, run_interactive, run_piped
+from bot.serve import NoPlatform, configured_platforms, serve
+from bot.services import background, services
 from bot.settings import Settings, SettingsError, load_settings
 from bot.storage_setup import build_storage
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
 from executor.image import build_image
-from storage.artifacts import ArtifactLimits
-from storage.base import Storage
-from storage.errors import StorageError, StorageUnavailable
-from storage.intake import IntakeLimits
-from storage.local import LocalStorage
-from storage.retention import parse_age, prune, prune_periodically
+from storage.errors import StorageError
+from storage.retention import parse_age, prune
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,6 +85,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat.set_defaults(handler=_chat)
 
+    serve_parser = commands.add_parser(
+        "serve", help="run the bot on every chat platform configured in .env"
+    )
+    serve_parser.set_defaults(handler=_serve)
+
+    start = commands.add_parser(
+        "start", help="serve when a chat platform is configured, else open the console chat"
+    )
+    start.set_defaults(handler=_start)
+
     demo = commands.add_parser("demo", help="run a short example with a table and a chart")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), metavar="DIR")
     demo.set_defaults(handler=_demo)
@@ -134,85 +138,42 @@ def _exec(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    logging.getLogger("bot").setLevel(logging.INFO)
+    try:
+        asyncio.run(serve(settings))
+    except NoPlatform as exc:
+        print(f"cellmate: {exc}", file=sys.stderr)
+        return 2
+    except discord.LoginFailure:
+        print("cellmate: Discord refused DISCORD_TOKEN; check it in .env", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _start(args: argparse.Namespace, settings: Settings) -> int:
+    if configured_platforms(settings):
+        return _serve(args, settings)
+    return _chat(args, settings)
+
+
 def _chat(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(_chat_session(settings))
 
 
 async def _chat_session(settings: Settings) -> int:
-    storage = build_storage(settings)
-    try:
-        await storage.check()
-    except StorageError:
-        await storage.close()
-        raise
-    history = History(settings.data_dir / "history.sqlite3")
-    client = build_client(settings.model)
     # One sandbox kept ready is plenty for one person at a terminal.
     pool = dataclasses.replace(settings.pool, size=min(settings.pool.size, 1))
-    try:
-        async with Executor(
-            settings.image, limits=settings.sandbox, instance=settings.instance, pool=pool
-        ) as executor:
-            agent = Agent(
-                executor,
-                storage,
-                history,
-                client=client,
-                model=settings.model.model,
-                limits=AgentLimits(
-                    max_steps=settings.model.max_steps,
-                    budget_s=settings.model.turn_budget_s,
-                    vision=settings.model.vision,
-                ),
-                artifact_limits=ArtifactLimits(
-                    max_bytes=int(settings.storage.artifact_max_mb * 1e6),
-                    max_count=settings.storage.artifact_max_count,
-                    link_expiry=timedelta(days=settings.storage.link_expiry_days),
-                ),
-                intake_limits=IntakeLimits(
-                    max_bytes=int(settings.storage.attachment_max_mb * 1e6),
-                    max_count=settings.storage.attachment_max_count,
-                ),
-            )
-            console = Console(agent, sys.stdout, settings.data_dir / "exports")
-            async with _background(settings, storage):
-                if is_terminal():
-                    await run_interactive(console, _banner(settings))
-                else:
-                    await run_piped(console, sys.stdin)
-    finally:
-        await storage.close()
-        history.close()
-        if client is not None:
-            await client.close()
+    async with (
+        services(settings, pool) as running,
+        background(settings, running.storage),
+    ):
+        console = Console(running.agent, sys.stdout, settings.data_dir / "exports")
+        if is_terminal():
+            await run_interactive(console, _banner(settings))
+        else:
+            await run_piped(console, sys.stdin)
     return 0
-
-
-@contextlib.asynccontextmanager
-async def _background(settings: Settings, storage: Storage) -> AsyncIterator[None]:
-    """What runs beside the chat: the HTTP server behind local links, and pruning."""
-    runner = None
-    if isinstance(storage, LocalStorage) and storage.base_url:
-        address = f"{settings.http_host}:{settings.http_port}"
-        try:
-            runner = await start_server(create_app(storage), settings.http_host, settings.http_port)
-        except OSError as exc:
-            raise StorageUnavailable(
-                f"cannot serve artifact links on {address}: {exc.strerror or exc}; "
-                "set CELLMATE_HTTP_PORT (or CELLMATE_HTTP_HOST) to a free address"
-            ) from exc
-    pruning = None
-    if settings.storage.retention_days:
-        pruning = asyncio.create_task(prune_periodically(storage, settings.storage.retention_days))
-    try:
-        yield
-    finally:
-        if pruning is not None:
-            pruning.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pruning
-        if runner is not None:
-            await runner.cleanup()
 
 
 def _banner(settings: Settings) -> str:

@@ -25,6 +25,7 @@ from executor.limits import SandboxLimits
 SANDBOX_PREFIX = "CELLMATE_SANDBOX_"
 POOL_PREFIX = "CELLMATE_POOL_"
 STORAGE_PREFIX = "CELLMATE_STORAGE_"
+DISCORD_PREFIX = "CELLMATE_DISCORD_"
 T = TypeVar("T")
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
@@ -93,6 +94,31 @@ class ModelSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DiscordSettings:
+    """The Discord front end: `DISCORD_TOKEN`, and `CELLMATE_DISCORD_<FIELD>` for the rest."""
+
+    token: str = ""
+    api_url: str = ""
+    """Discord's REST base URL (for a proxy or a test server); Discord's own by default."""
+    test_guild: str = ""
+    """Sync commands to this server only (instant), instead of globally."""
+    message_content: bool = False
+    """Use the privileged message-content intent: follow-ups in a thread need no mention."""
+    guilds: tuple[str, ...] = ()
+    channels: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    dms: bool = True
+    cooldown_s: float = 2.0
+    upload_limit_mb: float = 10.0
+    """Discord's attachment limit for the bot (10 MB on servers without boosts)."""
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.token)
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     pool: PoolSettings = field(default_factory=PoolSettings)
@@ -102,6 +128,7 @@ class Settings:
     http_host: str = "127.0.0.1"
     """Where the HTTP server listens; 0.0.0.0 to serve local links to other machines."""
     model: ModelSettings = field(default_factory=ModelSettings)
+    discord: DiscordSettings = field(default_factory=DiscordSettings)
     sandbox_image: str = ""
     """Image for sandboxes; by default the content-hash tag of environments/jupyter."""
     instance: str = "default"
@@ -125,6 +152,12 @@ def load_settings(
     sandbox = _section(SandboxLimits, SANDBOX_PREFIX, values)
     pool = _section(PoolSettings, POOL_PREFIX, values)
     storage = _section(StorageSettings, STORAGE_PREFIX, values)
+    discord = _section(
+        DiscordSettings,
+        DISCORD_PREFIX,
+        values,
+        named={"token": "DISCORD_TOKEN", "api_url": "DISCORD_API_URL"},
+    )
     azure = AzureSettings(
         connection_string=values.get("AZURE_STORAGE_CONNECTION_STRING", ""),
         container=values.get("AZURE_BLOB_CONTAINER_NAME", "") or "cellmate",
@@ -137,6 +170,7 @@ def load_settings(
             pool=pool,
             storage=storage,
             azure=azure,
+            discord=discord,
             http_port=_parse("CELLMATE_HTTP_PORT", values.get("CELLMATE_HTTP_PORT", "8080"), int),
             http_host=values.get("CELLMATE_HTTP_HOST", "") or "127.0.0.1",
             model=ModelSettings(
@@ -174,12 +208,14 @@ def load_settings(
         raise SettingsError(str(exc)) from exc
 
 
-def _section(kind: type[T], prefix: str, values: Mapping[str, str]) -> T:
-    """A settings dataclass from `<prefix><FIELD>` variables; defaults for the rest."""
+def _section(
+    kind: type[T], prefix: str, values: Mapping[str, str], named: Mapping[str, str] | None = None
+) -> T:
+    """A settings dataclass from `<prefix><FIELD>` variables (or the names in `named`)."""
     hints = typing.get_type_hints(kind)
     given: dict[str, Any] = {}
     for item in dataclasses.fields(kind):  # type: ignore[arg-type]
-        name = prefix + item.name.upper()
+        name = (named or {}).get(item.name) or prefix + item.name.upper()
         if name in values:
             given[item.name] = _parse(name, values[name].strip(), hints[item.name])
     try:
@@ -205,6 +241,8 @@ def _parse(name: str, raw: str, kind: Any) -> Any:
             return float(raw)
         except ValueError:
             raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    if kind == tuple[str, ...]:
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
     allowed = typing.get_args(kind)
     if allowed and raw not in allowed:
         raise SettingsError(f"{name} must be one of {', '.join(allowed)}, got {raw!r}")

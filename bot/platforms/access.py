@@ -1,0 +1,98 @@
+"""Who may use the bot where, and how often: allowlists, one turn per user, cooldowns.
+
+Every front end asks the same `Gate`. Allowlists are sets of platform ids; an empty set
+allows everyone. A place that is not allowed is ignored silently (no noise in channels the
+operator did not choose); a person who is too fast is told when to try again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRules:
+    servers: frozenset[str] = frozenset()
+    """Discord servers (guilds) or Slack workspaces (teams)."""
+    channels: frozenset[str] = frozenset()
+    """Channels; a thread counts as its parent channel."""
+    roles: frozenset[str] = frozenset()
+    users: frozenset[str] = frozenset()
+    dms: bool = True
+    cooldown_s: float = 0.0
+    """Least time between the starts of one user's turns."""
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a message came from, in platform ids."""
+
+    user: str
+    server: str | None = None
+    channel: str | None = None
+    roles: Iterable[str] = ()
+    dm: bool = False
+
+
+class Busy(Exception):
+    """The user may not start a turn now; the message says why and when to try again."""
+
+
+@dataclass(slots=True)
+class Gate:
+    rules: AccessRules = field(default_factory=AccessRules)
+    _running: set[str] = field(default_factory=set)
+    _last_start: dict[str, float] = field(default_factory=dict)
+
+    def allows(self, place: Place) -> bool:
+        rules = self.rules
+        if rules.users and place.user not in rules.users:
+            return False
+        if place.dm:
+            return rules.dms
+        if rules.servers and place.server not in rules.servers:
+            return False
+        if rules.channels and place.channel not in rules.channels:
+            return False
+        return not rules.roles or bool(rules.roles & set(place.roles))
+
+    @contextlib.contextmanager
+    def turn(self, user: str) -> Iterator[None]:
+        """Hold the user's one running turn; raise `Busy` if they have one or are too quick."""
+        if user in self._running:
+            raise Busy(
+                "You already have a turn running. Wait for it to finish, or press Stop on it."
+            )
+        now = time.monotonic()
+        wait = self._last_start.get(user, -1e9) + self.rules.cooldown_s - now
+        if wait > 0:
+            raise Busy(f"Please wait {math.ceil(wait)} s before starting another turn.")
+        self._running.add(user)
+        self._last_start[user] = now
+        try:
+            yield
+        finally:
+            self._running.discard(user)
+
+
+class Seen:
+    """Ids handled recently, so that a redelivered event is not handled twice."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._size = size
+
+    def first_time(self, key: str) -> bool:
+        """True the first time `key` is seen (and remember it)."""
+        if key in self._ids:
+            self._ids.move_to_end(key)
+            return False
+        self._ids[key] = None
+        if len(self._ids) > self._size:
+            self._ids.popitem(last=False)
+        return True

@@ -1,0 +1,427 @@
+"""The Discord front end: conversations in threads and DMs, slash commands, buttons.
+
+A mention in a channel starts a thread on the message, and the thread is the conversation;
+a DM is one conversation until /reset. Messages are handled once even when the gateway
+replays them after a resume. Everything the bot sends pings nobody.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import discord
+import yarl
+from discord import app_commands
+
+from bot.agent import Agent, Turn, UserMessage, direct_code
+from bot.platforms.access import AccessRules, Busy, Gate, Place, Seen
+from bot.platforms.markup import code_blocks
+from bot.platforms.on_discord.render import thread_name
+from bot.platforms.on_discord.reply import ChannelSurface, InteractionSurface, Reply, Surface
+from bot.settings import DiscordSettings
+from storage.intake import IncomingFile
+
+log = logging.getLogger(__name__)
+
+HELP = (
+    "Ask me anything that Python can answer (attach CSV or Excel files to analyse them), "
+    "or send code in a ``` block. In a thread I started, just keep talking. "
+    "`/run` runs code directly; `/reset` starts over; `/export` gives the notebook."
+)
+NOT_HERE = "Cellmate is not enabled here."
+NO_CONVERSATION = (
+    "There is no Cellmate conversation here: mention me in a channel to start a thread, "
+    "or send me a direct message."
+)
+MENTION = re.compile(r"<@!?(\d+)>")
+BUTTON_LOOKS = {
+    "stop": ("Stop", discord.ButtonStyle.danger),
+    "rerun": ("Re-run", discord.ButtonStyle.secondary),
+}
+
+
+@dataclass(slots=True)
+class RunningTurn:
+    turn: Turn
+    owner: int
+
+
+@dataclass(frozen=True, slots=True)
+class RerunSpec:
+    code: str
+    conversation: str | None
+
+
+class CellmateDiscord(discord.Client):
+    def __init__(self, agent: Agent, settings: DiscordSettings) -> None:
+        intents = discord.Intents.default()
+        intents.message_content = settings.message_content
+        intents.presences = False
+        intents.members = False
+        super().__init__(intents=intents, allowed_mentions=discord.AllowedMentions.none())
+        self.agent = agent
+        self.settings = settings
+        self.gate = Gate(
+            AccessRules(
+                servers=frozenset(settings.guilds),
+                channels=frozenset(settings.channels),
+                roles=frozenset(settings.roles),
+                users=frozenset(settings.users),
+                dms=settings.dms,
+                cooldown_s=settings.cooldown_s,
+            )
+        )
+        self.seen = Seen()
+        self.turns: dict[str, RunningTurn] = {}
+        self.reruns: dict[str, RerunSpec] = {}
+        self.code_messages: dict[int, str] = {}
+        """Messages that were code run directly, by id -> conversation, for re-run on edit."""
+        self.upload_limit = int(settings.upload_limit_mb * 1e6)
+        self.tree = app_commands.CommandTree(self)
+        register_commands(self)
+        self.add_dynamic_items(TurnButton)
+        self.connected = asyncio.Event()
+
+    async def setup_hook(self) -> None:
+        if self.settings.api_url:
+            # Discord's client connects to its default gateway; a custom API names its own.
+            _shards, url, _limits = await self.http.get_bot_gateway()
+            discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
+        if self.settings.test_guild:
+            guild = discord.Object(id=int(self.settings.test_guild))
+            self.tree.copy_global_to(guild=guild)
+            await self.tree.sync(guild=guild)
+        else:
+            await self.tree.sync()
+
+    async def on_ready(self) -> None:
+        self.connected.set()
+        log.info("connected to Discord as %s", self.user)
+
+    async def on_disconnect(self) -> None:
+        self.connected.clear()
+
+    async def on_resumed(self) -> None:
+        self.connected.set()
+
+    # ── messages ──────────────────────────────────────────────────────────
+
+    async def on_message(self, message: discord.Message) -> None:
+        if message.author.bot or self.user is None:
+            return
+        if not self.seen.first_time(f"message:{message.id}"):
+            return
+        await self._handle_message(message, message.content)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """Editing a message of code that was run runs it again."""
+        conversation = self.code_messages.get(payload.message_id)
+        message = payload.message
+        if conversation is None or message.author.bot or "content" not in payload.data:
+            return
+        before = payload.cached_message.content if payload.cached_message else None
+        if before == message.content:
+            return
+        await self._handle_message(message, message.content, edited=True)
+
+    async def _handle_message(
+        self, message: discord.Message, content: str, edited: bool = False
+    ) -> None:
+        assert self.user is not None
+        channel = message.channel
+        dm = message.guild is None
+        mentioned = self.user in message.mentions
+        ours = isinstance(channel, discord.Thread) and channel.owner_id == self.user.id
+        if not (dm or mentioned or ours):
+            return
+        if not self.gate.allows(_place(message.author, channel, dm)):
+            return
+        me = self.user.id
+        text = MENTION.sub(lambda m: "" if int(m.group(1)) == me else m.group(), content).strip()
+        if not text and not message.attachments:
+            if mentioned or dm:
+                await message.reply(HELP, mention_author=False)
+            return
+        surface: Surface
+        if dm:
+            conversation = f"discord:dm:{message.author.id}"
+            surface = ChannelSurface(channel)
+        elif isinstance(channel, discord.Thread):
+            conversation = f"discord:thread:{channel.id}"
+            surface = ChannelSurface(channel, reference=message if edited else None)
+        else:
+            conversation, surface = await self._start_thread(message, text)
+        if direct_code(text) is not None:
+            self.code_messages[message.id] = conversation
+        attachments = [
+            IncomingFile(item.filename, item.size, url=item.url) for item in message.attachments
+        ]
+        await self.run_turn(
+            surface,
+            conversation,
+            UserMessage(text, attachments, user=str(message.author.id)),
+            owner=message.author.id,
+        )
+
+    async def _start_thread(self, message: discord.Message, text: str) -> tuple[str, Surface]:
+        try:
+            thread = await message.create_thread(name=thread_name(text), auto_archive_duration=1440)
+        except discord.HTTPException as exc:
+            # No permission to create threads here: answer in the channel instead.
+            log.info("could not start a thread (%s); replying in the channel", exc)
+            return f"discord:channel:{message.channel.id}", ChannelSurface(
+                message.channel, reference=message
+            )
+        return f"discord:thread:{thread.id}", ChannelSurface(thread)
+
+    # ── turns ─────────────────────────────────────────────────────────────
+
+    async def run_turn(
+        self,
+        surface: Surface,
+        conversation: str,
+        message: UserMessage,
+        owner: int,
+        rerun: RerunSpec | None = None,
+        one_off: bool = False,
+        claimed: bool = False,
+    ) -> None:
+        """One turn with its reply; `claimed` when the caller already holds the user's turn."""
+        if not claimed:
+            try:
+                with self.gate.turn(str(owner)):
+                    await self._turn(surface, conversation, message, owner, rerun, one_off)
+            except Busy as exc:
+                await surface.notify(str(exc))
+            return
+        await self._turn(surface, conversation, message, owner, rerun, one_off)
+
+    async def _turn(
+        self,
+        surface: Surface,
+        conversation: str,
+        message: UserMessage,
+        owner: int,
+        rerun: RerunSpec | None,
+        one_off: bool,
+    ) -> None:
+        key = secrets.token_hex(8)
+        turn = Turn(conversation)
+        self.turns[key] = RunningTurn(turn, owner)
+        done_view = None
+        if rerun is not None:
+            self.reruns[key] = rerun
+            done_view = _buttons(TurnButton("rerun", key))
+        reply = Reply(surface, self.upload_limit, _buttons(TurnButton("stop", key)), done_view)
+        try:
+            await reply.start()
+            await self.agent.turn(conversation, message, reply, turn)
+            await reply.finish()
+        except Exception as exc:
+            log.exception("turn failed in %s", conversation)
+            try:
+                await surface.send(f"❌ Something went wrong while answering: {exc}")
+            except discord.HTTPException:
+                log.exception("could not tell the user about the failure")
+        finally:
+            self.turns.pop(key, None)
+            if one_off:
+                await self.agent.reset(conversation)
+
+    async def start_run(
+        self, interaction: discord.Interaction, code: str, conversation: str | None = None
+    ) -> None:
+        """/run, the Run code menu and Re-run: run code directly, no model involved."""
+        if not await self._check(interaction):
+            return
+        if conversation is None:
+            conversation = conversation_of(interaction)
+        one_off = conversation is None
+        try:
+            with self.gate.turn(str(interaction.user.id)):
+                await interaction.response.defer(thinking=True)
+                await self.run_turn(
+                    InteractionSurface(interaction),
+                    conversation or f"discord:run:{interaction.id}",
+                    UserMessage(f"/run\n{code}", user=str(interaction.user.id)),
+                    owner=interaction.user.id,
+                    rerun=RerunSpec(code, conversation),
+                    one_off=one_off,
+                    claimed=True,
+                )
+        except Busy as exc:
+            await interaction.response.send_message(str(exc), ephemeral=True)
+
+    async def _check(self, interaction: discord.Interaction) -> bool:
+        dm = interaction.guild is None
+        channel = interaction.channel
+        if self.gate.allows(_place(interaction.user, channel, dm)):
+            return True
+        await interaction.response.send_message(NOT_HERE, ephemeral=True)
+        return False
+
+
+def conversation_of(interaction: discord.Interaction) -> str | None:
+    """The conversation an interaction belongs to: its DM or its thread, else none."""
+    channel = interaction.channel
+    if interaction.guild is None:
+        return f"discord:dm:{interaction.user.id}"
+    if isinstance(channel, discord.Thread):
+        return f"discord:thread:{channel.id}"
+    return None
+
+
+def _place(user: discord.abc.User, channel: Any, dm: bool) -> Place:
+    where: int | None = getattr(channel, "id", None)
+    if isinstance(channel, discord.Thread):
+        where = channel.parent_id
+    guild = getattr(channel, "guild", None)
+    roles = [str(role.id) for role in getattr(user, "roles", [])]
+    return Place(
+        user=str(user.id),
+        server=str(guild.id) if guild is not None else None,
+        channel=str(where) if where is not None else None,
+        roles=roles,
+        dm=dm,
+    )
+
+
+def _buttons(*items: discord.ui.Item[Any]) -> discord.ui.View:
+    view = discord.ui.View(timeout=None)
+    for item in items:
+        view.add_item(item)
+    return view
+
+
+class TurnButton(
+    discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"cm:(?P<kind>stop|rerun):(?P<key>\w+)"
+):
+    """Stop on a running turn, Re-run on a finished /run; found again by custom id."""
+
+    def __init__(self, kind: str, key: str) -> None:
+        label, style = BUTTON_LOOKS[kind]
+        super().__init__(discord.ui.Button(label=label, style=style, custom_id=f"cm:{kind}:{key}"))
+        self.kind = kind
+        self.key = key
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+    ) -> TurnButton:
+        return cls(match["kind"], match["key"])
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        client = interaction.client
+        assert isinstance(client, CellmateDiscord)
+        if self.kind == "stop":
+            await self._stop(client, interaction)
+        else:
+            await self._rerun(client, interaction)
+
+    async def _stop(self, client: CellmateDiscord, interaction: discord.Interaction) -> None:
+        running = client.turns.get(self.key)
+        if running is None:
+            await interaction.response.send_message("That has already finished.", ephemeral=True)
+            return
+        moderator = interaction.permissions.manage_messages
+        if interaction.user.id != running.owner and not moderator:
+            await interaction.response.send_message(
+                "Only the person who started this can stop it.", ephemeral=True
+            )
+            return
+        running.turn.stop(client.agent)
+        await interaction.response.defer()
+
+    async def _rerun(self, client: CellmateDiscord, interaction: discord.Interaction) -> None:
+        spec = client.reruns.get(self.key)
+        if spec is None:
+            await interaction.response.send_message(
+                "I no longer have that code (the bot restarted since); use /run again.",
+                ephemeral=True,
+            )
+            return
+        await client.start_run(interaction, spec.code, spec.conversation)
+
+
+class RunModal(discord.ui.Modal, title="Run Python"):
+    code: discord.ui.TextInput[RunModal] = discord.ui.TextInput(
+        label="Code",
+        style=discord.TextStyle.paragraph,
+        placeholder="import pandas as pd\n...",
+        max_length=4000,
+    )
+
+    def __init__(self, client: CellmateDiscord) -> None:
+        super().__init__(timeout=900)
+        self.client = client
+
+    async def on_submit(self, interaction: discord.Interaction) -> None:
+        await self.client.start_run(interaction, self.code.value)
+
+
+def register_commands(client: CellmateDiscord) -> None:
+    tree = client.tree
+
+    @tree.command(name="run", description="Run Python in the sandbox, without the model")
+    @app_commands.describe(code="Python code; leave it out for a multi-line editor")
+    async def run(interaction: discord.Interaction, code: str | None = None) -> None:
+        if code is None or not code.strip():
+            if await client._check(interaction):
+                await interaction.response.send_modal(RunModal(client))
+            return
+        await client.start_run(interaction, code)
+
+    @tree.context_menu(name="Run code")
+    async def run_code(interaction: discord.Interaction, message: discord.Message) -> None:
+        code = code_blocks(message.content)
+        if code is None:
+            await interaction.response.send_message("That message has no code.", ephemeral=True)
+            return
+        await client.start_run(interaction, code)
+
+    @tree.command(name="reset", description="Forget this conversation and restart its Python")
+    async def reset(interaction: discord.Interaction) -> None:
+        conversation = conversation_of(interaction)
+        if conversation is None:
+            await interaction.response.send_message(NO_CONVERSATION, ephemeral=True)
+            return
+        await interaction.response.defer(thinking=True)
+        await client.agent.reset(conversation)
+        await interaction.followup.send(
+            "Forgot this conversation and restarted its Python session."
+        )
+
+    @tree.command(name="export", description="This conversation's code and output as a notebook")
+    async def export(interaction: discord.Interaction) -> None:
+        conversation = conversation_of(interaction)
+        if conversation is None:
+            await interaction.response.send_message(NO_CONVERSATION, ephemeral=True)
+            return
+        await interaction.response.defer(thinking=True)
+        notebook = await client.agent.executor.session(conversation).export_notebook()
+        if notebook is None:
+            await interaction.followup.send("Nothing to export yet: no code has run here.")
+            return
+        data = json.dumps(notebook, indent=1).encode()
+        await InteractionSurface(interaction).send(
+            "The session as a Jupyter notebook:", [("session.ipynb", data)]
+        )
+
+    @tree.command(name="files", description="The files in this conversation's /mnt/data")
+    async def files(interaction: discord.Interaction) -> None:
+        conversation = conversation_of(interaction)
+        if conversation is None:
+            await interaction.response.send_message(NO_CONVERSATION, ephemeral=True)
+            return
+        await interaction.response.defer(thinking=True)
+        found = await client.agent.executor.session(conversation).list_files()
+        lines = [f"`{path}` ({size:,} bytes)" for path, size in found[:50]]
+        if len(found) > 50:
+            lines.append(f"… and {len(found) - 50} more")
+        await interaction.followup.send("\n".join(lines) or "No files in /mnt/data yet.")

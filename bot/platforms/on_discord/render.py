@@ -1,0 +1,123 @@
+"""What Discord shows for a turn: the progress message, and the answer with its files.
+
+Pure functions of a `TurnView`, so that layout and limits are tested without Discord.
+Discord allows 2,000 characters and 10 attachments per message, and a per-message upload
+size that depends on the server; what does not fit as an attachment goes as a link.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bot.platforms.markup import code_block, head, split_message, tail
+from bot.platforms.progress import TurnView
+from storage.artifacts import Artifact
+
+MESSAGE_LIMIT = 2000
+MAX_ATTACHMENTS = 10
+CODE_SHOWN = 800
+OUTPUT_SHOWN = 800
+
+
+@dataclass(slots=True)
+class Outgoing:
+    content: str
+    files: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+def progress_text(view: TurnView) -> str:
+    """The progress message: the code being run, its latest output, and where things are."""
+    code_room, output_room = CODE_SHOWN, OUTPUT_SHOWN
+    while True:
+        text = _progress(view, code_room, output_room)
+        if len(text) <= MESSAGE_LIMIT:
+            return text
+        # Escapes can make shown text longer than its source; show less until it fits.
+        code_room, output_room = code_room // 2, output_room // 2
+
+
+def _progress(view: TurnView, code_room: int, output_room: int) -> str:
+    run = view.current
+    thinking = f"⏳ Thinking{f' (step {view.step})' if view.step > 1 else ''}…"
+    if run is None:
+        return thinking if not view.done else ""
+    count = len(view.runs)
+    title = "**Code**" if count == 1 else f"**Code** (run {count}; earlier runs are attached)"
+    if view.done and count > 1:
+        title = f"**Code** (last of {count} runs; all are attached)"
+    parts = [title, code_block(head(run.code, code_room), "py")]
+    output = run.text
+    if output.strip():
+        parts.append(code_block(tail(output, output_room)))
+    parts.append(run.summary())
+    if run.status is not None and not view.done:
+        parts.append(thinking)
+    return "\n".join(parts)
+
+
+def answer_messages(view: TurnView, upload_limit: int) -> list[Outgoing]:
+    """The answer, split to fit, with charts, files, long code and long output attached."""
+    lines = [f"ℹ️ {notice}" for notice in view.notices]
+    if view.answer is not None:
+        lines.append(view.answer.strip() or "Done.")
+    else:
+        lines.append(f"❌ {view.failure or 'The turn ended without an answer.'}")
+    attached: list[tuple[str, bytes]] = []
+    room = upload_limit
+    for name, content in _extras(view):
+        if len(attached) < MAX_ATTACHMENTS and len(content) <= room:
+            attached.append((name, content))
+            room -= len(content)
+    listed = []
+    for artifact in view.artifacts:
+        data = artifact.content
+        if data is not None and len(attached) < MAX_ATTACHMENTS and len(data) <= room:
+            attached.append((artifact.name, data))
+            room -= len(data)
+        else:
+            listed.append(_link_line(artifact))
+    if listed:
+        lines += ["", *listed]
+    pieces = split_message("\n".join(lines), MESSAGE_LIMIT)
+    messages = [Outgoing(piece) for piece in pieces]
+    messages[0].files = attached
+    return messages
+
+
+def _extras(view: TurnView) -> list[tuple[str, bytes]]:
+    """Code and output that the progress message could not show in full."""
+    extras: list[tuple[str, bytes]] = []
+    codes = [run.code for run in view.runs]
+    if len(codes) > 1 or any(len(code) > CODE_SHOWN for code in codes):
+        joined = "\n\n".join(f"# ── run {i} ──\n{code}" for i, code in enumerate(codes, 1))
+        extras.append(("code.py", (joined if len(codes) > 1 else codes[0]).encode()))
+    outputs = [run.text for run in view.runs]
+    if any(len(output) > OUTPUT_SHOWN for output in outputs):
+        joined = "\n\n".join(
+            f"── run {i} ──\n{output}" if len(outputs) > 1 else output
+            for i, output in enumerate(outputs, 1)
+        )
+        extras.append(("output.txt", joined.encode("utf-8", "replace")))
+    return extras
+
+
+def _link_line(artifact: Artifact) -> str:
+    size = _size(artifact.size)
+    if artifact.link:
+        return f"📎 [{artifact.name}]({artifact.link}) ({size})"
+    return f"📎 {artifact.name} ({size}): not available ({artifact.reason or artifact.status})"
+
+
+def _size(size: int) -> str:
+    if size < 1000:
+        return f"{size} B"
+    return f"{size / 1000:.1f} kB" if size < 1_000_000 else f"{size / 1e6:.1f} MB"
+
+
+def thread_name(text: str) -> str:
+    """A thread title from the request: its first line, without code fences, ≤ 90 chars."""
+    for line in text.splitlines():
+        line = line.strip().strip("`").strip()
+        if line:
+            return line if len(line) <= 90 else line[:89] + "…"
+    return "Cellmate"

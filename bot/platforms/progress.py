@@ -1,0 +1,188 @@
+"""A turn's events folded into what a chat message shows, and edits paced to a rate.
+
+Chat platforms cannot take an edit per output line, so front ends keep one `TurnView`, let
+each event update it, and ask a `Pacer` to redraw at most once per interval; the last state
+is always drawn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from bot.events import (
+    Answer,
+    ArtifactsPublished,
+    CodeStarted,
+    ExecutionFinished,
+    Failure,
+    Notice,
+    OutputChunk,
+    Thinking,
+    TurnEvent,
+)
+from executor import Status
+from storage.artifacts import Artifact
+
+log = logging.getLogger(__name__)
+
+OUTPUT_KEPT = 1_000_000
+"""Characters of output kept per run for the attached output file; the rest is counted."""
+
+MARK = {
+    Status.OK: "✅",
+    Status.ERROR: "❌",
+    Status.TIMEOUT: "⏱️",
+    Status.MEMORY: "❌",
+    Status.KILLED: "⏹️",
+}
+
+
+@dataclass(slots=True)
+class RunView:
+    code: str
+    output: list[str] = field(default_factory=list)
+    output_size: int = 0
+    dropped: int = 0
+    status: Status | None = None
+    duration_ms: int = 0
+    message: str = ""
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def text(self) -> str:
+        shown = "".join(self.output)
+        if self.dropped:
+            shown += f"\n… {self.dropped:,} more characters of output were not kept"
+        return shown
+
+    def add(self, text: str) -> None:
+        room = OUTPUT_KEPT - self.output_size
+        if room <= 0:
+            self.dropped += len(text)
+            return
+        self.output.append(text[:room])
+        self.output_size += min(len(text), room)
+        self.dropped += max(0, len(text) - room)
+
+    def summary(self) -> str:
+        if self.status is None:
+            return f"⏳ running for {time.monotonic() - self.started:.0f} s"
+        detail = f": {self.message}" if self.message else ""
+        return f"{MARK[self.status]} {self.status.value} in {self.duration_ms / 1000:.2f} s{detail}"
+
+
+@dataclass(slots=True)
+class TurnView:
+    """Everything a front end shows about one turn, updated event by event."""
+
+    step: int = 0
+    runs: list[RunView] = field(default_factory=list)
+    artifacts: list[Artifact] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    answer: str | None = None
+    failure: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.answer is not None or self.failure is not None
+
+    @property
+    def current(self) -> RunView | None:
+        return self.runs[-1] if self.runs else None
+
+    def apply(self, event: TurnEvent) -> None:
+        if isinstance(event, Thinking):
+            self.step = event.step
+        elif isinstance(event, CodeStarted):
+            self.runs.append(RunView(event.code))
+        elif isinstance(event, OutputChunk) and self.current is not None:
+            self.current.add(output_text(event))
+        elif isinstance(event, ExecutionFinished) and self.current is not None:
+            self.current.status = event.status
+            self.current.duration_ms = event.duration_ms
+            self.current.message = event.message
+            if event.session_restarted:
+                self.notices.append(
+                    "The session was restarted, so earlier variables are gone "
+                    "(files in /mnt/data are kept)."
+                )
+        elif isinstance(event, ArtifactsPublished):
+            self.artifacts.extend(event.artifacts)
+        elif isinstance(event, Notice):
+            self.notices.append(event.text)
+        elif isinstance(event, Answer):
+            self.answer = event.text
+        elif isinstance(event, Failure):
+            self.failure = event.message
+
+
+def output_text(chunk: OutputChunk) -> str:
+    """One output event as the text a chat shows (charts become a placeholder line)."""
+    event = chunk.output
+    if event.kind in ("stdout", "stderr"):
+        return event.text
+    if event.kind == "result" and event.result is not None:
+        if event.result.image_types:
+            return f"[chart: {event.result.image_types[0]}]\n"
+        if event.result.text:
+            prefix = "Out: " if event.result.is_main_result else ""
+            return f"{prefix}{event.result.text}\n"
+        return ""
+    if event.kind == "error" and event.error is not None:
+        error = event.error
+        return ("\n".join(error.traceback) or f"{error.name}: {error.value}") + "\n"
+    return ""
+
+
+class Pacer:
+    """Calls `draw` at most once per `interval` while poked, until `finish`."""
+
+    def __init__(self, draw: Callable[[], Awaitable[None]], interval: float = 1.0) -> None:
+        self._draw = draw
+        self._interval = interval
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._closed = asyncio.Event()
+        self._last = 0.0
+
+    def poke(self) -> None:
+        if self._closing:
+            return
+        self._dirty.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def finish(self) -> None:
+        """Stop pacing, letting a draw in flight complete; the caller draws the final state."""
+        self._closing = True
+        self._closed.set()
+        self._dirty.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            wait = self._last + self._interval - time.monotonic()
+            if wait > 0 and not self._closing:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closed.wait(), wait)
+            if self._closing:
+                return
+            self._dirty.clear()
+            self._last = time.monotonic()
+            await self._safe_draw()
+
+    async def _safe_draw(self) -> None:
+        # A failed progress edit must not end the turn; the final answer is sent separately.
+        try:
+            await self._draw()
+        except Exception:
+            log.warning("progress update failed", exc_info=True)

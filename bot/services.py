@@ -1,0 +1,122 @@
+"""Settings turned into running services: storage, history, model client, executor, agent,
+and what runs beside them (the HTTP server and scheduled pruning)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from aiohttp import web
+
+from bot.agent import Agent, AgentLimits
+from bot.history import History
+from bot.http import create_app, start_server
+from bot.llm import build_client
+from bot.settings import Settings
+from bot.storage_setup import build_storage
+from executor import Executor, PoolSettings
+from storage.artifacts import ArtifactLimits
+from storage.base import Storage
+from storage.errors import StorageError, StorageUnavailable
+from storage.intake import Fetcher, IntakeLimits
+from storage.local import LocalStorage
+from storage.retention import prune_periodically
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    agent: Agent
+    storage: Storage
+    settings: Settings
+
+
+@contextlib.asynccontextmanager
+async def services(
+    settings: Settings, pool: PoolSettings | None = None, fetch: Fetcher | None = None
+) -> AsyncIterator[Services]:
+    """Everything a front end needs, checked (storage) and started (executor, pool)."""
+    storage = build_storage(settings)
+    try:
+        await storage.check()
+    except StorageError:
+        await storage.close()
+        raise
+    history = History(settings.data_dir / "history.sqlite3")
+    client = build_client(settings.model)
+    try:
+        async with Executor(
+            settings.image,
+            limits=settings.sandbox,
+            instance=settings.instance,
+            pool=pool or settings.pool,
+        ) as executor:
+            agent = Agent(
+                executor,
+                storage,
+                history,
+                client=client,
+                model=settings.model.model,
+                limits=AgentLimits(
+                    max_steps=settings.model.max_steps,
+                    budget_s=settings.model.turn_budget_s,
+                    vision=settings.model.vision,
+                ),
+                artifact_limits=ArtifactLimits(
+                    max_bytes=int(settings.storage.artifact_max_mb * 1e6),
+                    max_count=settings.storage.artifact_max_count,
+                    link_expiry=timedelta(days=settings.storage.link_expiry_days),
+                ),
+                intake_limits=IntakeLimits(
+                    max_bytes=int(settings.storage.attachment_max_mb * 1e6),
+                    max_count=settings.storage.attachment_max_count,
+                ),
+                fetch=fetch,
+            )
+            yield Services(agent, storage, settings)
+    finally:
+        await storage.close()
+        history.close()
+        if client is not None:
+            await client.close()
+
+
+@contextlib.asynccontextmanager
+async def background(
+    settings: Settings,
+    storage: Storage,
+    always_serve: bool = False,
+    extend: Callable[[web.Application], None] | None = None,
+) -> AsyncIterator[None]:
+    """The HTTP server (local links, health, platform webhooks) and scheduled pruning.
+
+    The console chat needs the server only for local links; `serve` always runs it.
+    """
+    runner = None
+    local = storage if isinstance(storage, LocalStorage) and storage.base_url else None
+    if always_serve or local is not None:
+        app = create_app(local)
+        if extend is not None:
+            extend(app)
+        address = f"{settings.http_host}:{settings.http_port}"
+        try:
+            runner = await start_server(app, settings.http_host, settings.http_port)
+        except OSError as exc:
+            raise StorageUnavailable(
+                f"cannot serve HTTP on {address}: {exc.strerror or exc}; "
+                "set CELLMATE_HTTP_PORT (or CELLMATE_HTTP_HOST) to a free address"
+            ) from exc
+    pruning = None
+    if settings.storage.retention_days:
+        pruning = asyncio.create_task(prune_periodically(storage, settings.storage.retention_days))
+    try:
+        yield
+    finally:
+        if pruning is not None:
+            pruning.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pruning
+        if runner is not None:
+            await runner.cleanup()
