@@ -57,6 +57,9 @@ class UserMessage:
     text: str
     attachments: Sequence[IncomingFile] = ()
     user: str = ""
+    fetch: Fetcher | None = None
+    """How to download the attachments' URLs (with the platform's credentials); by default
+    the agent's fetcher."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,9 @@ class Agent:
         previews: dict[str, str] = {}
         files: list[str] = []
         if message.attachments:
-            intake = await receive(message.attachments, self.fetch, self.intake_limits)
+            intake = await receive(
+                message.attachments, message.fetch or self.fetch, self.intake_limits
+            )
             if intake.message():
                 await _call(emit, Notice(intake.message()))
             if intake.files:
@@ -140,7 +145,7 @@ class Agent:
                 previews = await session.preview(intake.tabular)
         direct = direct_code(message.text)
         if direct is not None:
-            result, _ = await self._run(conversation, direct, emit)
+            result, _ = await self._run(conversation, direct, emit, turn)
             await _call(emit, Answer(_direct_summary(result)))
             return
         if self.client is None:
@@ -197,7 +202,7 @@ class Agent:
                     new.append(_assistant_with_calls(reply.content, calls))
                     charts: list[Artifact] = []
                     for call in calls:
-                        content, manifest = await self._tool(conversation, call, emit)
+                        content, manifest = await self._tool(conversation, call, emit, turn)
                         new.append({"role": "tool", "tool_call_id": call.id, "content": content})
                         charts += [a for a in manifest if a.inline_image and a.content]
                     # Pictures go to vision models for the next step only, never into history.
@@ -242,7 +247,9 @@ class Agent:
             raise EmptyReply("the model sent no choices")
         return response.choices[0]
 
-    async def _tool(self, conversation: str, call: Any, emit: Emit) -> tuple[str, list[Artifact]]:
+    async def _tool(
+        self, conversation: str, call: Any, emit: Emit, turn: Turn
+    ) -> tuple[str, list[Artifact]]:
         if call.function.name != "python":
             return f"There is no tool named {call.function.name!r}; use `python`.", []
         try:
@@ -251,18 +258,21 @@ class Agent:
                 raise TypeError("code must be a string")
         except (ValueError, KeyError, TypeError) as exc:
             return f'The tool arguments were not valid ({exc}); send {{"code": "..."}}.', []
-        result, manifest = await self._run(conversation, code, emit)
+        result, manifest = await self._run(conversation, code, emit, turn)
         return tool_result(result, manifest, self.limits.result_chars), manifest
 
     async def _run(
-        self, conversation: str, code: str, emit: Emit
+        self, conversation: str, code: str, emit: Emit, turn: Turn
     ) -> tuple[ExecutionResult, list[Artifact]]:
         await _call(emit, CodeStarted(code))
 
         async def forward(event: OutputEvent) -> None:
             await _call(emit, OutputChunk(event))
 
-        result = await self.executor.session(conversation).run(code, on_output=forward)
+        # A Stop pressed while the sandbox is still starting applies to this run as well.
+        result = await self.executor.session(conversation).run(
+            code, on_output=forward, stop=turn.stop_requested
+        )
         await _call(
             emit,
             ExecutionFinished(

@@ -26,6 +26,7 @@ SANDBOX_PREFIX = "CELLMATE_SANDBOX_"
 POOL_PREFIX = "CELLMATE_POOL_"
 STORAGE_PREFIX = "CELLMATE_STORAGE_"
 DISCORD_PREFIX = "CELLMATE_DISCORD_"
+SLACK_PREFIX = "CELLMATE_SLACK_"
 T = TypeVar("T")
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
@@ -119,6 +120,45 @@ class DiscordSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SlackSettings:
+    """The Slack front end: `SLACK_*` tokens, and `CELLMATE_SLACK_<FIELD>` for the rest."""
+
+    bot_token: str = ""
+    app_token: str = ""
+    """An app-level token (xapp-...) selects Socket Mode."""
+    signing_secret: str = ""
+    """Verifies requests in HTTP mode (events at /slack/events on the HTTP server)."""
+    api_url: str = ""
+    """Slack's Web API base URL (for a proxy or a test server); Slack's own by default."""
+    mode: typing.Literal["auto", "socket", "http"] = "auto"
+    teams: tuple[str, ...] = ()
+    channels: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    dms: bool = True
+    cooldown_s: float = 2.0
+    thread_replies: bool = True
+    """Replies in a thread the bot is part of continue the conversation without a mention."""
+
+    @property
+    def connection(self) -> typing.Literal["socket", "http"]:
+        if self.mode == "auto":
+            return "socket" if self.app_token else "http"
+        return self.mode
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.bot_token)
+
+    def problem(self) -> str | None:
+        """What is missing for the chosen connection mode, if anything."""
+        if self.connection == "socket" and not self.app_token:
+            return "Socket Mode needs SLACK_APP_TOKEN (an app-level token, xapp-...)"
+        if self.connection == "http" and not self.signing_secret:
+            return "HTTP mode needs SLACK_SIGNING_SECRET (or SLACK_APP_TOKEN for Socket Mode)"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     pool: PoolSettings = field(default_factory=PoolSettings)
@@ -129,6 +169,7 @@ class Settings:
     """Where the HTTP server listens; 0.0.0.0 to serve local links to other machines."""
     model: ModelSettings = field(default_factory=ModelSettings)
     discord: DiscordSettings = field(default_factory=DiscordSettings)
+    slack: SlackSettings = field(default_factory=SlackSettings)
     sandbox_image: str = ""
     """Image for sandboxes; by default the content-hash tag of environments/jupyter."""
     instance: str = "default"
@@ -158,6 +199,17 @@ def load_settings(
         values,
         named={"token": "DISCORD_TOKEN", "api_url": "DISCORD_API_URL"},
     )
+    slack = _section(
+        SlackSettings,
+        SLACK_PREFIX,
+        values,
+        named={
+            "bot_token": "SLACK_BOT_TOKEN",
+            "app_token": "SLACK_APP_TOKEN",
+            "signing_secret": "SLACK_SIGNING_SECRET",
+            "api_url": "SLACK_API_URL",
+        },
+    )
     azure = AzureSettings(
         connection_string=values.get("AZURE_STORAGE_CONNECTION_STRING", ""),
         container=values.get("AZURE_BLOB_CONTAINER_NAME", "") or "cellmate",
@@ -171,6 +223,7 @@ def load_settings(
             storage=storage,
             azure=azure,
             discord=discord,
+            slack=slack,
             http_port=_parse("CELLMATE_HTTP_PORT", values.get("CELLMATE_HTTP_PORT", "8080"), int),
             http_host=values.get("CELLMATE_HTTP_HOST", "") or "127.0.0.1",
             model=ModelSettings(

@@ -134,11 +134,20 @@ class Session:
         *,
         on_output: OutputCallback | None = None,
         on_queued: QueueCallback | None = None,
+        stop: asyncio.Event | None = None,
         **overrides: Any,
     ) -> ExecutionResult:
-        """Run code in the session's kernel; variables and files carry over between runs."""
+        """Run code in the session's kernel; variables and files carry over between runs.
+
+        `stop`, when given, interrupts the run once set, even if it was set while the run
+        still waited for its sandbox."""
         return await self._manager.run(
-            self.key, _cells(code), on_output=on_output, on_queued=on_queued, **overrides
+            self.key,
+            _cells(code),
+            on_output=on_output,
+            on_queued=on_queued,
+            stop=stop,
+            **overrides,
         )
 
     def stream(

@@ -74,6 +74,10 @@ async def execute(
 ) -> RunOutcome:
     """Run cells; on the time limit or a stop request, interrupt, then freeze the sandbox."""
     outcome = RunOutcome()
+    if stop is not None and stop.is_set():
+        # Stopped while waiting for the sandbox: the code never starts, the kernel is as it was.
+        outcome.status, outcome.stopped = "ok", True
+        return outcome
     run_id = uuid.uuid4().hex[:12]
     started = time.monotonic()
     await sandbox.send(

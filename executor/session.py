@@ -79,12 +79,13 @@ class SessionManager:
         *,
         on_output: OutputCallback | None = None,
         on_queued: QueueCallback | None = None,
+        stop: asyncio.Event | None = None,
         **overrides: Any,
     ) -> ExecutionResult:
         limits = self._run_limits(overrides)
         async with self._lock(key):
             live, ending = await self._session(key, on_queued)
-            stop = self._stops[key] = asyncio.Event()
+            stop = self._stops[key] = stop or asyncio.Event()
             collector = OutputCollector(
                 text_limit=limits.output_bytes, rich_limit=limits.rich_output_bytes
             )

@@ -61,6 +61,11 @@ class Gate:
             return False
         return not rules.roles or bool(rules.roles & set(place.roles))
 
+    @property
+    def running(self) -> frozenset[str]:
+        """Users with a turn running now."""
+        return frozenset(self._running)
+
     @contextlib.contextmanager
     def turn(self, user: str) -> Iterator[None]:
         """Hold the user's one running turn; raise `Busy` if they have one or are too quick."""

@@ -139,6 +139,37 @@ def output_text(chunk: OutputChunk) -> str:
     return ""
 
 
+def extra_files(view: TurnView, code_shown: int, output_shown: int) -> list[tuple[str, bytes]]:
+    """Code and output that a progress message could not show in full, as files."""
+    extras: list[tuple[str, bytes]] = []
+    codes = [run.code for run in view.runs]
+    if len(codes) > 1 or any(len(code) > code_shown for code in codes):
+        joined = "\n\n".join(f"# ── run {i} ──\n{code}" for i, code in enumerate(codes, 1))
+        extras.append(("code.py", (joined if len(codes) > 1 else codes[0]).encode()))
+    outputs = [run.text for run in view.runs]
+    if any(len(output) > output_shown for output in outputs):
+        joined = "\n\n".join(
+            f"── run {i} ──\n{output}" if len(outputs) > 1 else output
+            for i, output in enumerate(outputs, 1)
+        )
+        extras.append(("output.txt", joined.encode("utf-8", "replace")))
+    return extras
+
+
+def link_line(artifact: Artifact, linked: str) -> str:
+    """A line for an artifact that is not attached: `linked` formats one with a link."""
+    size = _size(artifact.size)
+    if artifact.link:
+        return linked.format(name=artifact.name, link=artifact.link, size=size)
+    return f"📎 {artifact.name} ({size}): not available ({artifact.reason or artifact.status})"
+
+
+def _size(size: int) -> str:
+    if size < 1000:
+        return f"{size} B"
+    return f"{size / 1000:.1f} kB" if size < 1_000_000 else f"{size / 1e6:.1f} MB"
+
+
 class Pacer:
     """Calls `draw` at most once per `interval` while poked, until `finish`."""
 

@@ -1,9 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
 
+import openai
 import pytest
 
+from bot.agent import Agent, AgentLimits
+from bot.history import History
+from executor import Executor, PoolSettings, SandboxLimits, default_tag
+from storage.local import LocalStorage
+from tests.conftest import SECRET
 from tests.platforms.openai_server import ScriptedModel
 
 
@@ -13,3 +21,49 @@ async def model() -> AsyncIterator[ScriptedModel]:
     server = await ScriptedModel().start()
     yield server
     await server.stop()
+
+
+@pytest.fixture
+async def executor() -> AsyncIterator[Executor]:
+    async with Executor(
+        default_tag(),
+        limits=SandboxLimits(timeout_s=30),
+        instance="tests",
+        pool=PoolSettings(size=0),
+    ) as ex:
+        yield ex
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[openai.AsyncOpenAI]]:
+    made: list[openai.AsyncOpenAI] = []
+    yield made
+    for client in made:
+        await client.close()
+
+
+@pytest.fixture
+def make_agent(clients: list[openai.AsyncOpenAI]) -> Callable[..., Agent]:
+    def make(
+        executor: Executor,
+        model: ScriptedModel | None,
+        tmp_path: Path,
+        timeout: float = 30,
+        **limits: Any,
+    ) -> Agent:
+        client = None
+        if model is not None:
+            client = openai.AsyncOpenAI(
+                api_key="test-key", base_url=model.base_url, max_retries=2, timeout=timeout
+            )
+            clients.append(client)
+        return Agent(
+            executor,
+            LocalStorage(tmp_path / "files", SECRET),
+            History(tmp_path / f"history-{len(clients)}.sqlite3"),
+            client=client,
+            model="scripted-model",
+            limits=AgentLimits(**limits),
+        )
+
+    return make

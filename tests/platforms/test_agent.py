@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from bot.agent import Agent, AgentLimits, UserMessage
+from bot.agent import Agent, UserMessage
 from bot.events import (
     Answer,
     ArtifactsPublished,
@@ -20,60 +20,11 @@ from bot.events import (
     Failure,
     TurnEvent,
 )
-from bot.history import History
-from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
+from executor import Executor, Status
 from storage.intake import IncomingFile
-from storage.local import LocalStorage
-from tests.conftest import SECRET
 from tests.platforms.openai_server import Reply, ScriptedModel, fails, runs, says
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture
-async def executor() -> AsyncIterator[Executor]:
-    async with Executor(
-        default_tag(),
-        limits=SandboxLimits(timeout_s=30),
-        instance="tests",
-        pool=PoolSettings(size=0),
-    ) as ex:
-        yield ex
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[list[openai.AsyncOpenAI]]:
-    made: list[openai.AsyncOpenAI] = []
-    yield made
-    for client in made:
-        await client.close()
-
-
-@pytest.fixture
-def make_agent(clients: list[openai.AsyncOpenAI]) -> Callable[..., Agent]:
-    def make(
-        executor: Executor,
-        model: ScriptedModel | None,
-        tmp_path: Path,
-        timeout: float = 30,
-        **limits: Any,
-    ) -> Agent:
-        client = None
-        if model is not None:
-            client = openai.AsyncOpenAI(
-                api_key="test-key", base_url=model.base_url, max_retries=2, timeout=timeout
-            )
-            clients.append(client)
-        return Agent(
-            executor,
-            LocalStorage(tmp_path / "files", SECRET),
-            History(tmp_path / f"history-{len(clients)}.sqlite3"),
-            client=client,
-            model="scripted-model",
-            limits=AgentLimits(**limits),
-        )
-
-    return make
 
 
 async def turn(

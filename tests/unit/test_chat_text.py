@@ -29,7 +29,8 @@ from storage.artifacts import Artifact
 
 def test_output_cannot_close_its_code_block() -> None:
     block = code_block("before\n```\n@everyone outside\n````python\nafter")
-    assert block.startswith("```\n") and block.endswith("\n```")
+    assert block.startswith("```\n")
+    assert block.endswith("\n```")
     inner = block[4:-4]
     assert "```" not in inner
 
@@ -61,7 +62,8 @@ def test_split_leaves_short_text_alone() -> None:
 def test_tail_says_how_much_is_hidden() -> None:
     text = "".join(f"line {i}\n" for i in range(1000))
     shown = tail(text, 200)
-    assert shown.startswith("… ") and "earlier characters not shown" in shown
+    assert shown.startswith("… ")
+    assert "earlier characters not shown" in shown
     assert shown.endswith("line 999\n")
 
 
@@ -89,7 +91,9 @@ def test_progress_message_fits_discord_even_with_escape_heavy_output() -> None:
 def test_answer_attaches_charts_and_lists_what_does_not_fit() -> None:
     view = _run_view("ok\n")
     view.apply(ExecutionFinished(Status.OK, 120))
-    chart = Artifact("chart-1.png", 5, "image/png", "published", "https://x/c", True, content=b"PNG..")
+    chart = Artifact(
+        "chart-1.png", 5, "image/png", "published", "https://x/c", True, content=b"PNG.."
+    )
     big = Artifact("big.csv", 50, "text/csv", "published", "https://x/big", content=b"x" * 50)
     gone = Artifact("lost.txt", 3, "text/plain", "failed", reason="storage is down")
     view.apply(ArtifactsPublished([chart, big, gone]))
@@ -99,7 +103,8 @@ def test_answer_attaches_charts_and_lists_what_does_not_fit() -> None:
     text = "\n".join(m.content for m in messages)
     assert "Here you go." in text
     assert "[big.csv](https://x/big)" in text
-    assert "lost.txt" in text and "storage is down" in text
+    assert "lost.txt" in text
+    assert "storage is down" in text
 
 
 def test_long_output_and_code_go_as_files() -> None:
@@ -120,7 +125,8 @@ def test_long_answers_are_split_for_discord() -> None:
     view = TurnView()
     view.apply(Answer("word " * 2000))
     messages = answer_messages(view, 1000)
-    assert len(messages) >= 5 and all(len(m.content) <= MESSAGE_LIMIT for m in messages)
+    assert len(messages) >= 5
+    assert all(len(m.content) <= MESSAGE_LIMIT for m in messages)
 
 
 def test_thread_names() -> None:
@@ -142,14 +148,12 @@ def test_allowlists() -> None:
 def test_one_turn_per_user_and_cooldown() -> None:
     gate = Gate(AccessRules(cooldown_s=60))
     with gate.turn("alice"):
-        with pytest.raises(Busy, match="already have a turn running"):
-            with gate.turn("alice"):
-                pass
+        with pytest.raises(Busy, match="already have a turn running"), gate.turn("alice"):
+            pass
         with gate.turn("bob"):
             pass
-    with pytest.raises(Busy, match=r"wait \d+ s"):
-        with gate.turn("alice"):
-            pass
+    with pytest.raises(Busy, match=r"wait \d+ s"), gate.turn("alice"):
+        pass
     gate.rules = AccessRules(cooldown_s=0)
     start = time.monotonic()
     with gate.turn("alice"):
@@ -158,6 +162,8 @@ def test_one_turn_per_user_and_cooldown() -> None:
 
 def test_seen_ids() -> None:
     seen = Seen(size=2)
-    assert seen.first_time("a") and not seen.first_time("a")
-    assert seen.first_time("b") and seen.first_time("c")
+    assert seen.first_time("a")
+    assert not seen.first_time("a")
+    assert seen.first_time("b")
+    assert seen.first_time("c")
     assert seen.first_time("a")  # forgotten after two newer ids

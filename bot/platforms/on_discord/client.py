@@ -25,7 +25,7 @@ from bot.platforms.markup import code_blocks
 from bot.platforms.on_discord.render import thread_name
 from bot.platforms.on_discord.reply import ChannelSurface, InteractionSurface, Reply, Surface
 from bot.settings import DiscordSettings
-from storage.intake import IncomingFile
+from storage.intake import IncomingFile, http_fetcher
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ class CellmateDiscord(discord.Client):
         self.code_messages: dict[int, str] = {}
         """Messages that were code run directly, by id -> conversation, for re-run on edit."""
         self.upload_limit = int(settings.upload_limit_mb * 1e6)
+        self.fetch = http_fetcher()
         self.tree = app_commands.CommandTree(self)
         register_commands(self)
         self.add_dynamic_items(TurnButton)
@@ -165,7 +166,7 @@ class CellmateDiscord(discord.Client):
         await self.run_turn(
             surface,
             conversation,
-            UserMessage(text, attachments, user=str(message.author.id)),
+            UserMessage(text, attachments, user=str(message.author.id), fetch=self.fetch),
             owner=message.author.id,
         )
 
@@ -189,18 +190,17 @@ class CellmateDiscord(discord.Client):
         message: UserMessage,
         owner: int,
         rerun: RerunSpec | None = None,
-        one_off: bool = False,
         claimed: bool = False,
     ) -> None:
         """One turn with its reply; `claimed` when the caller already holds the user's turn."""
-        if not claimed:
-            try:
-                with self.gate.turn(str(owner)):
-                    await self._turn(surface, conversation, message, owner, rerun, one_off)
-            except Busy as exc:
-                await surface.notify(str(exc))
-            return
-        await self._turn(surface, conversation, message, owner, rerun, one_off)
+        try:
+            if claimed:
+                await self._turn(surface, conversation, message, owner, rerun)
+                return
+            with self.gate.turn(str(owner)):
+                await self._turn(surface, conversation, message, owner, rerun)
+        except Busy as exc:
+            await surface.notify(str(exc))
 
     async def _turn(
         self,
@@ -209,7 +209,6 @@ class CellmateDiscord(discord.Client):
         message: UserMessage,
         owner: int,
         rerun: RerunSpec | None,
-        one_off: bool,
     ) -> None:
         key = secrets.token_hex(8)
         turn = Turn(conversation)
@@ -231,8 +230,6 @@ class CellmateDiscord(discord.Client):
                 log.exception("could not tell the user about the failure")
         finally:
             self.turns.pop(key, None)
-            if one_off:
-                await self.agent.reset(conversation)
 
     async def start_run(
         self, interaction: discord.Interaction, code: str, conversation: str | None = None
@@ -242,21 +239,23 @@ class CellmateDiscord(discord.Client):
             return
         if conversation is None:
             conversation = conversation_of(interaction)
-        one_off = conversation is None
+        key = conversation or f"discord:run:{interaction.id}"
         try:
             with self.gate.turn(str(interaction.user.id)):
                 await interaction.response.defer(thinking=True)
                 await self.run_turn(
                     InteractionSurface(interaction),
-                    conversation or f"discord:run:{interaction.id}",
+                    key,
                     UserMessage(f"/run\n{code}", user=str(interaction.user.id)),
                     owner=interaction.user.id,
                     rerun=RerunSpec(code, conversation),
-                    one_off=one_off,
                     claimed=True,
                 )
         except Busy as exc:
             await interaction.response.send_message(str(exc), ephemeral=True)
+        finally:
+            if conversation is None:  # a one-off run: its session goes once the turn is over
+                await self.agent.reset(key)
 
     async def _check(self, interaction: discord.Interaction) -> bool:
         dm = interaction.guild is None

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bot.platforms.markup import code_block, head, split_message, tail
-from bot.platforms.progress import TurnView
-from storage.artifacts import Artifact
+from bot.platforms.progress import TurnView, extra_files, link_line
 
 MESSAGE_LIMIT = 2000
 MAX_ATTACHMENTS = 10
@@ -64,7 +63,7 @@ def answer_messages(view: TurnView, upload_limit: int) -> list[Outgoing]:
         lines.append(f"❌ {view.failure or 'The turn ended without an answer.'}")
     attached: list[tuple[str, bytes]] = []
     room = upload_limit
-    for name, content in _extras(view):
+    for name, content in extra_files(view, CODE_SHOWN, OUTPUT_SHOWN):
         if len(attached) < MAX_ATTACHMENTS and len(content) <= room:
             attached.append((name, content))
             room -= len(content)
@@ -75,43 +74,13 @@ def answer_messages(view: TurnView, upload_limit: int) -> list[Outgoing]:
             attached.append((artifact.name, data))
             room -= len(data)
         else:
-            listed.append(_link_line(artifact))
+            listed.append(link_line(artifact, "📎 [{name}]({link}) ({size})"))
     if listed:
         lines += ["", *listed]
     pieces = split_message("\n".join(lines), MESSAGE_LIMIT)
     messages = [Outgoing(piece) for piece in pieces]
     messages[0].files = attached
     return messages
-
-
-def _extras(view: TurnView) -> list[tuple[str, bytes]]:
-    """Code and output that the progress message could not show in full."""
-    extras: list[tuple[str, bytes]] = []
-    codes = [run.code for run in view.runs]
-    if len(codes) > 1 or any(len(code) > CODE_SHOWN for code in codes):
-        joined = "\n\n".join(f"# ── run {i} ──\n{code}" for i, code in enumerate(codes, 1))
-        extras.append(("code.py", (joined if len(codes) > 1 else codes[0]).encode()))
-    outputs = [run.text for run in view.runs]
-    if any(len(output) > OUTPUT_SHOWN for output in outputs):
-        joined = "\n\n".join(
-            f"── run {i} ──\n{output}" if len(outputs) > 1 else output
-            for i, output in enumerate(outputs, 1)
-        )
-        extras.append(("output.txt", joined.encode("utf-8", "replace")))
-    return extras
-
-
-def _link_line(artifact: Artifact) -> str:
-    size = _size(artifact.size)
-    if artifact.link:
-        return f"📎 [{artifact.name}]({artifact.link}) ({size})"
-    return f"📎 {artifact.name} ({size}): not available ({artifact.reason or artifact.status})"
-
-
-def _size(size: int) -> str:
-    if size < 1000:
-        return f"{size} B"
-    return f"{size / 1000:.1f} kB" if size < 1_000_000 else f"{size / 1e6:.1f} MB"
 
 
 def thread_name(text: str) -> str:

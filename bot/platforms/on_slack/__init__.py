@@ -1,0 +1,46 @@
+"""Cellmate on Slack (slack_bolt, async): Socket Mode or HTTP mode."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+
+from bot.agent import Agent
+from bot.platforms.on_slack.app import CellmateSlack
+from bot.settings import SlackSettings
+
+__all__ = ["EVENTS_PATH", "CellmateSlack", "add_http_route", "build_slack", "run_slack"]
+
+EVENTS_PATH = "/slack/events"
+
+
+def build_slack(agent: Agent, settings: SlackSettings) -> CellmateSlack:
+    return CellmateSlack(agent, settings)
+
+
+def add_http_route(slack: CellmateSlack, app: web.Application) -> None:
+    """Events, commands and interactivity at /slack/events (HTTP mode); bolt verifies each
+    request's signature and age before anything runs."""
+
+    async def events(request: web.Request) -> web.Response:
+        response = await slack.app.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(response)
+
+    app.router.add_post(EVENTS_PATH, events)
+
+
+async def run_slack(slack: CellmateSlack) -> None:
+    """Identify the bot, then serve: over Socket Mode, or wait while HTTP mode's route works."""
+    await slack.connect()
+    if slack.settings.connection == "http":
+        await asyncio.Event().wait()
+        return
+    handler = AsyncSocketModeHandler(slack.app, slack.settings.app_token)
+    try:
+        await handler.connect_async()  # type: ignore[no-untyped-call]
+        await asyncio.Event().wait()
+    finally:
+        await handler.close_async()  # type: ignore[no-untyped-call]

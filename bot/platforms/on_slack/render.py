@@ -1,0 +1,94 @@
+"""What Slack shows for a turn: the progress message (blocks with a button) and the answer.
+
+Pure functions of a `TurnView`. A section block holds at most 3,000 characters; messages
+are kept under 2,900 so that any of them fits in a section. Everything is escaped for Slack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.platforms.markup import head, split_message, tail
+from bot.platforms.on_slack.mrkdwn import escape, slack_code, to_mrkdwn
+from bot.platforms.progress import TurnView, extra_files, link_line
+from storage.artifacts import Artifact
+
+SECTION_LIMIT = 3000
+MESSAGE_LIMIT = 2900
+CODE_SHOWN = 1200
+OUTPUT_SHOWN = 1200
+
+
+def progress_text(view: TurnView) -> str:
+    code_room, output_room = CODE_SHOWN, OUTPUT_SHOWN
+    while True:
+        text = _progress(view, code_room, output_room)
+        if len(text) <= SECTION_LIMIT - 100:
+            return text
+        code_room, output_room = code_room // 2, output_room // 2
+
+
+def _progress(view: TurnView, code_room: int, output_room: int) -> str:
+    run = view.current
+    thinking = (
+        f":hourglass_flowing_sand: Thinking{f' (step {view.step})' if view.step > 1 else ''}…"
+    )
+    if run is None:
+        return thinking if not view.done else ""
+    count = len(view.runs)
+    title = "*Code*" if count == 1 else f"*Code* (run {count}; all runs are attached at the end)"
+    parts = [title, slack_code(head(run.code, code_room))]
+    if run.text.strip():
+        parts.append(slack_code(tail(run.text, output_room)))
+    parts.append(escape(run.summary()))
+    if run.status is not None and not view.done:
+        parts.append(thinking)
+    return "\n".join(parts)
+
+
+def blocks(text: str, buttons: list[tuple[str, str, str]] | None = None) -> list[dict[str, Any]]:
+    """A section with `text`, and buttons given as (action_id, label, value)."""
+    shown: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text or " "}}
+    ]
+    if buttons:
+        shown.append(
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "action_id": action,
+                        "text": {"type": "plain_text", "text": label},
+                        "value": value,
+                        **({"style": "danger"} if action == "cm_stop" else {}),
+                    }
+                    for action, label, value in buttons
+                ],
+            }
+        )
+    return shown
+
+
+def answer_texts(view: TurnView, not_uploaded: list[Artifact]) -> list[str]:
+    """The answer in mrkdwn, split to fit, listing artifacts that were not uploaded."""
+    lines = [f":information_source: {escape(notice)}" for notice in view.notices]
+    if view.answer is not None:
+        lines.append(to_mrkdwn(view.answer.strip() or "Done."))
+    else:
+        lines.append(f":x: {escape(view.failure or 'The turn ended without an answer.')}")
+    if not_uploaded:
+        lines.append("")
+        lines += [
+            link_line(a, "📎 <{link}|{name}> ({size})") if a.link else escape(link_line(a, ""))
+            for a in not_uploaded
+        ]
+    return split_message("\n".join(lines), MESSAGE_LIMIT)
+
+
+def uploads(view: TurnView) -> tuple[list[tuple[str, bytes]], list[Artifact]]:
+    """Files to upload into the thread (charts, files, long code and output), and the
+    artifacts that have no bytes to upload (too large, or not kept)."""
+    files = [(a.name, a.content) for a in view.artifacts if a.content is not None]
+    missing = [a for a in view.artifacts if a.content is None]
+    return extra_files(view, CODE_SHOWN, OUTPUT_SHOWN) + files, missing

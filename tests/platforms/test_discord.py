@@ -1,0 +1,405 @@
+"""Cellmate on Discord: the real discord.py client, over a real WebSocket and HTTP, against
+the Discord test server in `discord_server.py`, with the real sandbox and local storage."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import discord
+import pytest
+import yarl
+
+from bot.agent import Agent
+from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
+from bot.settings import DiscordSettings
+from executor import Executor
+from tests.platforms.discord_server import (
+    ALICE,
+    BOB,
+    CHANNEL_GENERAL,
+    CHANNEL_OTHER,
+    OTHER_BOT,
+    TOKEN,
+    DiscordServer,
+    Message,
+)
+from tests.platforms.openai_server import ScriptedModel, runs, says
+
+pytestmark = pytest.mark.docker
+
+SALES = b"month,sales\n1,10\n2,30\n3,20\n"
+CHART_CODE = (
+    "import pandas as pd, matplotlib.pyplot as plt\n"
+    "df = pd.read_csv('/mnt/data/sales.csv')\n"
+    "df.plot(x='month', y='sales')\n"
+    "plt.show()\n"
+)
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclasses.dataclass
+class Bot:
+    server: DiscordServer
+    client: CellmateDiscord
+    agent: Agent
+
+    def bot_messages(self, channel: int) -> list[Message]:
+        """What everyone sees from the bot in a channel (ephemeral replies left out)."""
+        return [m for m in self.server.channel_messages(channel, by_bot=True) if not m.flags & 64]
+
+    async def answer_in(self, channel: int, count: int = 1, within: float = 60) -> list[Message]:
+        """Wait until `count` turns in `channel` are finished (no Stop button left anywhere,
+        and as many answers), and return the bot's messages there."""
+
+        def finished() -> list[Message] | None:
+            messages = self.bot_messages(channel)
+            if any(_has_button(m, "Stop") for m in messages):
+                return None
+            answers = [m for m in messages if not m.content.startswith(("⏳", "**Code**"))]
+            idle = not self.client.turns and not self.client.gate.running
+            return messages if len(answers) >= count and idle else None
+
+        return await self.server.wait_for(finished, within)  # type: ignore[return-value]
+
+
+def _has_button(message: Message, label: str) -> bool:
+    return any(
+        part.get("label") == label for row in message.components for part in row["components"]
+    )
+
+
+def _button_id(message: Message, label: str) -> str:
+    for row in message.components:
+        for part in row["components"]:
+            if part.get("label") == label:
+                return str(part["custom_id"])
+    raise AssertionError(f"no {label} button on {message.content[:80]!r}")
+
+
+@pytest.fixture
+async def start_bot(
+    model: ScriptedModel,
+    executor: Executor,
+    make_agent: Callable[..., Agent],
+    tmp_path: Path,
+) -> AsyncIterator[Callable[..., Awaitable[Bot]]]:
+    started: list[tuple[DiscordServer, CellmateDiscord, asyncio.Task[None]]] = []
+    base, gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+
+    async def start(use_model: bool = True, **settings: Any) -> Bot:
+        server = DiscordServer()
+        await server.start()
+        agent = make_agent(executor, model if use_model else None, tmp_path)
+        chosen = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0)
+        client = build_client(agent, dataclasses.replace(chosen, **settings))
+        task = asyncio.create_task(run_discord(client))
+        started.append((server, client, task))
+        await server.wait_ready()
+        await asyncio.wait_for(client.connected.wait(), 30)
+        return Bot(server, client, agent)
+
+    yield start
+    for server, client, task in started:
+        await client.close()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(task, 10)
+        await server.close()
+    discord.http.Route.BASE = base
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(str(gateway))
+
+
+async def test_a_mention_with_a_csv_gets_a_thread_with_a_chart_and_follow_ups_reuse_the_data(
+    start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel
+) -> None:
+    bot = await start_bot()
+    model.script(
+        runs(CHART_CODE),
+        says("Sales peaked in month 2."),
+        runs("print('total', df.sales.sum())"),
+        says("The total is 60."),
+    )
+    await bot.server.post_message(
+        CHANNEL_GENERAL,
+        "plot the sales by month",
+        mention_bot=True,
+        attachments=[("sales.csv", SALES)],
+    )
+    thread_id = await bot.server.wait_for(lambda: next(iter(bot.server.threads), None))
+    assert isinstance(thread_id, int)
+    assert bot.server.threads[thread_id]["name"] == "plot the sales by month"
+    messages = await bot.answer_in(thread_id)
+    progress, answer = messages[0], messages[-1]
+    assert "read_csv('/mnt/data/sales.csv')" in progress.content
+    assert "✅ ok" in progress.content
+    assert progress.edits, "the progress message was never updated"
+    assert "Sales peaked in month 2." in answer.content
+    charts = [a for a in answer.attachments if a.name.endswith(".png")]
+    assert charts
+    assert charts[0].content.startswith(PNG)
+    assert bot.bot_messages(CHANNEL_GENERAL) == []  # the conversation lives in the thread
+
+    # Without the message-content intent Discord sends a plain reply without its text, so
+    # the bot leaves it alone; a reply that mentions it continues, and reuses the data.
+    await bot.server.post_message(thread_id, "thanks, nice chart")
+    await bot.server.post_message(thread_id, "and the total?", mention_bot=True)
+    messages = await bot.answer_in(thread_id, count=2)
+    assert any("total 60" in m.content for m in messages)
+    assert "The total is 60." in messages[-1].content
+    for message in bot.server.messages.values():
+        if message.author_id != ALICE:
+            assert message.allowed_mentions is not None
+            assert message.allowed_mentions.get("parse") == []
+
+
+async def test_with_the_message_content_intent_plain_thread_replies_continue(
+    start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel
+) -> None:
+    bot = await start_bot(use_model=False, message_content=True)
+    await bot.server.post_message(CHANNEL_GENERAL, "```py\nx = 41\n```", mention_bot=True)
+    thread_id = await bot.server.wait_for(lambda: next(iter(bot.server.threads), None))
+    assert isinstance(thread_id, int)
+    await bot.answer_in(thread_id)
+    await bot.server.post_message(thread_id, "```py\nprint(x + 1)\n```")
+    messages = await bot.answer_in(thread_id, count=2)
+    assert any("42" in m.content for m in messages)
+
+
+async def test_run_with_code_with_the_modal_and_re_run(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    interaction = await bot.server.slash("run", {"code": "print(6 * 7)"})
+    messages = await bot.server.wait_for(
+        lambda: (lambda ms: ms if len(ms) >= 2 else None)(
+            bot.server.interaction_messages(interaction)
+        )
+    )
+    assert isinstance(messages, list)
+    result = messages[0]
+    await bot.server.wait_for(lambda: _has_button(bot.server.messages[result.id], "Re-run"))
+    result = bot.server.messages[result.id]
+    assert "print(6 * 7)" in result.content
+    assert "42" in result.content
+
+    opened = await bot.server.slash("run")
+    modal = await bot.server.wait_for(
+        lambda: next(
+            (
+                c
+                for c in bot.server.callbacks
+                if c["interaction_id"] == opened.id and c["type"] == 9
+            ),
+            None,
+        )
+    )
+    assert isinstance(modal, dict)
+    field = _text_input_id(modal["data"])
+    submitted = await bot.server.submit_modal(
+        modal["data"],
+        {field: "for i in range(3):\n    print('row', i)"},
+        channel_id=CHANNEL_GENERAL,
+    )
+    shown = await bot.server.wait_for(
+        lambda: next(
+            (m for m in bot.server.interaction_messages(submitted) if "row 2" in m.content), None
+        )
+    )
+    assert isinstance(shown, Message)
+
+    await bot.server.wait_for(lambda: not bot.client.gate.running)
+    rerun = await bot.server.click(bot.server.messages[result.id], _button_id(result, "Re-run"))
+    again = await bot.server.wait_for(
+        lambda: next((m for m in bot.server.interaction_messages(rerun) if "42" in m.content), None)
+    )
+    assert isinstance(again, Message)
+
+
+def _text_input_id(data: dict[str, Any]) -> str:
+    stack = list(data.get("components", []))
+    while stack:
+        part = stack.pop()
+        if part.get("type") == 4:
+            return str(part["custom_id"])
+        stack += part.get("components", [])
+        if "component" in part:
+            stack.append(part["component"])
+    raise AssertionError(f"no text input in the modal: {data}")
+
+
+async def test_stop_interrupts_a_loop_and_the_session_lives_on(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    dm = await bot.server.dm_channel(ALICE)
+    await bot.server.post_message(
+        dm, "```py\nn = 5\nprint('loo' + 'ping', flush=True)\nwhile True:\n    n += 1\n```"
+    )
+    running = await bot.server.wait_for(
+        lambda: next(
+            (m for m in bot.bot_messages(dm) if _has_button(m, "Stop") and "looping" in m.content),
+            None,
+        )
+    )
+    assert isinstance(running, Message)
+    # Someone else cannot stop it.
+    await bot.server.click(running, _button_id(running, "Stop"), user=BOB)
+    await asyncio.sleep(0.5)
+    assert bot.client.turns
+    await bot.server.click(running, _button_id(running, "Stop"))
+    messages = await bot.answer_in(dm)
+    assert "⏹️ killed" in messages[0].content or "stopped" in messages[0].content.lower()
+    await bot.server.post_message(dm, "```py\nprint('alive', n > 5)\n```")
+    messages = await bot.answer_in(dm, count=2)
+    assert any("alive True" in m.content for m in messages), [m.content for m in messages]
+
+
+async def test_output_pings_nobody_and_cannot_leave_its_code_block(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    code = f"print('@everyone @here <@{BOB}> ```\\n**bold** outside')"
+    await bot.server.post_message(CHANNEL_GENERAL, f"```py\n{code}\n```", mention_bot=True)
+    thread_id = await bot.server.wait_for(lambda: next(iter(bot.server.threads), None))
+    assert isinstance(thread_id, int)
+    messages = await bot.answer_in(thread_id)
+    shown = messages[0].content
+    assert "@everyone" in shown
+    # Every fence in the message is one the bot wrote: the output's was broken up.
+    assert shown.count("```") == 4
+    for message in bot.server.messages.values():
+        if message.author_id != ALICE:
+            assert message.allowed_mentions is not None
+            assert message.allowed_mentions.get("parse") == []
+
+
+async def test_disallowed_channels_other_bots_and_the_bot_itself_are_ignored(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False, channels=(str(CHANNEL_GENERAL),))
+    await bot.server.post_message(CHANNEL_OTHER, "```py\nprint(1)\n```", mention_bot=True)
+    await bot.server.post_message(
+        CHANNEL_GENERAL, "```py\nprint(2)\n```", mention_bot=True, author=OTHER_BOT
+    )
+    await bot.server.post_message(CHANNEL_GENERAL, "```py\nprint(3)\n```", mention_bot=True)
+    thread_id = await bot.server.wait_for(lambda: next(iter(bot.server.threads), None))
+    assert isinstance(thread_id, int)
+    messages = await bot.answer_in(thread_id)
+    assert "print(3)" in messages[0].content
+    assert len(bot.server.threads) == 1
+    assert bot.bot_messages(CHANNEL_OTHER) == []
+    denied = await bot.server.slash("run", {"code": "print(4)"}, channel_id=CHANNEL_OTHER)
+    callback = await bot.server.wait_for(
+        lambda: next((c for c in bot.server.callbacks if c["interaction_id"] == denied.id), None)
+    )
+    assert isinstance(callback, dict)
+    assert "not enabled here" in callback["data"]["content"]
+
+
+async def test_a_dropped_gateway_resumes_and_each_turn_completes_once(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    dm = await bot.server.dm_channel(ALICE)
+    await bot.server.post_message(dm, "```py\nimport time\ntime.sleep(3)\nprint('first done')\n```")
+    await bot.server.wait_for(lambda: bot.bot_messages(dm))
+    await bot.server.drop_gateway()
+    # Sent while the bot is disconnected: delivered when it resumes.
+    await bot.server.post_message(dm, "```py\nprint('second done')\n```", author=BOB)
+    await bot.server.wait_for(lambda: bot.server.resume_count >= 1)
+    await bot.answer_in(dm, count=2)
+    await asyncio.sleep(1)
+    contents = [m.content for m in bot.bot_messages(dm)]
+    assert sum("first done" in c for c in contents) == 1
+    assert sum("second done" in c for c in contents) == 1
+    assert bot.server.identify_count == 1
+
+
+async def test_an_expired_interaction_answers_in_the_channel_and_429s_are_waited_out(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    interaction = await bot.server.slash(
+        "run", {"code": "import time\ntime.sleep(2)\nprint('late answer')"}
+    )
+    await bot.server.wait_for(lambda: bot.server.interaction_messages(interaction))
+    bot.server.expire(interaction)
+    bot.server.rate_limit_next("POST", f"/channels/{CHANNEL_GENERAL}/messages")
+    late = await bot.server.wait_for(
+        lambda: next(
+            (
+                m
+                for m in bot.bot_messages(CHANNEL_GENERAL)
+                if m.interaction_id is None and "late answer" in m.content
+            ),
+            None,
+        )
+    )
+    assert isinstance(late, Message)
+    assert bot.server.rate_limited == 1
+
+
+async def test_reset_export_files_and_the_run_code_menu_in_a_dm(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    dm = await bot.server.dm_channel(ALICE)
+    await bot.server.post_message(
+        dm, "```py\nopen('/mnt/data/notes.txt', 'w').write('hi')\nsecret = 7\n```"
+    )
+    await bot.answer_in(dm)
+    files = await bot.server.slash("files", channel_id=dm)
+    listed = await bot.server.wait_for(
+        lambda: next(
+            (m for m in bot.server.interaction_messages(files) if "notes.txt" in m.content), None
+        )
+    )
+    assert isinstance(listed, Message)
+    export = await bot.server.slash("export", channel_id=dm)
+    exported = await bot.server.wait_for(
+        lambda: next(
+            (
+                a
+                for m in bot.server.interaction_messages(export)
+                for a in m.attachments
+                if a.name == "session.ipynb"
+            ),
+            None,
+        )
+    )
+    assert b"secret = 7" in exported.content  # type: ignore[union-attr]
+
+    code = await bot.server.post_message(dm, "try this:\n```python\nprint(secret * 6)\n```")
+    # Not only code, and no model: the bot says what it can do; the menu runs the code.
+    await bot.server.wait_for(
+        lambda: (
+            any("No model is configured" in m.content for m in bot.bot_messages(dm))
+            and not bot.client.gate.running
+        )
+    )
+    menu = await bot.server.context_menu("Run code", code)
+    await bot.server.wait_for(
+        lambda: any("42" in m.content for m in bot.server.interaction_messages(menu))
+    )
+    reset = await bot.server.slash("reset", channel_id=dm)
+    await bot.server.wait_for(lambda: bot.server.interaction_messages(reset))
+    await bot.server.post_message(dm, "```py\nprint(secret)\n```")
+    await bot.server.wait_for(
+        lambda: any("NameError" in m.content for m in bot.bot_messages(dm)[-2:])
+    )
+
+
+async def test_editing_a_code_message_runs_it_again(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    dm = await bot.server.dm_channel(ALICE)
+    message = await bot.server.post_message(dm, "```py\nprint('version', 1)\n```")
+    await bot.answer_in(dm)
+    await bot.server.edit_message(message.id, "```py\nprint('version', 2)\n```")
+    messages = await bot.answer_in(dm, count=2)
+    assert any("version 2" in m.content for m in messages)

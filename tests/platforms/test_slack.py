@@ -1,0 +1,330 @@
+"""Cellmate on Slack: the real slack_bolt app, in Socket Mode and in HTTP mode, against the
+Slack test server in `slack_server.py`, with the real sandbox and local storage."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from bot.agent import Agent
+from bot.http import start_server
+from bot.platforms.on_slack import EVENTS_PATH, CellmateSlack, add_http_route, build_slack
+from bot.settings import SlackSettings
+from executor import Executor
+from tests.platforms.openai_server import ScriptedModel, runs, says
+from tests.platforms.slack_server import (
+    ALICE,
+    APP_TOKEN,
+    BOB,
+    BOT_TOKEN,
+    C_GENERAL,
+    C_OTHER,
+    OTHER_BOT_USER,
+    SIGNING_SECRET,
+    Message,
+    SlackServer,
+)
+from tests.storage.azurite import free_port
+
+pytestmark = pytest.mark.docker
+
+SALES = b"month,sales\n1,10\n2,30\n3,20\n"
+CHART_CODE = (
+    "import pandas as pd, matplotlib.pyplot as plt\n"
+    "df = pd.read_csv('/mnt/data/sales.csv')\n"
+    "df.plot(x='month', y='sales')\n"
+    "plt.show()\n"
+)
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclasses.dataclass
+class Bot:
+    server: SlackServer
+    slack: CellmateSlack
+
+    def thread(self, channel: str, root: str) -> list[Message]:
+        return self.server.channel_messages(channel, thread_ts=root, by_bot=True)
+
+    async def answered(self, channel: str, root: str, count: int = 1) -> list[Message]:
+        """The bot's messages in a thread once `count` turns there have finished."""
+
+        def finished() -> list[Message] | None:
+            messages = self.thread(channel, root)
+            if self.slack.gate.running or any(_button(m, "cm_stop") for m in messages):
+                return None
+            answers = [m for m in messages if not _is_progress(m) and not m.files]
+            return messages if len(answers) >= count else None
+
+        return await self.server.wait_for(finished, 60)  # type: ignore[return-value]
+
+
+def _button(message: Message, action_id: str) -> bool:
+    return any(
+        element.get("action_id") == action_id
+        for block in message.blocks
+        if block.get("type") == "actions"
+        for element in block["elements"]
+    )
+
+
+def _is_progress(message: Message) -> bool:
+    return message.text.startswith(":hourglass") or message.text.startswith("*Code*")
+
+
+@pytest.fixture(params=["socket", "http"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def start_bot(
+    mode: str,
+    model: ScriptedModel,
+    executor: Executor,
+    make_agent: Callable[..., Agent],
+    tmp_path: Path,
+) -> AsyncIterator[Callable[..., Awaitable[Bot]]]:
+    cleanups: list[Callable[[], Awaitable[None]]] = []
+
+    async def start(use_model: bool = True, **settings: Any) -> Bot:
+        server = SlackServer(mode=mode)  # type: ignore[arg-type]
+        await server.start()
+        cleanups.append(server.close)
+        agent = make_agent(executor, model if use_model else None, tmp_path)
+        chosen = SlackSettings(
+            bot_token=BOT_TOKEN,
+            app_token=APP_TOKEN if mode == "socket" else "",
+            signing_secret=SIGNING_SECRET if mode == "http" else "",
+            api_url=server.api_url,
+            cooldown_s=0,
+        )
+        slack = build_slack(agent, dataclasses.replace(chosen, **settings))
+        await slack.connect()
+        if mode == "socket":
+            from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+
+            handler = AsyncSocketModeHandler(slack.app, APP_TOKEN)
+            await handler.connect_async()  # type: ignore[no-untyped-call]
+            cleanups.insert(0, handler.close_async)  # type: ignore[arg-type]
+            await server.wait_connected()
+        else:
+            app = web.Application()
+            add_http_route(slack, app)
+            port = free_port()
+            runner = await start_server(app, "127.0.0.1", port)
+            cleanups.insert(0, runner.cleanup)
+            server.bot_url = f"http://127.0.0.1:{port}{EVENTS_PATH}"
+        return Bot(server, slack)
+
+    yield start
+    for cleanup in cleanups:
+        with contextlib.suppress(Exception):
+            await cleanup()
+
+
+async def test_a_mention_with_a_csv_gets_a_threaded_chart_and_follow_ups_reuse_the_data(
+    start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel
+) -> None:
+    bot = await start_bot()
+    model.script(
+        runs(CHART_CODE),
+        says("Sales **peaked** in month 2."),
+        runs("print('total', df.sales.sum())"),
+        says("The total is 60."),
+    )
+    asked, deliveries = await bot.server.post(
+        C_GENERAL, "plot the sales by month", mention_bot=True, files=[("sales.csv", SALES)]
+    )
+    assert all(d.status == 200 for d in deliveries)
+    messages = await bot.answered(C_GENERAL, asked.ts)
+    progress, answer = messages[0], messages[-1]
+    assert "read_csv(" in progress.text
+    assert ":white_check_mark: ok" in progress.text or "✅ ok" in progress.text
+    assert progress.edits
+    assert answer.text == "Sales *peaked* in month 2."
+    assert answer.unfurl_links is False
+    charts = [f for f in bot.server.files if f.name.endswith(".png")]
+    assert charts
+    assert charts[0].content.startswith(PNG)
+    assert charts[0].thread_ts == asked.ts
+    # The "eyes" reaction acknowledged the message while the turn ran.
+    assert any(
+        name == "reactions.add" and args.get("name") == "eyes" for name, args in bot.server.calls
+    )
+    await bot.server.wait_for(lambda: not bot.server.messages[(C_GENERAL, asked.ts)].reactions)
+
+    # A plain reply in the thread continues the conversation: the data is still there.
+    await bot.server.post(C_GENERAL, "and the total?", thread_ts=asked.ts)
+    messages = await bot.answered(C_GENERAL, asked.ts, count=2)
+    assert any("total 60" in m.text for m in messages)
+    assert messages[-1].text == "The total is 60."
+
+
+async def test_run_with_text_with_the_modal_and_re_run(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    delivery = await bot.server.slash("/run", "print(6 * 7)")
+    assert delivery.status == 200
+    root = await bot.server.wait_for(
+        lambda: next(
+            (m for m in bot.server.channel_messages(C_GENERAL, by_bot=True) if "42" in m.text),
+            None,
+        )
+    )
+    assert isinstance(root, Message)
+    await bot.server.wait_for(
+        lambda: _button(bot.server.messages[(C_GENERAL, root.ts)], "cm_rerun")
+    )
+
+    await bot.server.slash("/run", "")
+    opened = await bot.server.wait_for(lambda: bot.server.views[-1] if bot.server.views else None)
+    assert isinstance(opened, dict)
+    await bot.server.submit_view(opened, {"code": "for i in range(3):\n    print('row', i)"})
+    await bot.server.wait_for(
+        lambda: any("row 2" in m.text for m in bot.server.channel_messages(C_GENERAL, by_bot=True))
+    )
+
+    await bot.server.wait_for(lambda: not bot.slack.gate.running)
+    result = bot.server.messages[(C_GENERAL, root.ts)]
+    await bot.server.click(result, "cm_rerun")
+    await bot.server.wait_for(
+        lambda: (
+            sum("42" in m.text for m in bot.server.channel_messages(C_GENERAL, by_bot=True)) >= 2
+        )
+    )
+
+
+async def test_stop_interrupts_a_loop(start_bot: Callable[..., Awaitable[Bot]]) -> None:
+    bot = await start_bot(use_model=False)
+    asked, _ = await bot.server.post(
+        C_GENERAL,
+        "```\nn = 5\nprint('loo' + 'ping', flush=True)\nwhile True:\n    n += 1\n```",
+        mention_bot=True,
+    )
+    running = await bot.server.wait_for(
+        lambda: next(
+            (
+                m
+                for m in bot.thread(C_GENERAL, asked.ts)
+                if _button(m, "cm_stop") and "looping" in m.text
+            ),
+            None,
+        )
+    )
+    assert isinstance(running, Message)
+    await bot.server.click(running, "cm_stop", user=BOB)  # not theirs to stop
+    await asyncio.sleep(0.5)
+    assert bot.slack.turns
+    await bot.server.click(running, "cm_stop")
+    messages = await bot.answered(C_GENERAL, asked.ts)
+    assert "killed" in messages[0].text
+    await bot.server.post(C_GENERAL, "```\nprint('alive', n > 5)\n```", thread_ts=asked.ts)
+    messages = await bot.answered(C_GENERAL, asked.ts, count=2)
+    assert any("alive True" in m.text for m in messages), [m.text for m in messages]
+
+
+async def test_a_retried_event_runs_once(start_bot: Callable[..., Awaitable[Bot]]) -> None:
+    bot = await start_bot(use_model=False)
+    asked, deliveries = await bot.server.post(
+        C_GENERAL, "```\nprint('ran once')\n```", mention_bot=True
+    )
+    for delivery in deliveries:
+        await bot.server.redeliver(delivery, attempt=1, reason="http_timeout")
+    await bot.answered(C_GENERAL, asked.ts)
+    await asyncio.sleep(1.5)
+    shown = [m for m in bot.thread(C_GENERAL, asked.ts) if "ran once" in m.text]
+    assert len(shown) == 1
+
+
+@pytest.mark.parametrize("mode", ["http"])  # Socket Mode has no requests to sign
+async def test_requests_with_a_bad_signature_or_an_old_timestamp_are_refused(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    event = {
+        "type": "event_callback",
+        "team_id": "T0TEAM",
+        "event_id": "Ev0FORGED",
+        "event": {
+            "type": "app_mention",
+            "user": ALICE,
+            "channel": C_GENERAL,
+            "ts": "1700000000.000100",
+            "text": "<@U0BOT> ```\nprint('forged')\n```",
+        },
+    }
+    body = json.dumps(event).encode()
+    forged = await bot.server.send_signed(body, "application/json", bad_signature=True)
+    stale = await bot.server.send_signed(
+        body, "application/json", timestamp=int(time.time()) - 6 * 60
+    )
+    assert forged.status == 401
+    assert stale.status == 401
+    await asyncio.sleep(1)
+    assert bot.server.channel_messages(C_GENERAL, by_bot=True) == []
+    assert not any(name == "chat.postMessage" for name, _ in bot.server.calls)
+
+
+async def test_disallowed_channels_and_other_bots_are_ignored(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False, channels=(C_GENERAL,))
+    await bot.server.post(C_OTHER, "```\nprint(1)\n```", mention_bot=True)
+    await bot.server.post(C_GENERAL, "```\nprint(2)\n```", mention_bot=True, user=OTHER_BOT_USER)
+    asked, _ = await bot.server.post(C_GENERAL, "```\nprint(3)\n```", mention_bot=True)
+    messages = await bot.answered(C_GENERAL, asked.ts)
+    assert "print(3)" in messages[0].text
+    assert bot.server.channel_messages(C_OTHER, by_bot=True) == []
+    bot_posts = [m for m in bot.server.channel_messages(C_GENERAL, by_bot=True)]
+    assert all(m.thread_ts == asked.ts for m in bot_posts)
+
+
+async def test_channel_pings_in_output_ping_nobody(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    code = "print('<!channel> <!here> <@U0BOB> ```\\n*bold* & done')"
+    asked, _ = await bot.server.post(C_GENERAL, f"```\n{code}\n```", mention_bot=True)
+    messages = await bot.answered(C_GENERAL, asked.ts)
+    for message in bot.server.channel_messages(C_GENERAL, by_bot=True):
+        shown = json.dumps([message.text, message.blocks])
+        assert "<!channel>" not in shown
+        assert "<!here>" not in shown
+        assert "<@U0BOB>" not in shown
+    assert "&lt;!channel&gt;" in messages[0].text
+
+
+async def test_dms_reset_export_and_the_run_code_shortcut(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    dm = bot.server.dm_channel(ALICE)
+    asked, _ = await bot.server.post(
+        dm, "```\nopen('/mnt/data/notes.txt', 'w').write('hi')\nsecret = 7\n```"
+    )
+    await bot.answered(dm, asked.ts)
+    await bot.server.slash("/export", channel=dm)
+    notebook = await bot.server.wait_for(
+        lambda: next((f for f in bot.server.files if f.name == "session.ipynb"), None)
+    )
+    assert b"secret = 7" in notebook.content  # type: ignore[attr-defined]
+
+    await bot.server.shortcut("cm_run_code", asked)
+    messages = await bot.answered(dm, asked.ts, count=2)
+    assert sum("secret = 7" in m.text for m in messages) == 2
+    await bot.server.slash("/reset", channel=dm)
+    await bot.server.wait_for(lambda: bot.server.responses)
+    assert "Forgot" in json.dumps(bot.server.responses)
+    await bot.server.post(dm, "```\nprint(secret)\n```", thread_ts=asked.ts)
+    await bot.server.wait_for(lambda: any("NameError" in m.text for m in bot.thread(dm, asked.ts)))
