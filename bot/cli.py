@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import discord
+from slack_sdk.errors import SlackApiError
 
 from bot.demo import DEMO_CODE
 from bot.exec_output import print_result, save_outputs
@@ -147,6 +148,13 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     except discord.LoginFailure:
         print("cellmate: Discord refused DISCORD_TOKEN; check it in .env", file=sys.stderr)
+        return 2
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        print(
+            f"cellmate: Slack refused the bot's request ({error}); check the SLACK_* settings",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

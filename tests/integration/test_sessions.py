@@ -75,6 +75,17 @@ async def test_stop_interrupts_and_keeps_state(executor: Executor) -> None:
     assert not session.stop()  # nothing runs now
 
 
+async def test_a_stop_set_before_the_run_starts_runs_nothing(executor: Executor) -> None:
+    session = executor.session("stopped-early")
+    stop = asyncio.Event()
+    stop.set()  # pressed while the sandbox was still starting
+    result = await session.run("open('/mnt/data/ran', 'w').write('yes')", stop=stop)
+    assert result.status is Status.KILLED
+    assert not result.files
+    assert not await session.list_files()
+    assert (await session.run("1 + 1")).results[-1].text == "2"
+
+
 async def test_stop_freezes_code_that_ignores_it_and_the_session_restarts(
     executor: Executor,
 ) -> None:

@@ -106,7 +106,16 @@ def test_storage_is_local_unless_azure_is_configured(tmp_path: Path) -> None:
 def test_env_example_lists_every_setting_and_loads() -> None:
     import dataclasses
 
-    from bot.settings import POOL_PREFIX, SANDBOX_PREFIX, STORAGE_PREFIX, StorageSettings
+    from bot.settings import (
+        DISCORD_PREFIX,
+        POOL_PREFIX,
+        SANDBOX_PREFIX,
+        SLACK_PREFIX,
+        STORAGE_PREFIX,
+        DiscordSettings,
+        SlackSettings,
+        StorageSettings,
+    )
     from executor.executor import PoolSettings
     from executor.limits import SandboxLimits
 
@@ -116,8 +125,12 @@ def test_env_example_lists_every_setting_and_loads() -> None:
         (SANDBOX_PREFIX, SandboxLimits),
         (POOL_PREFIX, PoolSettings),
         (STORAGE_PREFIX, StorageSettings),
+        (DISCORD_PREFIX, DiscordSettings),
+        (SLACK_PREFIX, SlackSettings),
     ):
         for item in dataclasses.fields(section):
+            if item.name in ("token", "api_url", "bot_token", "app_token", "signing_secret"):
+                continue  # the platforms' own names, checked below
             assert prefix + item.name.upper() in text, item.name
     for name in (
         "CELLMATE_SANDBOX_IMAGE",
@@ -125,6 +138,12 @@ def test_env_example_lists_every_setting_and_loads() -> None:
         "CELLMATE_DATA_DIR",
         "CELLMATE_HTTP_PORT",
         "AZURE_BLOB_CONTAINER_NAME",
+        "DISCORD_TOKEN",
+        "DISCORD_API_URL",
+        "SLACK_BOT_TOKEN",
+        "SLACK_APP_TOKEN",
+        "SLACK_SIGNING_SECRET",
+        "SLACK_API_URL",
     ):
         assert name in text
     assert load_settings({}, env_file=example).sandbox.memory_mb == 1024

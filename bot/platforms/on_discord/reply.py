@@ -64,7 +64,8 @@ class ChannelSurface:
         return await self.channel.send(content, files=_files(files), suppress_embeds=True, **extra)
 
     async def edit(self, message: Any, content: str, view: Any = None) -> Any:
-        return await message.edit(content=content, view=view)
+        # An edit without `suppress` would turn link previews back on.
+        return await message.edit(content=content, view=view, suppress=True)
 
     async def notify(self, content: str) -> None:
         await self.send(content)
@@ -123,7 +124,7 @@ class InteractionSurface:
                     raise
                 self._channel()
                 return message
-        return await message.edit(content=content, view=view)
+        return await message.edit(content=content, view=view, suppress=True)
 
     async def notify(self, content: str) -> None:
         if not self.expired:

@@ -1,0 +1,118 @@
+"""`cellmate serve` as an operator runs it: one process serving Discord and Slack (HTTP
+mode) from settings in the environment, answering on both, and stopping cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import docker
+import pytest
+
+from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL
+from tests.platforms import discord_server as dc
+from tests.platforms import slack_server as sl
+from tests.storage.azurite import free_port
+
+pytestmark = pytest.mark.docker
+
+INSTANCE = "tests-serve"
+
+
+def environment(data: Path, **extra: str) -> dict[str, str]:
+    platform = ("OPENAI_", "AZURE_", "CELLMATE_", "DISCORD_", "SLACK_")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(platform)}
+    return {**base, "CELLMATE_DATA_DIR": str(data), "CELLMATE_INSTANCE": INSTANCE, **extra}
+
+
+async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    discord_side = dc.DiscordServer()
+    slack_side = sl.SlackServer(mode="http")
+    await discord_side.start()
+    await slack_side.start()
+    port = free_port()
+    slack_side.bot_url = f"http://127.0.0.1:{port}/slack/events"
+    env = environment(
+        tmp_path / "data",
+        DISCORD_TOKEN=dc.TOKEN,
+        DISCORD_API_URL=discord_side.api_url,
+        CELLMATE_DISCORD_COOLDOWN_S="0",
+        SLACK_BOT_TOKEN=sl.BOT_TOKEN,
+        SLACK_SIGNING_SECRET=sl.SIGNING_SECRET,
+        SLACK_API_URL=slack_side.api_url,
+        CELLMATE_HTTP_PORT=str(port),
+        CELLMATE_POOL_SIZE="1",
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "serve",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+    )
+    output: list[str] = []
+
+    async def read() -> None:
+        assert process.stdout is not None
+        async for line in process.stdout:
+            output.append(line.decode())
+
+    reader = asyncio.create_task(read())
+    try:
+        await discord_side.wait_for(lambda: any("serving" in line for line in output), 120)
+        assert "Discord, Slack" in "".join(output)
+        await discord_side.wait_ready()
+
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/healthz") as response,
+        ):
+            assert response.status == 200
+
+        await discord_side.post_message(
+            dc.CHANNEL_GENERAL, "```py\nprint('from', 'discord')\n```", mention_bot=True
+        )
+        asked, _ = await slack_side.post(
+            sl.C_GENERAL, "```\nprint('from', 'slack')\n```", mention_bot=True
+        )
+        await discord_side.wait_for(
+            lambda: any(
+                "from discord" in m.content
+                for thread in discord_side.threads
+                for m in discord_side.channel_messages(thread, by_bot=True)
+            ),
+            60,
+        )
+        await slack_side.wait_for(
+            lambda: any(
+                "from slack" in m.text
+                for m in slack_side.channel_messages(sl.C_GENERAL, thread_ts=asked.ts, by_bot=True)
+            ),
+            60,
+        )
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), 60)
+        await reader
+        assert code == 0, "".join(output)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        reader.cancel()
+        await discord_side.close()
+        await slack_side.close()
+    client = docker.from_env()
+    try:
+        selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={INSTANCE}"]
+        assert client.containers.list(all=True, filters={"label": selector}) == []
+        assert client.volumes.list(filters={"label": selector}) == []
+    finally:
+        client.close()

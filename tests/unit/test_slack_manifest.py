@@ -1,0 +1,29 @@
+"""The Slack app manifest in the repo asks for what the Slack front end handles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from bot.platforms.on_slack.app import RUN_MODAL
+
+MANIFEST = Path(__file__).resolve().parents[2] / "bot/platforms/on_slack/manifest.yml"
+APP = MANIFEST.with_name("app.py").read_text()
+
+
+def test_manifest_declares_the_commands_shortcut_and_events_the_app_handles() -> None:
+    manifest = yaml.safe_load(MANIFEST.read_text())
+    commands = {c["command"] for c in manifest["features"]["slash_commands"]}
+    assert commands == {"/run", "/reset", "/export"}
+    for command in commands:
+        assert f'app.command("{command}")' in APP
+    (shortcut,) = manifest["features"]["shortcuts"]
+    assert f'app.shortcut("{shortcut["callback_id"]}")' in APP
+    events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
+    assert {"app_mention", "message.channels", "message.im"} <= events
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    # Files shared with a message are downloaded, and results uploaded, by the bot.
+    assert {"files:read", "files:write", "chat:write", "commands", "reactions:write"} <= scopes
+    assert manifest["settings"]["interactivity"]["is_enabled"] is True
+    assert RUN_MODAL in APP
