@@ -13,13 +13,17 @@ import asyncio
 import base64
 import inspect
 import json
+import logging
 import re
+import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import openai
 
+from bot import logs
 from bot.events import (
     Answer,
     ArtifactsPublished,
@@ -32,13 +36,16 @@ from bot.events import (
     TurnEvent,
 )
 from bot.history import History
+from bot.metrics import Metrics
 from bot.prompt import PYTHON_TOOL, system_prompt, tool_result
+from bot.quotas import QuotaExceeded, Quotas
 from bot.run_outputs import artifact_sources
 from executor import ExecutionResult, Executor, ExecutorError, OutputEvent, Status
 from storage.artifacts import Artifact, ArtifactLimits, publish
 from storage.base import Storage
 from storage.intake import Fetcher, IncomingFile, IntakeLimits, receive
 
+log = logging.getLogger(__name__)
 Emit = Callable[[TurnEvent], Awaitable[None] | None]
 FENCED = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 NO_MODEL = (
@@ -57,6 +64,8 @@ class UserMessage:
     text: str
     attachments: Sequence[IncomingFile] = ()
     user: str = ""
+    server: str = ""
+    """The Discord guild or Slack workspace, for per-server quotas."""
     fetch: Fetcher | None = None
     """How to download the attachments' URLs (with the platform's credentials); by default
     the agent's fetcher."""
@@ -80,6 +89,8 @@ class Turn:
     conversation: str
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     model_call: asyncio.Task[Any] | None = None
+    user: str = ""
+    server: str = ""
 
     def stop(self, agent: Agent) -> None:
         self.stop_requested.set()
@@ -100,6 +111,8 @@ class Agent:
         artifact_limits: ArtifactLimits | None = None,
         intake_limits: IntakeLimits | None = None,
         fetch: Fetcher | None = None,
+        quotas: Quotas | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.executor = executor
         self.storage = storage
@@ -110,6 +123,8 @@ class Agent:
         self.artifact_limits = artifact_limits or ArtifactLimits()
         self.intake_limits = intake_limits or IntakeLimits()
         self.fetch = fetch
+        self.quotas = quotas
+        self.metrics = metrics
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def turn(
@@ -117,11 +132,29 @@ class Agent:
     ) -> None:
         """Handle one message; turns of one conversation run one at a time, in order."""
         turn = turn or Turn(conversation)
+        turn.user, turn.server = message.user, message.server
+        logs.conversation_id.set(conversation)
+        logs.turn_id.set(uuid.uuid4().hex[:12])
+        started = time.monotonic()
+        ending: list[str] = []
+
+        async def watched(event: TurnEvent) -> None:
+            if isinstance(event, Answer | Failure):
+                ending.append("answer" if isinstance(event, Answer) else "failure")
+            await _call(emit, event)
+
         async with self._locks.setdefault(conversation, asyncio.Lock()):
             try:
-                await self._turn(conversation, message, emit, turn)
+                await self._turn(conversation, message, watched, turn)
             except ExecutorError as exc:
-                await _call(emit, Failure(f"The sandbox could not run the code: {exc}"))
+                await _call(watched, Failure(f"The sandbox could not run the code: {exc}"))
+            except QuotaExceeded as exc:
+                await _call(watched, Failure(str(exc)))
+        outcome = ending[0] if ending else "none"
+        seconds = time.monotonic() - started
+        log.info("turn finished: %s in %.2f s", outcome, seconds)
+        if self.metrics is not None:
+            self.metrics.turn(conversation, outcome, seconds)
 
     async def reset(self, conversation: str) -> None:
         """Forget the conversation's history and end its session."""
@@ -227,6 +260,8 @@ class Agent:
                 Failure(f"The turn took longer than {self.limits.budget_s:g} s and was stopped."),
             )
         except openai.OpenAIError as exc:
+            if self.metrics is not None:
+                self.metrics.llm_error(type(exc).__name__)
             await _call(
                 emit,
                 Failure(
@@ -243,6 +278,9 @@ class Agent:
             tools=cast(Any, [PYTHON_TOOL]),
             tool_choice="auto",
         )
+        usage = getattr(response, "usage", None)
+        if self.metrics is not None and usage is not None:
+            self.metrics.usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
         if not response.choices:
             raise EmptyReply("the model sent no choices")
         return response.choices[0]
@@ -269,10 +307,19 @@ class Agent:
         async def forward(event: OutputEvent) -> None:
             await _call(emit, OutputChunk(event))
 
+        if self.quotas is not None:
+            self.quotas.check(turn.user, turn.server)
+        logs.run_id.set(uuid.uuid4().hex[:12])
         # A Stop pressed while the sandbox is still starting applies to this run as well.
         result = await self.executor.session(conversation).run(
             code, on_output=forward, stop=turn.stop_requested
         )
+        seconds = result.duration_ms / 1000
+        log.info("run finished: %s in %.2f s", result.status.value, seconds)
+        if self.quotas is not None:
+            self.quotas.record(turn.user, turn.server, seconds)
+        if self.metrics is not None:
+            self.metrics.run(result.status.value, seconds)
         await _call(
             emit,
             ExecutionFinished(
@@ -283,6 +330,8 @@ class Agent:
             self.storage, conversation, artifact_sources(result), self.artifact_limits
         )
         if manifest:
+            if self.metrics is not None:
+                self.metrics.published(manifest)
             await _call(emit, ArtifactsPublished(manifest))
         return result, manifest
 

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +14,9 @@ import discord
 from slack_sdk.errors import SlackApiError
 
 from bot.demo import DEMO_CODE
+from bot.doctor import diagnose, report
 from bot.exec_output import print_result, save_outputs
+from bot.logs import setup_logging
 from bot.platforms.console import Console, is_terminal, run_interactive, run_piped
 from bot.serve import NoPlatform, configured_platforms, serve
 from bot.services import background, services
@@ -31,9 +32,14 @@ from storage.retention import parse_age, prune
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         settings = load_settings()
+        serving = args.handler is _serve or (
+            args.handler is _start and bool(configured_platforms(settings))
+        )
+        setup_logging(
+            settings.log_format, settings.log_level if serving else "WARNING", settings.secrets
+        )
         code: int = args.handler(args, settings)
     except SettingsError as exc:
         print(f"cellmate: bad setting: {exc}", file=sys.stderr)
@@ -96,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     start.set_defaults(handler=_start)
 
+    doctor = commands.add_parser(
+        "doctor", help="check the engine, image, storage, model and platform tokens"
+    )
+    doctor.set_defaults(handler=_doctor)
+
     demo = commands.add_parser("demo", help="run a short example with a table and a chart")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), metavar="DIR")
     demo.set_defaults(handler=_demo)
@@ -140,7 +151,6 @@ def _exec(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    logging.getLogger("bot").setLevel(logging.INFO)
     try:
         asyncio.run(serve(settings))
     except NoPlatform as exc:
@@ -157,6 +167,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         )
         return 2
     return 0
+
+
+def _doctor(args: argparse.Namespace, settings: Settings) -> int:
+    return report(asyncio.run(diagnose(settings)), sys.stdout)
 
 
 def _start(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,23 +1,38 @@
-"""The bot's one HTTP server (aiohttp): signed artifact links at /files/, and /healthz.
+"""The bot's one HTTP server (aiohttp): signed artifact links at /files/, /healthz,
+/metrics, and Slack's /slack/events in HTTP mode.
 
-Slack's HTTP mode and /metrics join it later. The files route never lists a folder, and a
-request reaches the file system only through `LocalStorage.open_signed`, which checks the
-key's characters and the link's signature and expiry first.
+The files route never lists a folder, and a request reaches the file system only through
+`LocalStorage.open_signed`, which checks the key's characters and the link's signature and
+expiry first.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from storage.content_types import disposition, served_type
 from storage.local import LocalStorage
 
+Checks = Callable[[], Awaitable[dict[str, str]]]
+Exposition = Callable[[], bytes]
 STORAGE_KEY = web.AppKey("storage", LocalStorage)
+CHECKS_KEY: web.AppKey[Checks] = web.AppKey("checks")
+METRICS_KEY: web.AppKey[Exposition] = web.AppKey("metrics")
+METRICS_TYPE = "text/plain; version=0.0.4"
 
 
-def create_app(storage: LocalStorage | None) -> web.Application:
+def create_app(
+    storage: LocalStorage | None, checks: Checks | None = None, metrics: Exposition | None = None
+) -> web.Application:
     app = web.Application()
     app.router.add_get("/healthz", _healthz)
+    if checks is not None:
+        app[CHECKS_KEY] = checks
+    if metrics is not None:
+        app[METRICS_KEY] = metrics
+        app.router.add_get("/metrics", _metrics)
     if storage is not None:
         app[STORAGE_KEY] = storage
         app.router.add_get("/files/{key:.+}", _file)
@@ -25,7 +40,17 @@ def create_app(storage: LocalStorage | None) -> web.Application:
 
 
 async def _healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    """200 when every check passes, else 503 naming the failing ones."""
+    checks = request.app.get(CHECKS_KEY)
+    results = await checks() if checks is not None else {}
+    failing = {name: problem for name, problem in results.items() if problem != "ok"}
+    body = {"status": "unhealthy" if failing else "ok", "checks": results}
+    return web.json_response(body, status=503 if failing else 200)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS_KEY]()
+    return web.Response(body=body, headers={"Content-Type": METRICS_TYPE})
 
 
 async def _file(request: web.Request) -> web.StreamResponse:

@@ -13,7 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.agent import Agent
+from bot.health import Health
+from bot.platforms.hub import Hub
 from bot.services import Services, background, services
 from bot.settings import Settings, SettingsError
 
@@ -38,17 +39,17 @@ def configured_platforms(settings: Settings) -> list[str]:
     return [name for name, on in configured if on]
 
 
-def front_ends(agent: Agent, settings: Settings) -> list[FrontEnd]:
+def front_ends(hub: Hub, settings: Settings) -> list[FrontEnd]:
     found = []
     if settings.discord.configured:
         from bot.platforms.on_discord import build_client, run_discord
 
-        client = build_client(agent, settings.discord)
+        client = build_client(hub, settings.discord)
         found.append(FrontEnd("Discord", lambda: run_discord(client), client.close))
     if settings.slack.configured:
         from bot.platforms.on_slack import add_http_route, build_slack, run_slack
 
-        slack = build_slack(agent, settings.slack)
+        slack = build_slack(hub, settings.slack)
 
         def route(app: web.Application) -> None:
             add_http_route(slack, app)
@@ -72,30 +73,50 @@ async def serve(settings: Settings, ready: Callable[[Services], None] | None = N
         loop.add_signal_handler(number, stopping.set)
     try:
         async with services(settings) as running:
-            fronts = front_ends(running.agent, settings)
+            fronts = front_ends(running.hub, settings)
+            health = Health(running, configured_platforms(settings))
 
             def extend(app: web.Application) -> None:
                 for front in fronts:
                     if front.route is not None:
                         front.route(app)
 
-            async with background(settings, running.storage, always_serve=True, extend=extend):
+            async with background(
+                settings,
+                running.storage,
+                always_serve=True,
+                extend=extend,
+                checks=health.checks,
+                metrics=running.metrics,
+            ):
                 if ready is not None:
                     ready(running)
                 names = ", ".join(front.name for front in fronts)
                 print(f"Cellmate is serving {names}. Stop with Ctrl-C.", flush=True)
-                await _run_until_stopped(fronts, stopping)
+                await _run_until_stopped(fronts, stopping, running)
     finally:
         for number in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(number)
 
 
-async def _run_until_stopped(fronts: list[FrontEnd], stopping: asyncio.Event) -> None:
-    """Run the front ends until a signal, or until one of them fails (then raise that)."""
+async def _run_until_stopped(
+    fronts: list[FrontEnd], stopping: asyncio.Event, running: Services
+) -> None:
+    """Run the front ends until a signal, or until one of them fails (then raise that).
+
+    On a signal: take no new turns, let running ones finish within the grace period, stop
+    the rest (their replies say so), then disconnect. The executor's exit removes every
+    sandbox afterwards."""
     tasks = [asyncio.create_task(front.run(), name=front.name) for front in fronts]
     waiter = asyncio.create_task(stopping.wait())
     done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
     waiter.cancel()
+    if stopping.is_set():
+        grace = running.settings.shutdown_grace_s
+        print(f"Stopping: finishing running turns (up to {grace:g} s) ...", flush=True)
+        stopped = await running.hub.turns.drain(running.agent, grace)
+        if stopped:
+            print(f"Stopped {stopped} turn(s) that ran past the grace period.", flush=True)
     for front in fronts:
         if front.close is not None:
             with contextlib.suppress(Exception):

@@ -13,8 +13,11 @@ from aiohttp import web
 
 from bot.agent import Agent, AgentLimits
 from bot.history import History
-from bot.http import create_app, start_server
+from bot.http import Checks, create_app, start_server
 from bot.llm import build_client
+from bot.metrics import Metrics
+from bot.platforms.hub import Hub
+from bot.quotas import Quotas
 from bot.settings import Settings
 from bot.storage_setup import build_storage
 from executor import Executor, PoolSettings
@@ -31,6 +34,8 @@ class Services:
     agent: Agent
     storage: Storage
     settings: Settings
+    hub: Hub
+    metrics: Metrics
 
 
 @contextlib.asynccontextmanager
@@ -45,6 +50,8 @@ async def services(
         await storage.close()
         raise
     history = History(settings.data_dir / "history.sqlite3")
+    quotas = Quotas(settings.data_dir / "usage.sqlite3", settings.quotas)
+    metrics = Metrics()
     client = build_client(settings.model)
     try:
         async with Executor(
@@ -74,11 +81,16 @@ async def services(
                     max_count=settings.storage.attachment_max_count,
                 ),
                 fetch=fetch,
+                quotas=quotas,
+                metrics=metrics,
             )
-            yield Services(agent, storage, settings)
+            metrics.watch(executor)
+            hub = Hub(agent, admins=frozenset(settings.admins))
+            yield Services(agent, storage, settings, hub, metrics)
     finally:
         await storage.close()
         history.close()
+        quotas.close()
         if client is not None:
             await client.close()
 
@@ -89,6 +101,8 @@ async def background(
     storage: Storage,
     always_serve: bool = False,
     extend: Callable[[web.Application], None] | None = None,
+    checks: Checks | None = None,
+    metrics: Metrics | None = None,
 ) -> AsyncIterator[None]:
     """The HTTP server (local links, health, platform webhooks) and scheduled pruning.
 
@@ -97,7 +111,7 @@ async def background(
     runner = None
     local = storage if isinstance(storage, LocalStorage) and storage.base_url else None
     if always_serve or local is not None:
-        app = create_app(local)
+        app = create_app(local, checks, metrics.exposition if metrics else None)
         if extend is not None:
             extend(app)
         address = f"{settings.http_host}:{settings.http_port}"

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from dotenv import dotenv_values
 
+from bot.quotas import QuotaSettings
 from executor.executor import PoolSettings
 from executor.image import default_tag
 from executor.limits import SandboxLimits
@@ -27,6 +28,7 @@ POOL_PREFIX = "CELLMATE_POOL_"
 STORAGE_PREFIX = "CELLMATE_STORAGE_"
 DISCORD_PREFIX = "CELLMATE_DISCORD_"
 SLACK_PREFIX = "CELLMATE_SLACK_"
+QUOTA_PREFIX = "CELLMATE_QUOTA_"
 T = TypeVar("T")
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
@@ -170,6 +172,13 @@ class Settings:
     model: ModelSettings = field(default_factory=ModelSettings)
     discord: DiscordSettings = field(default_factory=DiscordSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
+    quotas: QuotaSettings = field(default_factory=QuotaSettings)
+    admins: tuple[str, ...] = ()
+    """User ids (Discord or Slack) who may see /usage."""
+    shutdown_grace_s: float = 30.0
+    """On SIGTERM, how long running turns may take to finish before they are stopped."""
+    log_format: typing.Literal["text", "json"] = "text"
+    log_level: str = "INFO"
     sandbox_image: str = ""
     """Image for sandboxes; by default the content-hash tag of environments/jupyter."""
     instance: str = "default"
@@ -180,6 +189,26 @@ class Settings:
     @property
     def image(self) -> str:
         return self.sandbox_image or default_tag()
+
+    @property
+    def secrets(self) -> list[str]:
+        """Values that must never appear in logs."""
+        values = [
+            self.discord.token,
+            self.slack.bot_token,
+            self.slack.app_token,
+            self.slack.signing_secret,
+            self.model.api_key,
+            self.model.azure_api_key,
+            self.azure.account_key,
+            self.azure.connection_string,
+            self.storage.link_secret,
+        ]
+        # A connection string's account key also appears on its own.
+        for part in self.azure.connection_string.split(";"):
+            if part.startswith("AccountKey="):
+                values.append(part.removeprefix("AccountKey="))
+        return [value for value in values if value]
 
 
 def load_settings(
@@ -224,6 +253,21 @@ def load_settings(
             azure=azure,
             discord=discord,
             slack=slack,
+            quotas=_section(QuotaSettings, QUOTA_PREFIX, values),
+            admins=_parse("CELLMATE_ADMINS", values.get("CELLMATE_ADMINS", ""), tuple[str, ...]),
+            shutdown_grace_s=_parse(
+                "CELLMATE_SHUTDOWN_GRACE_S", values.get("CELLMATE_SHUTDOWN_GRACE_S", "30"), float
+            ),
+            log_format=_parse(
+                "CELLMATE_LOG_FORMAT",
+                values.get("CELLMATE_LOG_FORMAT", "") or "text",
+                typing.Literal["text", "json"],
+            ),
+            log_level=_parse(
+                "CELLMATE_LOG_LEVEL",
+                (values.get("CELLMATE_LOG_LEVEL", "") or "INFO").upper(),
+                typing.Literal["DEBUG", "INFO", "WARNING", "ERROR"],
+            ),
             http_port=_parse("CELLMATE_HTTP_PORT", values.get("CELLMATE_HTTP_PORT", "8080"), int),
             http_host=values.get("CELLMATE_HTTP_HOST", "") or "127.0.0.1",
             model=ModelSettings(

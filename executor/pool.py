@@ -74,6 +74,11 @@ class SandboxPool:
     def waiting(self) -> int:
         return self._waiting
 
+    @property
+    def full(self) -> bool:
+        """Whether a new caller would have to wait: no ready sandbox and no free slot."""
+        return not self._idle and self._leased + self._waiting >= self.max_live
+
     def start(self) -> None:
         if self._refill is None:
             self._refill = asyncio.create_task(self._refill_loop(), name="cellmate-pool-refill")
@@ -83,7 +88,7 @@ class SandboxPool:
         if self._closed:
             raise ExecutorError("the executor is shutting down")
         self.start()
-        if not self._idle and self._leased + self._waiting >= self.max_live:
+        if self.full:
             position = self._leased + self._waiting - self.max_live + 1
             if position > self.queue_limit:
                 raise SandboxBusy(

@@ -184,12 +184,32 @@ class SessionManager:
             live = None
         if live is not None:
             return live, None
+        if self.pool.full:
+            self._make_room(key)
         lease = await self.pool.acquire(on_queued)
         now = time.monotonic()
         live = self._live[key] = _Live(lease=lease, created=now, last_used=now)
         return live, self._endings.pop(key, None)
 
+    def _make_room(self, key: str) -> None:
+        """End the least recently used idle session, so that a new one need not wait for
+        idle timeouts while every sandbox holds a session nobody is using."""
+        idle = [
+            (live.last_used, other)
+            for other, live in self._live.items()
+            if other != key and not self._lock(other).locked()
+        ]
+        if not idle:
+            return
+        _, oldest = min(idle)
+        log.info("ending idle session %s to make room", oldest)
+        # No await between choosing and ending: the session cannot start a run in between.
+        self._drop(oldest, "it was idle while another conversation needed a sandbox")
+
     async def _end(self, key: str, reason: str | None) -> None:
+        self._drop(key, reason)
+
+    def _drop(self, key: str, reason: str | None) -> None:
         live = self._live.pop(key, None)
         if live is None:
             return

@@ -39,8 +39,12 @@ class Place:
     dm: bool = False
 
 
-class Busy(Exception):
-    """The user may not start a turn now; the message says why and when to try again."""
+class Refused(Exception):
+    """A turn may not start; the message says why (and when to try again), for the user."""
+
+
+class Busy(Refused):
+    """The user has a turn running, or started one too recently."""
 
 
 @dataclass(slots=True)

@@ -81,3 +81,17 @@ async def test_shutdown_removes_every_sandbox(
     result = await asyncio.wait_for(busy, 30)
     assert result.status is not Status.OK
     assert live_sandboxes(docker_client) == []
+
+
+async def test_an_idle_session_makes_room_when_every_sandbox_is_taken(runtime: str) -> None:
+    async with pooled(runtime, size=0, max_live=1) as executor:
+        first = executor.session("first")
+        await first.run("x = 1")
+        second = await executor.session("second").run("y = 2\ny")
+        assert second.status is Status.OK
+        assert second.results[-1].text == "2"
+        again = await first.run("x")
+        assert again.session_restarted
+        assert "idle while another conversation needed a sandbox" in again.message
+        assert again.error is not None
+        assert again.error.name == "NameError"

@@ -59,6 +59,7 @@ class ScriptedModel:
     async def start(self) -> ScriptedModel:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._complete)
+        app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         self.port = free_port()
@@ -68,6 +69,10 @@ class ScriptedModel:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        model = {"id": "scripted-model", "object": "model", "created": 0, "owned_by": "tests"}
+        return web.json_response({"object": "list", "data": [model]})
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -15,6 +15,7 @@ import pytest
 import yarl
 
 from bot.agent import Agent
+from bot.platforms.hub import Hub
 from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
 from bot.settings import DiscordSettings
 from executor import Executor
@@ -61,7 +62,7 @@ class Bot:
             if any(_has_button(m, "Stop") for m in messages):
                 return None
             answers = [m for m in messages if not m.content.startswith(("⏳", "**Code**"))]
-            idle = not self.client.turns and not self.client.gate.running
+            idle = not self.client.hub.turns and not self.client.gate.running
             return messages if len(answers) >= count and idle else None
 
         return await self.server.wait_for(finished, within)  # type: ignore[return-value]
@@ -96,7 +97,7 @@ async def start_bot(
         await server.start()
         agent = make_agent(executor, model if use_model else None, tmp_path)
         chosen = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0)
-        client = build_client(agent, dataclasses.replace(chosen, **settings))
+        client = build_client(Hub(agent), dataclasses.replace(chosen, **settings))
         task = asyncio.create_task(run_discord(client))
         started.append((server, client, task))
         await server.wait_ready()
@@ -249,7 +250,7 @@ async def test_stop_interrupts_a_loop_and_the_session_lives_on(
     # Someone else cannot stop it.
     await bot.server.click(running, _button_id(running, "Stop"), user=BOB)
     await asyncio.sleep(0.5)
-    assert bot.client.turns
+    assert bot.client.hub.turns
     await bot.server.click(running, _button_id(running, "Stop"))
     messages = await bot.answer_in(dm)
     assert "⏹️ killed" in messages[0].content or "stopped" in messages[0].content.lower()

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from bot.agent import Agent
 from bot.http import start_server
+from bot.platforms.hub import Hub
 from bot.platforms.on_slack import EVENTS_PATH, CellmateSlack, add_http_route, build_slack
 from bot.settings import SlackSettings
 from executor import Executor
@@ -108,7 +109,7 @@ async def start_bot(
             api_url=server.api_url,
             cooldown_s=0,
         )
-        slack = build_slack(agent, dataclasses.replace(chosen, **settings))
+        slack = build_slack(Hub(agent), dataclasses.replace(chosen, **settings))
         await slack.connect()
         if mode == "socket":
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
@@ -225,7 +226,7 @@ async def test_stop_interrupts_a_loop(start_bot: Callable[..., Awaitable[Bot]]) 
     assert isinstance(running, Message)
     await bot.server.click(running, "cm_stop", user=BOB)  # not theirs to stop
     await asyncio.sleep(0.5)
-    assert bot.slack.turns
+    assert bot.slack.hub.turns
     await bot.server.click(running, "cm_stop")
     messages = await bot.answered(C_GENERAL, asked.ts)
     assert "killed" in messages[0].text

@@ -109,10 +109,12 @@ def test_env_example_lists_every_setting_and_loads() -> None:
     from bot.settings import (
         DISCORD_PREFIX,
         POOL_PREFIX,
+        QUOTA_PREFIX,
         SANDBOX_PREFIX,
         SLACK_PREFIX,
         STORAGE_PREFIX,
         DiscordSettings,
+        QuotaSettings,
         SlackSettings,
         StorageSettings,
     )
@@ -127,6 +129,7 @@ def test_env_example_lists_every_setting_and_loads() -> None:
         (STORAGE_PREFIX, StorageSettings),
         (DISCORD_PREFIX, DiscordSettings),
         (SLACK_PREFIX, SlackSettings),
+        (QUOTA_PREFIX, QuotaSettings),
     ):
         for item in dataclasses.fields(section):
             if item.name in ("token", "api_url", "bot_token", "app_token", "signing_secret"):
@@ -144,6 +147,10 @@ def test_env_example_lists_every_setting_and_loads() -> None:
         "SLACK_APP_TOKEN",
         "SLACK_SIGNING_SECRET",
         "SLACK_API_URL",
+        "CELLMATE_ADMINS",
+        "CELLMATE_SHUTDOWN_GRACE_S",
+        "CELLMATE_LOG_FORMAT",
+        "CELLMATE_LOG_LEVEL",
     ):
         assert name in text
     assert load_settings({}, env_file=example).sandbox.memory_mb == 1024

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import discord
 
-from bot.agent import Agent
+from bot.platforms.hub import Hub
 from bot.platforms.on_discord.client import CellmateDiscord
 from bot.settings import DiscordSettings
 
 __all__ = ["CellmateDiscord", "build_client", "run_discord"]
 
 
-def build_client(agent: Agent, settings: DiscordSettings) -> CellmateDiscord:
+def build_client(hub: Hub, settings: DiscordSettings) -> CellmateDiscord:
     if settings.api_url:
         # discord.py keeps its REST base in a class attribute: one Discord API per process.
         discord.http.Route.BASE = settings.api_url.rstrip("/")
-    return CellmateDiscord(agent, settings)
+    return CellmateDiscord(hub, settings)
 
 
 async def run_discord(client: CellmateDiscord) -> None:

@@ -11,19 +11,19 @@ import asyncio
 import json
 import logging
 import re
-import secrets
-from dataclasses import dataclass
 from typing import Any
 
 import discord
 import yarl
 from discord import app_commands
 
-from bot.agent import Agent, Turn, UserMessage, direct_code
-from bot.platforms.access import AccessRules, Busy, Gate, Place, Seen
+from bot.agent import UserMessage, direct_code
+from bot.platforms.access import AccessRules, Gate, Place, Refused, Seen
+from bot.platforms.hub import Hub
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_discord.render import thread_name
 from bot.platforms.on_discord.reply import ChannelSurface, InteractionSurface, Reply, Surface
+from bot.platforms.turns import SHUTDOWN_NOTICE, RerunSpec, Running
 from bot.settings import DiscordSettings
 from storage.intake import IncomingFile, http_fetcher
 
@@ -46,26 +46,15 @@ BUTTON_LOOKS = {
 }
 
 
-@dataclass(slots=True)
-class RunningTurn:
-    turn: Turn
-    owner: int
-
-
-@dataclass(frozen=True, slots=True)
-class RerunSpec:
-    code: str
-    conversation: str | None
-
-
 class CellmateDiscord(discord.Client):
-    def __init__(self, agent: Agent, settings: DiscordSettings) -> None:
+    def __init__(self, hub: Hub, settings: DiscordSettings) -> None:
         intents = discord.Intents.default()
         intents.message_content = settings.message_content
         intents.presences = False
         intents.members = False
         super().__init__(intents=intents, allowed_mentions=discord.AllowedMentions.none())
-        self.agent = agent
+        self.hub = hub
+        self.agent = hub.agent
         self.settings = settings
         self.gate = Gate(
             AccessRules(
@@ -78,8 +67,6 @@ class CellmateDiscord(discord.Client):
             )
         )
         self.seen = Seen()
-        self.turns: dict[str, RunningTurn] = {}
-        self.reruns: dict[str, RerunSpec] = {}
         self.code_messages: dict[int, str] = {}
         """Messages that were code run directly, by id -> conversation, for re-run on edit."""
         self.upload_limit = int(settings.upload_limit_mb * 1e6)
@@ -102,14 +89,21 @@ class CellmateDiscord(discord.Client):
             await self.tree.sync()
 
     async def on_ready(self) -> None:
-        self.connected.set()
+        self._up(True)
         log.info("connected to Discord as %s", self.user)
 
     async def on_disconnect(self) -> None:
-        self.connected.clear()
+        self._up(False)
 
     async def on_resumed(self) -> None:
-        self.connected.set()
+        self._up(True)
+
+    def _up(self, connected: bool) -> None:
+        self.hub.connected["discord"] = connected
+        if connected:
+            self.connected.set()
+        else:
+            self.connected.clear()
 
     # ── messages ──────────────────────────────────────────────────────────
 
@@ -166,7 +160,13 @@ class CellmateDiscord(discord.Client):
         await self.run_turn(
             surface,
             conversation,
-            UserMessage(text, attachments, user=str(message.author.id), fetch=self.fetch),
+            UserMessage(
+                text,
+                attachments,
+                user=str(message.author.id),
+                server=str(message.guild.id) if message.guild else "",
+                fetch=self.fetch,
+            ),
             owner=message.author.id,
         )
 
@@ -190,46 +190,35 @@ class CellmateDiscord(discord.Client):
         message: UserMessage,
         owner: int,
         rerun: RerunSpec | None = None,
-        claimed: bool = False,
     ) -> None:
-        """One turn with its reply; `claimed` when the caller already holds the user's turn."""
+        """One turn with its reply, or one message saying why it cannot start."""
         try:
-            if claimed:
-                await self._turn(surface, conversation, message, owner, rerun)
-                return
-            with self.gate.turn(str(owner)):
-                await self._turn(surface, conversation, message, owner, rerun)
-        except Busy as exc:
+            with self.hub.starting(self.gate, str(owner), message.server, conversation) as entry:
+                await self._turn(surface, message, entry, rerun)
+        except Refused as exc:
             await surface.notify(str(exc))
 
     async def _turn(
-        self,
-        surface: Surface,
-        conversation: str,
-        message: UserMessage,
-        owner: int,
-        rerun: RerunSpec | None,
+        self, surface: Surface, message: UserMessage, entry: Running, rerun: RerunSpec | None
     ) -> None:
-        key = secrets.token_hex(8)
-        turn = Turn(conversation)
-        self.turns[key] = RunningTurn(turn, owner)
         done_view = None
         if rerun is not None:
-            self.reruns[key] = rerun
-            done_view = _buttons(TurnButton("rerun", key))
-        reply = Reply(surface, self.upload_limit, _buttons(TurnButton("stop", key)), done_view)
+            self.hub.turns.remember(entry.key, rerun)
+            done_view = _buttons(TurnButton("rerun", entry.key))
+        stop_view = _buttons(TurnButton("stop", entry.key))
+        reply = Reply(surface, self.upload_limit, stop_view, done_view)
         try:
             await reply.start()
-            await self.agent.turn(conversation, message, reply, turn)
+            await self.agent.turn(entry.turn.conversation, message, reply, entry.turn)
+            if entry.shutdown:
+                reply.view.notices.append(SHUTDOWN_NOTICE)
             await reply.finish()
         except Exception as exc:
-            log.exception("turn failed in %s", conversation)
+            log.exception("turn failed in %s", entry.turn.conversation)
             try:
                 await surface.send(f"❌ Something went wrong while answering: {exc}")
             except discord.HTTPException:
                 log.exception("could not tell the user about the failure")
-        finally:
-            self.turns.pop(key, None)
 
     async def start_run(
         self, interaction: discord.Interaction, code: str, conversation: str | None = None
@@ -240,18 +229,14 @@ class CellmateDiscord(discord.Client):
         if conversation is None:
             conversation = conversation_of(interaction)
         key = conversation or f"discord:run:{interaction.id}"
+        user, server = str(interaction.user.id), str(interaction.guild_id or "")
         try:
-            with self.gate.turn(str(interaction.user.id)):
+            with self.hub.starting(self.gate, user, server, key) as entry:
                 await interaction.response.defer(thinking=True)
-                await self.run_turn(
-                    InteractionSurface(interaction),
-                    key,
-                    UserMessage(f"/run\n{code}", user=str(interaction.user.id)),
-                    owner=interaction.user.id,
-                    rerun=RerunSpec(code, conversation),
-                    claimed=True,
-                )
-        except Busy as exc:
+                message = UserMessage(f"/run\n{code}", user=user, server=server)
+                rerun = RerunSpec(code, conversation, server)
+                await self._turn(InteractionSurface(interaction), message, entry, rerun)
+        except Refused as exc:
             await interaction.response.send_message(str(exc), ephemeral=True)
         finally:
             if conversation is None:  # a one-off run: its session goes once the turn is over
@@ -324,12 +309,12 @@ class TurnButton(
             await self._rerun(client, interaction)
 
     async def _stop(self, client: CellmateDiscord, interaction: discord.Interaction) -> None:
-        running = client.turns.get(self.key)
+        running = client.hub.turns.get(self.key)
         if running is None:
             await interaction.response.send_message("That has already finished.", ephemeral=True)
             return
         moderator = interaction.permissions.manage_messages
-        if interaction.user.id != running.owner and not moderator:
+        if str(interaction.user.id) != running.owner and not moderator:
             await interaction.response.send_message(
                 "Only the person who started this can stop it.", ephemeral=True
             )
@@ -338,7 +323,7 @@ class TurnButton(
         await interaction.response.defer()
 
     async def _rerun(self, client: CellmateDiscord, interaction: discord.Interaction) -> None:
-        spec = client.reruns.get(self.key)
+        spec = client.hub.turns.rerun(self.key)
         if spec is None:
             await interaction.response.send_message(
                 "I no longer have that code (the bot restarted since); use /run again.",
@@ -411,6 +396,16 @@ def register_commands(client: CellmateDiscord) -> None:
         await InteractionSurface(interaction).send(
             "The session as a Jupyter notebook:", [("session.ipynb", data)]
         )
+
+    @tree.command(name="usage", description="Who used Cellmate most in the last day (admins)")
+    @app_commands.default_permissions(manage_guild=True)
+    async def usage(interaction: discord.Interaction) -> None:
+        admin = str(interaction.user.id) in client.hub.admins
+        if not admin and not interaction.permissions.manage_guild:
+            await interaction.response.send_message("Only admins can see usage.", ephemeral=True)
+            return
+        server = str(interaction.guild_id) if interaction.guild_id else None
+        await interaction.response.send_message(client.hub.usage(server), ephemeral=True)
 
     @tree.command(name="files", description="The files in this conversation's /mnt/data")
     async def files(interaction: discord.Interaction) -> None:

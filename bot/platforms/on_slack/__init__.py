@@ -8,7 +8,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
-from bot.agent import Agent
+from bot.platforms.hub import Hub
 from bot.platforms.on_slack.app import CellmateSlack
 from bot.settings import SlackSettings
 
@@ -17,8 +17,8 @@ __all__ = ["EVENTS_PATH", "CellmateSlack", "add_http_route", "build_slack", "run
 EVENTS_PATH = "/slack/events"
 
 
-def build_slack(agent: Agent, settings: SlackSettings) -> CellmateSlack:
-    return CellmateSlack(agent, settings)
+def build_slack(hub: Hub, settings: SlackSettings) -> CellmateSlack:
+    return CellmateSlack(hub, settings)
 
 
 def add_http_route(slack: CellmateSlack, app: web.Application) -> None:

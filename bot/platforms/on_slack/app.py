@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -19,11 +18,13 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent import Agent, Turn, UserMessage
-from bot.platforms.access import AccessRules, Busy, Gate, Place, Seen
+from bot.agent import UserMessage
+from bot.platforms.access import AccessRules, Gate, Place, Refused, Seen
+from bot.platforms.hub import Hub
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
+from bot.platforms.turns import SHUTDOWN_NOTICE, RerunSpec, Running
 from bot.settings import SlackSettings
 from storage.intake import IncomingFile, http_fetcher
 
@@ -38,21 +39,10 @@ RUN_MODAL = "cm_run_modal"
 NO_CONVERSATION = "You have no conversation with me in this channel yet: mention me to start one."
 
 
-@dataclass(slots=True)
-class RunningTurn:
-    turn: Turn
-    owner: str
-
-
-@dataclass(frozen=True, slots=True)
-class RerunSpec:
-    code: str
-    team: str
-
-
 class CellmateSlack:
-    def __init__(self, agent: Agent, settings: SlackSettings) -> None:
-        self.agent = agent
+    def __init__(self, hub: Hub, settings: SlackSettings) -> None:
+        self.hub = hub
+        self.agent = hub.agent
         self.settings = settings
         self.client = AsyncWebClient(
             token=settings.bot_token, base_url=settings.api_url or AsyncWebClient.BASE_URL
@@ -74,8 +64,6 @@ class CellmateSlack:
             )
         )
         self.seen = Seen()
-        self.turns: dict[str, RunningTurn] = {}
-        self.reruns: dict[str, RerunSpec] = {}
         self.threads: dict[tuple[str, str], bool] = {}
         """(channel, thread ts) -> whether the bot takes part in that thread."""
         self.latest: dict[tuple[str, str, str], str] = {}
@@ -90,6 +78,7 @@ class CellmateSlack:
         identity = await self.client.auth_test()
         self.bot_user = str(identity["user_id"])
         self.team = str(identity.get("team_id") or "")
+        self.hub.connected["slack"] = True
 
     def _register(self) -> None:
         app = self.app
@@ -98,6 +87,7 @@ class CellmateSlack:
         app.command("/run")(self._on_run)
         app.command("/reset")(self._on_reset)
         app.command("/export")(self._on_export)
+        app.command("/usage")(self._on_usage)
         app.shortcut("cm_run_code")(self._on_run_code)
         app.view(RUN_MODAL)(self._on_modal)
         app.action("cm_stop")(self._on_stop)
@@ -148,7 +138,7 @@ class CellmateSlack:
             return
         conversation = f"slack:{team}:{channel}:{root}"
         self.latest[(team, channel, user)] = conversation
-        message = UserMessage(text, files, user=user, fetch=self.fetch)
+        message = UserMessage(text, files, user=user, server=team, fetch=self.fetch)
         await self._react(channel, ts, "eyes", add=True)
         try:
             await self.run_turn(thread, conversation, message, user)
@@ -192,37 +182,33 @@ class CellmateSlack:
         rerun: RerunSpec | None = None,
         one_off: bool = False,
     ) -> None:
+        """One turn with its reply, or one message saying why it cannot start."""
         try:
-            with self.gate.turn(owner):
-                await self._turn(thread, conversation, message, owner, rerun)
-        except Busy as exc:
+            with self.hub.starting(self.gate, owner, message.server, conversation) as entry:
+                await self._turn(thread, message, entry, rerun)
+        except Refused as exc:
             await thread.tell(owner, str(exc))
         finally:
             if one_off:  # after the user's turn is released: cleaning up takes a moment
                 await self.agent.reset(conversation)
 
     async def _turn(
-        self,
-        thread: SlackThread,
-        conversation: str,
-        message: UserMessage,
-        owner: str,
-        rerun: RerunSpec | None,
+        self, thread: SlackThread, message: UserMessage, entry: Running, rerun: RerunSpec | None
     ) -> None:
-        key = secrets.token_hex(8)
-        turn = Turn(conversation)
-        self.turns[key] = RunningTurn(turn, owner)
         done = None
         if rerun is not None:
-            self.reruns[key] = rerun
-            done = ("cm_rerun", "Re-run", key)
-        reply = SlackReply(thread, ("cm_stop", "Stop", key), done)
+            self.hub.turns.remember(entry.key, rerun)
+            done = ("cm_rerun", "Re-run", entry.key)
+        reply = SlackReply(thread, ("cm_stop", "Stop", entry.key), done)
+        conversation = entry.turn.conversation
         try:
             progress = await reply.start()
             if thread.thread_ts is None:
                 # A /run result starts its own thread: the answer and files go under it.
                 thread.thread_ts = progress
-            await self.agent.turn(conversation, message, reply, turn)
+            await self.agent.turn(conversation, message, reply, entry.turn)
+            if entry.shutdown:
+                reply.view.notices.append(SHUTDOWN_NOTICE)
             await reply.finish()
         except Exception as exc:
             log.exception("turn failed in %s", conversation)
@@ -230,8 +216,6 @@ class CellmateSlack:
                 await thread.post(f":x: Something went wrong while answering: {exc}")
             except SlackApiError:
                 log.exception("could not tell the user about the failure")
-        finally:
-            self.turns.pop(key, None)
 
     async def start_run(
         self, code: str, channel: str, user: str, team: str, thread_ts: str | None = None
@@ -245,9 +229,9 @@ class CellmateSlack:
         await self.run_turn(
             SlackThread(self.client, channel, thread_ts),
             f"slack:run:{secrets.token_hex(8)}",
-            UserMessage(f"/run\n{code}", user=user),
+            UserMessage(f"/run\n{code}", user=user, server=team),
             user,
-            rerun=RerunSpec(code, team),
+            rerun=RerunSpec(code, None, team),
             one_off=True,
         )
 
@@ -312,6 +296,23 @@ class CellmateSlack:
         await SlackThread(self.client, channel, root).upload([("session.ipynb", data)])
         await respond("The notebook is in the conversation's thread.", response_type="ephemeral")
 
+    async def _on_usage(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
+        await ack()
+        user = str(command["user_id"])
+        admin = user in self.hub.admins
+        if not admin:
+            try:
+                found = await self.client.users_info(user=user)
+                profile = found.get("user") or {}
+                admin = bool(profile.get("is_admin") or profile.get("is_owner"))
+            except SlackApiError:
+                admin = False
+        if not admin:
+            await respond("Only admins can see usage.", response_type="ephemeral")
+            return
+        team = str(command.get("team_id") or self.team)
+        await respond(self.hub.usage(team), response_type="ephemeral")
+
     def _latest(self, command: dict[str, Any]) -> str | None:
         team = str(command.get("team_id") or self.team)
         return self.latest.get((team, str(command["channel_id"]), str(command["user_id"])))
@@ -319,7 +320,7 @@ class CellmateSlack:
     async def _on_stop(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
         key = str(body["actions"][0].get("value") or "")
-        running = self.turns.get(key)
+        running = self.hub.turns.get(key)
         user = str(body["user"]["id"])
         if running is None:
             await respond(
@@ -337,7 +338,7 @@ class CellmateSlack:
 
     async def _on_rerun(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
-        spec = self.reruns.get(str(body["actions"][0].get("value") or ""))
+        spec = self.hub.turns.rerun(str(body["actions"][0].get("value") or ""))
         if spec is None:
             await respond(
                 "I no longer have that code (the bot restarted since); use /run again.",
@@ -348,7 +349,7 @@ class CellmateSlack:
         channel = str(body["channel"]["id"])
         message = body.get("message") or {}
         root = str(message.get("thread_ts") or message.get("ts") or "") or None
-        await self.start_run(spec.code, channel, str(body["user"]["id"]), spec.team, root)
+        await self.start_run(spec.code, channel, str(body["user"]["id"]), spec.server, root)
 
 
 def _run_modal(channel: str, team: str) -> dict[str, Any]:

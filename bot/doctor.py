@@ -1,0 +1,229 @@
+"""`cellmate doctor`: checks everything the bot needs, says what is wrong and how to fix it.
+
+Each check is independent and bounded in time; the command exits non-zero when a required
+part fails (the engine, the image, the runtime, storage, and every configured platform or
+model). Nothing secret is printed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TextIO
+
+import aiohttp
+import docker
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.llm import build_client
+from bot.settings import Settings
+from bot.storage_setup import build_storage
+from executor import EngineUnavailable
+from executor.docker_backend import connect
+
+TIMEOUT_S = 15.0
+DISCORD_API = "https://discord.com/api/v10"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+Check = Callable[[Settings], Awaitable[list[Finding]]]
+
+
+async def diagnose(settings: Settings) -> list[Finding]:
+    findings: list[Finding] = [Finding("settings", True, "loaded (.env and the environment)")]
+    for check in (_docker, _storage, _model, _discord, _slack):
+        try:
+            findings += await asyncio.wait_for(check(settings), TIMEOUT_S)
+        except TimeoutError:
+            name = check.__name__.strip("_")
+            findings.append(Finding(name, False, f"no answer within {TIMEOUT_S:g} s"))
+    return findings
+
+
+def report(findings: list[Finding], out: TextIO) -> int:
+    width = max(len(f.name) for f in findings)
+    for finding in findings:
+        mark = "✓" if finding.ok else ("✗" if finding.required else "!")
+        out.write(f"{mark} {finding.name:<{width}}  {finding.detail}\n")
+        if finding.fix and not finding.ok:
+            out.write(f"  {'':<{width}}  → {finding.fix}\n")
+    failed = [f for f in findings if f.required and not f.ok]
+    out.write("All required checks passed.\n" if not failed else f"{len(failed)} problem(s).\n")
+    return 1 if failed else 0
+
+
+async def _docker(settings: Settings) -> list[Finding]:
+    try:
+        client = await asyncio.to_thread(connect, 10)
+    except EngineUnavailable as exc:
+        return [
+            Finding(
+                "engine",
+                False,
+                str(exc).split(". Start Docker")[0],
+                "start Docker, or run `make engine` (scripts/ensure-docker.sh installs and "
+                "starts one)",
+            )
+        ]
+    try:
+        info = await asyncio.to_thread(client.info)
+        found = [Finding("engine", True, f"Docker {info.get('ServerVersion', '?')} answers")]
+        try:
+            await asyncio.to_thread(client.images.get, settings.image)
+            found.append(Finding("image", True, f"{settings.image} is present"))
+        except docker.errors.ImageNotFound:
+            found.append(
+                Finding(
+                    "image",
+                    False,
+                    f"{settings.image} is not built",
+                    "run `cellmate build-image` (or `make build-image`)",
+                )
+            )
+        runtime = settings.sandbox.runtime
+        runtimes = sorted(info.get("Runtimes", {}))
+        if runtime in runtimes:
+            found.append(Finding("runtime", True, f"{runtime} is registered"))
+        else:
+            found.append(
+                Finding(
+                    "runtime",
+                    False,
+                    f"{runtime} is not registered (the engine has {', '.join(runtimes)})",
+                    "install gVisor and register runsc (scripts/ensure-docker.sh does), or set "
+                    "CELLMATE_SANDBOX_RUNTIME=runc",
+                )
+            )
+        return found
+    finally:
+        client.close()
+
+
+async def _storage(settings: Settings) -> list[Finding]:
+    storage = build_storage(settings)
+    try:
+        await storage.check()
+    except Exception as exc:  # every failure is a finding, whatever its type
+        return [
+            Finding(
+                "storage",
+                False,
+                str(exc),
+                "check AZURE_STORAGE_CONNECTION_STRING / AZURE_STORAGE_ACCOUNT_* and "
+                "AZURE_BLOB_CONTAINER_NAME, or CELLMATE_DATA_DIR for local files",
+            )
+        ]
+    finally:
+        await storage.close()
+    kind = type(storage).__name__.removesuffix("Storage").replace("AzureBlob", "Azure Blob")
+    return [Finding("storage", True, f"{kind} storage is writable")]
+
+
+async def _model(settings: Settings) -> list[Finding]:
+    client = build_client(settings.model)
+    if client is None:
+        return [
+            Finding(
+                "model",
+                True,
+                "not configured: chats run code blocks and /run only",
+                required=False,
+            )
+        ]
+    try:
+        await client.models.list()
+    except Exception as exc:  # every failure is a finding, whatever its type
+        return [
+            Finding(
+                "model",
+                False,
+                f"the model endpoint refused or did not answer ({type(exc).__name__})",
+                "check OPENAI_API_KEY / OPENAI_BASE_URL (or AZURE_OPENAI_*)",
+            )
+        ]
+    finally:
+        await client.close()
+    return [Finding("model", True, f"the endpoint answers; model {settings.model.model}")]
+
+
+async def _discord(settings: Settings) -> list[Finding]:
+    chosen = settings.discord
+    if not chosen.configured:
+        return [Finding("discord", True, "not configured (DISCORD_TOKEN)", required=False)]
+    url = (chosen.api_url or DISCORD_API).rstrip("/") + "/users/@me"
+    headers = {"Authorization": f"Bot {chosen.token}"}
+    try:
+        async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as got:
+            body = await got.json(content_type=None) if got.status == 200 else {}
+            status = got.status
+    except (aiohttp.ClientError, ValueError) as exc:
+        return [Finding("discord", False, f"Discord cannot be reached ({exc})")]
+    if status == 401:
+        return [
+            Finding(
+                "discord",
+                False,
+                "Discord refused DISCORD_TOKEN",
+                "copy the token again from the Developer Portal (Bot > Reset Token)",
+            )
+        ]
+    if status != 200:
+        return [Finding("discord", False, f"Discord answered HTTP {status}")]
+    return [Finding("discord", True, f"the token works: bot {body.get('username', '?')}")]
+
+
+async def _slack(settings: Settings) -> list[Finding]:
+    chosen = settings.slack
+    if not chosen.configured:
+        return [Finding("slack", True, "not configured (SLACK_BOT_TOKEN)", required=False)]
+    base = chosen.api_url or AsyncWebClient.BASE_URL
+    found: list[Finding] = []
+    try:
+        identity = await AsyncWebClient(token=chosen.bot_token, base_url=base).auth_test()
+        found.append(
+            Finding(
+                "slack",
+                True,
+                f"the bot token works: {identity.get('user')} in {identity.get('team')}",
+            )
+        )
+    except SlackApiError as exc:
+        found.append(
+            Finding(
+                "slack",
+                False,
+                f"Slack refused SLACK_BOT_TOKEN ({exc.response.get('error')})",
+                "copy the Bot User OAuth Token (xoxb-...) from the app's OAuth & Permissions page",
+            )
+        )
+    except aiohttp.ClientError as exc:
+        found.append(Finding("slack", False, f"Slack cannot be reached ({exc})"))
+    problem = chosen.problem()
+    if problem:
+        found.append(Finding("slack mode", False, problem, "see the README's Slack section"))
+    elif chosen.connection == "socket":
+        try:
+            await AsyncWebClient(base_url=base).apps_connections_open(app_token=chosen.app_token)
+            found.append(Finding("slack mode", True, "Socket Mode: the app-level token works"))
+        except SlackApiError as exc:
+            found.append(
+                Finding(
+                    "slack mode",
+                    False,
+                    f"Slack refused SLACK_APP_TOKEN ({exc.response.get('error')})",
+                    "create an app-level token with connections:write (Basic Information)",
+                )
+            )
+    else:
+        where = f"http://{settings.http_host}:{settings.http_port}/slack/events"
+        found.append(Finding("slack mode", True, f"HTTP mode: requests are served at {where}"))
+    return found

@@ -1,0 +1,105 @@
+"""Every running turn of the process: for Stop buttons, for draining on shutdown, and for
+the Re-run buttons of finished `/run` results."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from bot.agent import Agent, Turn
+from bot.platforms.access import Refused
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_NOTICE = "Cellmate is restarting, so this turn was stopped. Please ask again in a minute."
+
+
+class Draining(Refused):
+    """The process is shutting down and takes no new turns."""
+
+    def __init__(self) -> None:
+        super().__init__("Cellmate is restarting and takes no new requests; try again in a minute.")
+
+
+@dataclass(slots=True)
+class Running:
+    key: str
+    turn: Turn
+    owner: str
+    started: float = field(default_factory=time.monotonic)
+    shutdown: bool = False
+    """Stopped because the process is shutting down (the reply says so)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RerunSpec:
+    code: str
+    conversation: str | None
+    """The session it ran in; None for a one-off run."""
+    server: str = ""
+
+
+class Turns:
+    def __init__(self, remembered_reruns: int = 1000) -> None:
+        self.accepting = True
+        self._running: dict[str, Running] = {}
+        self._reruns: OrderedDict[str, RerunSpec] = OrderedDict()
+        self._remembered = remembered_reruns
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    @contextmanager
+    def running(self, conversation: str, owner: str) -> Iterator[Running]:
+        """Register a turn while it runs; raise `Draining` once shutdown began."""
+        if not self.accepting:
+            raise Draining
+        key = secrets.token_hex(8)
+        entry = Running(key, Turn(conversation), owner)
+        self._running[key] = entry
+        self._idle.clear()
+        try:
+            yield entry
+        finally:
+            del self._running[key]
+            if not self._running:
+                self._idle.set()
+
+    def get(self, key: str) -> Running | None:
+        return self._running.get(key)
+
+    def remember(self, key: str, spec: RerunSpec) -> None:
+        self._reruns[key] = spec
+        while len(self._reruns) > self._remembered:
+            self._reruns.popitem(last=False)
+
+    def rerun(self, key: str) -> RerunSpec | None:
+        return self._reruns.get(key)
+
+    async def drain(self, agent: Agent, grace_s: float, stop_wait_s: float = 15.0) -> int:
+        """Take no new turns; give running ones `grace_s` to finish, then stop them (their
+        replies say why) and wait for those replies. Returns how many had to be stopped."""
+        self.accepting = False
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace_s)
+            return 0
+        except TimeoutError:
+            pass
+        left = list(self._running.values())
+        log.warning("stopping %d turn(s) still running after %g s", len(left), grace_s)
+        for entry in left:
+            entry.shutdown = True
+            entry.turn.stop(agent)
+        try:
+            await asyncio.wait_for(self._idle.wait(), stop_wait_s)
+        except TimeoutError:
+            log.error("%d turn(s) did not end after being stopped", len(self._running))
+        return len(left)

@@ -1,0 +1,168 @@
+"""Usage limits per user and per server (Discord guild, Slack workspace): runs per hour and
+sandbox-seconds per day, checked before each run starts, counted in SQLite so that they
+survive restarts. A limit of 0 means no limit."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.platforms.access import Refused
+
+HOUR = 3600.0
+DAY = 86400.0
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    user TEXT NOT NULL,
+    server TEXT NOT NULL,
+    at REAL NOT NULL,
+    seconds REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_user ON runs (user, at);
+CREATE INDEX IF NOT EXISTS runs_by_server ON runs (server, at);
+"""
+
+
+class QuotaExceeded(Refused):
+    """A limit is reached; the message says which, and when to try again."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSettings:
+    user_runs_per_hour: int = 0
+    user_sandbox_s_per_day: float = 0.0
+    server_runs_per_hour: int = 0
+    server_sandbox_s_per_day: float = 0.0
+
+    def __post_init__(self) -> None:
+        if min(self.user_runs_per_hour, self.server_runs_per_hour) < 0:
+            raise ValueError("runs per hour must not be negative")
+        if min(self.user_sandbox_s_per_day, self.server_sandbox_s_per_day) < 0:
+            raise ValueError("sandbox seconds per day must not be negative")
+
+    @property
+    def enabled(self) -> bool:
+        return any(
+            (
+                self.user_runs_per_hour,
+                self.user_sandbox_s_per_day,
+                self.server_runs_per_hour,
+                self.server_sandbox_s_per_day,
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    who: str
+    runs: int
+    seconds: float
+
+
+class Quotas:
+    def __init__(self, path: Path, settings: QuotaSettings) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.settings = settings
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.executescript(SCHEMA)
+        # Checks and records are single small statements; a lock keeps them off each other.
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def check(self, user: str, server: str, now: float | None = None) -> None:
+        """Raise `QuotaExceeded` if a run by `user` in `server` may not start now."""
+        now = time.time() if now is None else now
+        limits = self.settings
+        for column, who, runs_limit, seconds_limit, whose in (
+            ("user", user, limits.user_runs_per_hour, limits.user_sandbox_s_per_day, "your"),
+            (
+                "server",
+                server,
+                limits.server_runs_per_hour,
+                limits.server_sandbox_s_per_day,
+                "this server's",
+            ),
+        ):
+            if not who:
+                continue
+            if runs_limit:
+                times = self._times(column, who, now - HOUR)
+                if len(times) >= runs_limit:
+                    wait = times[len(times) - runs_limit] + HOUR - now
+                    raise QuotaExceeded(
+                        f"That would exceed {whose} limit of {runs_limit} runs per hour. "
+                        f"Try again in {_duration(wait)}."
+                    )
+            if seconds_limit:
+                spent = self._spent(column, who, now - DAY)
+                if sum(seconds for _, seconds in spent) >= seconds_limit:
+                    wait = _until_below(spent, seconds_limit, now)
+                    raise QuotaExceeded(
+                        f"That would exceed {whose} limit of {seconds_limit:g} sandbox-seconds "
+                        f"per day. Try again in {_duration(wait)}."
+                    )
+
+    def record(self, user: str, server: str, seconds: float, now: float | None = None) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO runs (user, server, at, seconds) VALUES (?, ?, ?, ?)",
+                (user, server, time.time() if now is None else now, seconds),
+            )
+            # Old rows never count again.
+            self._db.execute("DELETE FROM runs WHERE at < ?", (time.time() - 2 * DAY,))
+
+    def top(
+        self, server: str | None = None, limit: int = 10, now: float | None = None
+    ) -> list[Usage]:
+        """The heaviest users of the last day (of one server, or of all)."""
+        since = (time.time() if now is None else now) - DAY
+        query = "SELECT user, COUNT(*), SUM(seconds) FROM runs WHERE at >= ?"
+        args: tuple[object, ...] = (since,)
+        if server is not None:
+            query += " AND server = ?"
+            args += (server,)
+        query += " GROUP BY user ORDER BY SUM(seconds) DESC, COUNT(*) DESC LIMIT ?"
+        with self._lock:
+            rows = self._db.execute(query, (*args, limit)).fetchall()
+        return [Usage(str(user), int(runs), float(seconds or 0)) for user, runs, seconds in rows]
+
+    def _times(self, column: str, who: str, since: float) -> list[float]:
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT at FROM runs WHERE {column} = ? AND at >= ? ORDER BY at",  # noqa: S608
+                (who, since),
+            ).fetchall()
+        return [float(at) for (at,) in rows]
+
+    def _spent(self, column: str, who: str, since: float) -> list[tuple[float, float]]:
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT at, seconds FROM runs WHERE {column} = ? AND at >= ? ORDER BY at",  # noqa: S608
+                (who, since),
+            ).fetchall()
+        return [(float(at), float(seconds)) for at, seconds in rows]
+
+
+def _until_below(spent: list[tuple[float, float]], limit: float, now: float) -> float:
+    """Seconds until enough of the day's runs leave the window to get below `limit`."""
+    total = sum(seconds for _, seconds in spent)
+    for at, seconds in spent:
+        total -= seconds
+        if total < limit:
+            return at + DAY - now
+    return DAY
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(1, math.ceil(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{math.ceil(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
