@@ -4,12 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint typecheck unit build-image engine venv bench clean azurite
+.PHONY: run test check lint typecheck unit build-image engine compose venv bench clean azurite
 
 run: build-image
 	$(BIN)/cellmate start
 
-test: check build-image azurite
+test: check build-image azurite compose
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 check: lint typecheck
@@ -29,6 +29,10 @@ build-image: venv engine
 
 engine:
 	bash scripts/ensure-docker.sh
+
+# Compose, to validate docker-compose.yml in the tests.
+compose:
+	bash scripts/ensure-compose.sh >/dev/null
 
 venv: $(VENV)/.installed
 

@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,8 @@ class ScriptedModel:
     replies: deque[Reply] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
     endless: Reply | None = None
+    responder: Callable[[dict[str, Any]], Reply] | None = None
+    """Answers each request from its body (for many conversations at once), when set."""
     port: int = 0
     _runner: web.AppRunner | None = None
 
@@ -77,7 +80,10 @@ class ScriptedModel:
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
-        reply = self.replies.popleft() if self.replies else self.endless
+        if self.responder is not None:
+            reply: Reply | None = self.responder(body)
+        else:
+            reply = self.replies.popleft() if self.replies else self.endless
         if reply is None:
             return web.json_response({"error": {"message": "no scripted reply left"}}, status=500)
         if reply.delay_s:

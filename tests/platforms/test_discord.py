@@ -17,6 +17,7 @@ import yarl
 from bot.agent import Agent
 from bot.platforms.hub import Hub
 from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
+from bot.quotas import Quotas, QuotaSettings
 from bot.settings import DiscordSettings
 from executor import Executor
 from tests.platforms.discord_server import (
@@ -25,6 +26,7 @@ from tests.platforms.discord_server import (
     CHANNEL_GENERAL,
     CHANNEL_OTHER,
     OTHER_BOT,
+    OWNER,
     TOKEN,
     DiscordServer,
     Message,
@@ -404,3 +406,34 @@ async def test_editing_a_code_message_runs_it_again(
     await bot.server.edit_message(message.id, "```py\nprint('version', 2)\n```")
     messages = await bot.answer_in(dm, count=2)
     assert any("version 2" in m.content for m in messages)
+
+
+async def test_quotas_refuse_with_when_to_try_again_and_usage_is_for_admins(
+    start_bot: Callable[..., Awaitable[Bot]], tmp_path: Path
+) -> None:
+    bot = await start_bot(use_model=False)
+    bot.agent.quotas = Quotas(tmp_path / "usage.sqlite3", QuotaSettings(user_runs_per_hour=1))
+    first = await bot.server.slash("run", {"code": "print('once', 1)"})
+    await bot.server.wait_for(
+        lambda: (
+            any("once 1" in m.content for m in bot.server.interaction_messages(first))
+            and not bot.client.gate.running
+        )
+    )
+    second = await bot.server.slash("run", {"code": "print('twice')"})
+    refusal = await bot.server.wait_for(
+        lambda: next((c for c in bot.server.callbacks if c["interaction_id"] == second.id), None)
+    )
+    assert isinstance(refusal, dict)
+    assert "limit of 1 runs per hour. Try again in 60 min" in refusal["data"]["content"]
+
+    denied = await bot.server.slash("usage")
+    answer = await bot.server.wait_for(
+        lambda: next((c for c in bot.server.callbacks if c["interaction_id"] == denied.id), None)
+    )
+    assert "Only admins" in answer["data"]["content"]  # type: ignore[index]
+    shown = await bot.server.slash("usage", user=OWNER)
+    usage = await bot.server.wait_for(
+        lambda: next((c for c in bot.server.callbacks if c["interaction_id"] == shown.id), None)
+    )
+    assert f"1. {ALICE}: 1 runs" in usage["data"]["content"]  # type: ignore[index]

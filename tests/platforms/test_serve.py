@@ -1,13 +1,17 @@
 """`cellmate serve` as an operator runs it: one process serving Discord and Slack (HTTP
-mode) from settings in the environment, answering on both, and stopping cleanly on SIGTERM."""
+mode) from settings in the environment, answering on both, reporting health and metrics,
+logging JSON without secrets, and on SIGTERM letting a short turn finish, stopping a long
+one with a message, and leaving no sandbox behind."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import docker
@@ -21,6 +25,26 @@ from tests.storage.azurite import free_port
 pytestmark = pytest.mark.docker
 
 INSTANCE = "tests-serve"
+
+
+def discord_text(server: dc.DiscordServer, text: str) -> bool:
+    return any(
+        text in m.content
+        for thread in server.threads
+        for m in server.channel_messages(thread, by_bot=True)
+    )
+
+
+def slack_text(server: sl.SlackServer, root: str, text: str) -> bool:
+    return any(
+        text in m.text for m in server.channel_messages(sl.C_GENERAL, thread_ts=root, by_bot=True)
+    )
+
+
+async def get_json(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with session.get(url) as response:
+        body: dict[str, Any] = await response.json()
+        return body
 
 
 def environment(data: Path, **extra: str) -> dict[str, str]:
@@ -48,6 +72,8 @@ async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
         SLACK_API_URL=slack_side.api_url,
         CELLMATE_HTTP_PORT=str(port),
         CELLMATE_POOL_SIZE="1",
+        CELLMATE_LOG_FORMAT="json",
+        CELLMATE_SHUTDOWN_GRACE_S="4",
     )
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -71,37 +97,50 @@ async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
         assert "Discord, Slack" in "".join(output)
         await discord_side.wait_ready()
 
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(f"http://127.0.0.1:{port}/healthz") as response,
-        ):
-            assert response.status == 200
-
         await discord_side.post_message(
             dc.CHANNEL_GENERAL, "```py\nprint('from', 'discord')\n```", mention_bot=True
         )
         asked, _ = await slack_side.post(
             sl.C_GENERAL, "```\nprint('from', 'slack')\n```", mention_bot=True
         )
-        await discord_side.wait_for(
-            lambda: any(
-                "from discord" in m.content
-                for thread in discord_side.threads
-                for m in discord_side.channel_messages(thread, by_bot=True)
-            ),
-            60,
+        await discord_side.wait_for(lambda: discord_text(discord_side, "from discord"), 60)
+        await slack_side.wait_for(lambda: slack_text(slack_side, asked.ts, "Done."), 60)
+
+        async with aiohttp.ClientSession() as session:
+            health = await get_json(session, f"http://127.0.0.1:{port}/healthz")
+            async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+                metrics = await response.text()
+        assert health["status"] == "ok", health
+        assert health["checks"]["discord"] == "ok"
+        assert health["checks"]["slack"] == "ok"
+        assert 'cellmate_turns_total{outcome="answer",platform="discord"} 1.0' in metrics
+        assert 'cellmate_turns_total{outcome="answer",platform="slack"} 1.0' in metrics
+        assert 'cellmate_runs_total{status="ok"} 2.0' in metrics
+
+        # A turn that ends within the grace period, and one that would never end.
+        await discord_side.post_message(
+            dc.CHANNEL_GENERAL,
+            "```py\nimport time\nprint('sta' + 'rted')\n"
+            "time.sleep(1.5)\nprint('made ' + 'it')\n```",
+            mention_bot=True,
         )
-        await slack_side.wait_for(
-            lambda: any(
-                "from slack" in m.text
-                for m in slack_side.channel_messages(sl.C_GENERAL, thread_ts=asked.ts, by_bot=True)
-            ),
-            60,
+        long, _ = await slack_side.post(
+            sl.C_GENERAL,
+            "```\nimport time\nprint('lo' + 'oping')\ntime.sleep(600)\n```",
+            mention_bot=True,
         )
+        await discord_side.wait_for(lambda: discord_text(discord_side, "started"), 60)
+        await slack_side.wait_for(lambda: slack_text(slack_side, long.ts, "looping"), 60)
         process.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(process.wait(), 60)
         await reader
         assert code == 0, "".join(output)
+        assert discord_text(discord_side, "made it")
+        assert slack_text(slack_side, long.ts, "Cellmate is restarting, so this turn was stopped")
+        logged = [json.loads(line) for line in output if line.startswith("{")]
+        assert any(entry.get("conversation", "").startswith("slack:") for entry in logged)
+        for secret in (dc.TOKEN, sl.BOT_TOKEN, sl.SIGNING_SECRET):
+            assert secret not in "".join(output)
     finally:
         if process.returncode is None:
             process.kill()

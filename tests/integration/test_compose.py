@@ -1,0 +1,65 @@
+"""docker-compose.yml validates, and keeps the Docker socket away from the bot."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SOCKET = "/var/run/docker.sock"
+
+
+def compose_command() -> list[str]:
+    found = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "ensure-compose.sh")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return found.stdout.split()
+
+
+def test_the_compose_file_validates_and_only_the_proxy_holds_the_socket(tmp_path: Path) -> None:
+    project = tmp_path / "cellmate"
+    project.mkdir()
+    shutil.copy(ROOT / "docker-compose.yml", project / "docker-compose.yml")
+    shutil.copy(ROOT / ".env.example", project / ".env")  # what the README says to do first
+    result = subprocess.run(
+        [
+            *compose_command(),
+            "--project-directory",
+            str(project),
+            "-f",
+            str(project / "docker-compose.yml"),
+            "--profile",
+            "setup",
+            "--profile",
+            "dev",
+            "config",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout)
+    services = config["services"]
+    assert set(services) == {"bot", "docker-proxy", "sandbox-image", "azurite"}
+
+    def mounts(name: str) -> list[str]:
+        found = services[name].get("volumes", [])
+        return [str(v.get("source") if isinstance(v, dict) else v) for v in found]
+
+    assert not any(SOCKET in m for m in mounts("bot"))
+    assert any(SOCKET in m for m in mounts("docker-proxy"))
+    bot = services["bot"]
+    assert bot["environment"]["DOCKER_HOST"] == "tcp://docker-proxy:2375"
+    assert bot["read_only"] is True
+    assert "ALL" in bot["cap_drop"]
+    assert config["networks"]["docker-api"]["internal"] is True
+    assert "executor.socket_proxy" in services["docker-proxy"]["entrypoint"]
+    assert services["bot"]["build"]["dockerfile"].endswith("bot/Dockerfile")
+    assert (ROOT / "bot" / "Dockerfile").read_text().count("USER cellmate") == 1

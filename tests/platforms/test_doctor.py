@@ -1,0 +1,93 @@
+"""`cellmate doctor` against the real engine and image, the test Discord and Slack servers and
+the scripted model: all good, then wrong tokens and a missing image."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.platforms import discord_server as dc
+from tests.platforms import slack_server as sl
+from tests.platforms.openai_server import ScriptedModel
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+async def platforms() -> AsyncIterator[tuple[dc.DiscordServer, sl.SlackServer]]:
+    discord_side, slack_side = dc.DiscordServer(), sl.SlackServer(mode="socket")
+    await discord_side.start()
+    await slack_side.start()
+    yield discord_side, slack_side
+    await discord_side.close()
+    await slack_side.close()
+
+
+async def doctor(data: Path, **settings: str) -> tuple[int, str]:
+    platform = ("OPENAI_", "AZURE_", "CELLMATE_", "DISCORD_", "SLACK_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(platform)}
+    env.update(CELLMATE_DATA_DIR=str(data), **settings)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "doctor",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+async def test_doctor_passes_when_everything_is_reachable(
+    platforms: tuple[dc.DiscordServer, sl.SlackServer], model: ScriptedModel, tmp_path: Path
+) -> None:
+    discord_side, slack_side = platforms
+    code, out = await doctor(
+        tmp_path,
+        DISCORD_TOKEN=dc.TOKEN,
+        DISCORD_API_URL=discord_side.api_url,
+        SLACK_BOT_TOKEN=sl.BOT_TOKEN,
+        SLACK_APP_TOKEN=sl.APP_TOKEN,
+        SLACK_API_URL=slack_side.api_url,
+        OPENAI_BASE_URL=model.base_url,
+        OPENAI_API_KEY="test-key",
+    )
+    assert code == 0, out
+    for name in ("engine", "image", "runtime", "storage", "model", "discord", "slack"):
+        assert any(line.startswith(f"✓ {name}") for line in out.splitlines()), (name, out)
+    assert "Socket Mode: the app-level token works" in out
+    assert "All required checks passed." in out
+    assert dc.TOKEN not in out
+    assert sl.BOT_TOKEN not in out
+
+
+async def test_doctor_says_what_is_wrong_and_how_to_fix_it(
+    platforms: tuple[dc.DiscordServer, sl.SlackServer], tmp_path: Path
+) -> None:
+    discord_side, slack_side = platforms
+    code, out = await doctor(
+        tmp_path,
+        DISCORD_TOKEN="not-the-token",  # noqa: S106 - a wrong token on purpose
+        DISCORD_API_URL=discord_side.api_url,
+        SLACK_BOT_TOKEN="xoxb-wrong",  # noqa: S106 - a wrong token on purpose
+        SLACK_API_URL=slack_side.api_url,
+        CELLMATE_SANDBOX_IMAGE="cellmate-sandbox:does-not-exist",
+    )
+    assert code == 1, out
+    assert "✗ discord" in out
+    assert "Discord refused DISCORD_TOKEN" in out
+    assert "✗ slack " in out or "✗ slack" in out
+    assert "Slack refused SLACK_BOT_TOKEN (invalid_auth)" in out
+    assert "HTTP mode needs SLACK_SIGNING_SECRET" in out
+    assert "✗ image" in out
+    assert "cellmate build-image" in out
+    assert "! model" in out or "✓ model" in out  # not configured is allowed
+    assert "problem(s)" in out
