@@ -40,6 +40,7 @@ pytestmark = pytest.mark.docker
 INSTANCE = "tests-load"
 ROOT = Path(__file__).resolve().parents[2]
 TASK = re.compile(r"task (\d+)")
+RESULT = re.compile(r"finished: result \d+")
 
 
 def by_task(chart: bool = False) -> Callable[[dict[str, Any]], Reply]:
@@ -189,7 +190,8 @@ async def test_a_hundred_mentions_at_once_are_each_answered_once(
     await bot.server.wait_for(all_answered, 600)
     await asyncio.sleep(1)
     for number, root in enumerate(threads):
-        texts = sorted(m.text for m in bot.answers(root))
+        # An answer may start with a note that the session was restarted to make room.
+        texts = sorted(RESULT.search(m.text).group() for m in bot.answers(root))  # type: ignore[union-attr]
         expected = sorted(f"finished: result {task * 2}" for task in range(number, 100, 25))
         assert texts == expected, (number, texts)
     assert bot.peak_live <= 10
@@ -216,13 +218,13 @@ async def test_an_engine_restart_fails_turns_in_flight_clearly_and_later_ones_su
     # Slow runs, so that the restart finds them in flight.
     original = model.responder
     model.responder = lambda body: (
-        runs("import time\ntime.sleep(30)")
+        runs("import time\nprint('sleep' + 'ing', flush=True)\ntime.sleep(30)")
         if body["messages"][-1]["role"] == "user"
         else says("finished: slept")
     )
     await asyncio.gather(*(bot.mention(threads[task], task) for task in range(6)))
     await bot.server.wait_for(
-        lambda: sum("*Code*" in m.text for m in bot.server.channel_messages(sl.C_GENERAL)) >= 6,
+        lambda: sum("sleeping" in m.text for m in bot.server.channel_messages(sl.C_GENERAL)) >= 6,
         120,
     )
     await asyncio.sleep(1)
@@ -243,7 +245,7 @@ async def test_an_engine_restart_fails_turns_in_flight_clearly_and_later_ones_su
     await asyncio.gather(*(bot.mention(threads[task - 6], task) for task in range(6, 12)))
     await bot.server.wait_for(lambda: all(len(bot.answers(root)) == 2 for root in threads), 300)
     for number, root in enumerate(threads):
-        assert bot.answers(root)[-1].text == f"finished: result {(number + 6) * 2}"
+        assert bot.answers(root)[-1].text.endswith(f"finished: result {(number + 6) * 2}")
 
 
 async def test_with_storage_down_answers_still_go_out_and_artifacts_are_marked_failed(
@@ -257,7 +259,7 @@ async def test_with_storage_down_answers_still_go_out_and_artifacts_are_marked_f
     await asyncio.gather(*(bot.mention(threads[task], task) for task in range(5)))
     await bot.server.wait_for(lambda: all(bot.answers(root) for root in threads), 300)
     for number, root in enumerate(threads):
-        assert bot.answers(root)[0].text == f"finished: result {number * 2}"
+        assert bot.answers(root)[0].text.endswith(f"finished: result {number * 2}")
     # The charts still reach the threads (uploaded to Slack directly), and count as failed.
     assert len([f for f in bot.server.files if f.name.endswith(".png")]) == 5
     assert 'cellmate_artifacts_total{status="failed"} 5.0' in bot.metrics.exposition().decode()
