@@ -109,7 +109,9 @@ class SessionManager:
             finally:
                 self._stops.pop(key, None)
             live.last_used = time.monotonic()
-            return await self._result(key, live, outcome, collector, limits, ending)
+            result = await self._result(key, live, outcome, collector, limits, ending)
+        self._relieve()
+        return result
 
     async def _result(
         self,
@@ -191,7 +193,13 @@ class SessionManager:
         live = self._live[key] = _Live(lease=lease, created=now, last_used=now)
         return live, self._endings.pop(key, None)
 
-    def _make_room(self, key: str) -> None:
+    def _relieve(self) -> None:
+        """Others wait for a sandbox while idle sessions hold them all: free one per waiter."""
+        for _ in range(self.pool.waiting):
+            if not self.pool.full or not self._make_room(None):
+                return
+
+    def _make_room(self, key: str | None) -> bool:
         """End the least recently used idle session, so that a new one need not wait for
         idle timeouts while every sandbox holds a session nobody is using."""
         idle = [
@@ -200,11 +208,12 @@ class SessionManager:
             if other != key and not self._lock(other).locked()
         ]
         if not idle:
-            return
+            return False
         _, oldest = min(idle)
         log.info("ending idle session %s to make room", oldest)
         # No await between choosing and ending: the session cannot start a run in between.
         self._drop(oldest, "it was idle while another conversation needed a sandbox")
+        return True
 
     async def _end(self, key: str, reason: str | None) -> None:
         self._drop(key, reason)

@@ -95,3 +95,14 @@ async def test_an_idle_session_makes_room_when_every_sandbox_is_taken(runtime: s
         assert "idle while another conversation needed a sandbox" in again.message
         assert again.error is not None
         assert again.error.name == "NameError"
+
+
+async def test_a_waiting_session_gets_the_sandbox_an_idle_one_no_longer_uses(runtime: str) -> None:
+    async with pooled(runtime, size=0, max_live=1) as executor:
+        busy = asyncio.create_task(executor.session("busy").run("import time\ntime.sleep(1)"))
+        await wait_until(lambda: executor.pool.live == 1)
+        waiting = asyncio.create_task(executor.session("waiting").run("'got one'"))
+        assert (await busy).status is Status.OK
+        # Without making room, this would wait for the idle timeout (15 minutes).
+        result = await asyncio.wait_for(waiting, 60)
+        assert result.results[-1].text == "'got one'"

@@ -67,6 +67,7 @@ async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
         DISCORD_TOKEN=dc.TOKEN,
         DISCORD_API_URL=discord_side.api_url,
         CELLMATE_DISCORD_COOLDOWN_S="0",
+        CELLMATE_SLACK_COOLDOWN_S="0",
         SLACK_BOT_TOKEN=sl.BOT_TOKEN,
         SLACK_SIGNING_SECRET=sl.SIGNING_SECRET,
         SLACK_API_URL=slack_side.api_url,
@@ -120,13 +121,13 @@ async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
         # A turn that ends within the grace period, and one that would never end.
         await discord_side.post_message(
             dc.CHANNEL_GENERAL,
-            "```py\nimport time\nprint('sta' + 'rted')\n"
+            "```py\nimport time\nprint('sta' + 'rted', flush=True)\n"
             "time.sleep(1.5)\nprint('made ' + 'it')\n```",
             mention_bot=True,
         )
         long, _ = await slack_side.post(
             sl.C_GENERAL,
-            "```\nimport time\nprint('lo' + 'oping')\ntime.sleep(600)\n```",
+            "```\nimport time\nprint('lo' + 'oping', flush=True)\ntime.sleep(600)\n```",
             mention_bot=True,
         )
         await discord_side.wait_for(lambda: discord_text(discord_side, "started"), 60)

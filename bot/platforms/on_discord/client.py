@@ -88,6 +88,10 @@ class CellmateDiscord(discord.Client):
         else:
             await self.tree.sync()
 
+    async def on_connect(self) -> None:
+        # Connected to the gateway; `connected` (ready, with the servers loaded) comes later.
+        self.hub.connected["discord"] = True
+
     async def on_ready(self) -> None:
         self._up(True)
         log.info("connected to Discord as %s", self.user)
