@@ -33,7 +33,7 @@ from storage.local import LocalStorage
 from tests.conftest import SECRET
 from tests.platforms import slack_server as sl
 from tests.platforms.openai_server import Reply, ScriptedModel, runs, says
-from tests.storage.azurite import Azurite, free_port
+from tests.storage.azurite import ACCOUNT, KEY, free_port
 
 pytestmark = pytest.mark.docker
 
@@ -252,8 +252,12 @@ async def test_with_storage_down_answers_still_go_out_and_artifacts_are_marked_f
     deploy: Callable[..., Awaitable[Deployment]], model: ScriptedModel
 ) -> None:
     model.responder = by_task(chart=True)
-    down = Azurite()  # never started: nothing listens on its port
-    storage = AzureBlobStorage("cellmate", connection_string=down.connection_string())
+    # Azurite's address, with nothing listening there: a storage outage.
+    down = (
+        f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{free_port()}/{ACCOUNT};"
+    )
+    storage = AzureBlobStorage("cellmate", connection_string=down)
     bot = await deploy(storage=storage)
     threads = await roots(bot.server, 5)
     await asyncio.gather(*(bot.mention(threads[task], task) for task in range(5)))
