@@ -94,6 +94,15 @@ class Executor:
     async def _close(self) -> None:
         await self.sessions.close_all()
         await self.pool.close()
+        # A removal that failed while the engine was away (a restart) leaves a container or
+        # volume behind; one sweep by this instance's labels catches those.
+        try:
+            removed = await self.backend.remove_leftovers()
+        except Exception as exc:  # the engine may be gone for good: nothing more to do
+            log.warning("could not check for leftover sandboxes: %s", exc)
+        else:
+            if removed:
+                log.warning("removed %d sandbox(es) whose removal had failed", removed)
 
     async def run_notebook(
         self,
