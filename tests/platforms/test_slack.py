@@ -18,7 +18,13 @@ from aiohttp import web
 from bot.agent import Agent
 from bot.http import start_server
 from bot.platforms.hub import Hub
-from bot.platforms.on_slack import EVENTS_PATH, CellmateSlack, add_http_route, build_slack
+from bot.platforms.on_slack import (
+    EVENTS_PATH,
+    CellmateSlack,
+    add_http_route,
+    build_slack,
+    run_slack,
+)
 from bot.settings import SlackSettings
 from executor import Executor
 from tests.platforms.openai_server import ScriptedModel, runs, says
@@ -329,3 +335,34 @@ async def test_dms_reset_export_and_the_run_code_shortcut(
     assert "Forgot" in json.dumps(bot.server.responses)
     await bot.server.post(dm, "```\nprint(secret)\n```", thread_ts=asked.ts)
     await bot.server.wait_for(lambda: any("NameError" in m.text for m in bot.thread(dm, asked.ts)))
+
+
+async def test_run_slack_keeps_the_socket_mode_connection_state_for_health(
+    executor: Executor, make_agent: Callable[..., Agent], tmp_path: Path
+) -> None:
+    server = SlackServer(mode="socket")
+    await server.start()
+    hub = Hub(make_agent(executor, None, tmp_path))
+    slack = build_slack(
+        hub,
+        SlackSettings(bot_token=BOT_TOKEN, app_token=APP_TOKEN, api_url=server.api_url),
+    )
+    running = asyncio.create_task(run_slack(slack))
+    try:
+        await server.wait_connected()
+        await server.wait_for(lambda: hub.connected.get("slack") is True)
+        await server.drop_socket()
+        await server.wait_for(lambda: server.connections >= 2)  # the client came back
+        await server.wait_for(lambda: hub.connected.get("slack") is True)
+        asked, _ = await server.post(C_GENERAL, "```\nprint('still here')\n```", mention_bot=True)
+        await server.wait_for(
+            lambda: any(
+                "still here" in m.text
+                for m in server.channel_messages(C_GENERAL, thread_ts=asked.ts, by_bot=True)
+            )
+        )
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await server.close()

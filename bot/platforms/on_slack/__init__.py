@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from aiohttp import web
+from aiohttp import WSMessage, web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
@@ -39,6 +39,18 @@ async def run_slack(slack: CellmateSlack) -> None:
         await asyncio.Event().wait()
         return
     handler = AsyncSocketModeHandler(slack.app, slack.settings.app_token)
+    connected = slack.hub.connected
+
+    # /healthz reports the Socket Mode connection: down when it closes, up on any message
+    # (Slack greets every new connection with `hello`).
+    async def up(message: WSMessage) -> None:
+        connected["slack"] = True
+
+    async def down(message: WSMessage) -> None:
+        connected["slack"] = False
+
+    handler.client.on_message_listeners.append(up)
+    handler.client.on_close_listeners.append(down)
     try:
         await handler.connect_async()  # type: ignore[no-untyped-call]
         await asyncio.Event().wait()
