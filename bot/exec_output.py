@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import TextIO
 
+from bot.platforms.markup import human_size
 from executor.models import ExecutionResult, RichResult, Status
 
 IMAGE_SUFFIXES = {
@@ -86,7 +87,7 @@ def print_result(
         for file in result.files:
             where = next(saved_files, None)
             stream.write(
-                f"{file.path} ({_size(file.size)})" + (f" -> {where}" if where else "") + "\n"
+                f"{file.path} ({human_size(file.size)})" + (f" -> {where}" if where else "") + "\n"
             )
     for skipped in result.skipped_files:
         stream.write(f"not returned: {skipped.path}: {skipped.reason}\n")
@@ -103,12 +104,4 @@ def _section(stream: TextIO, title: str) -> None:
 def _describe_image(rich: RichResult) -> str:
     mime = rich.image_types[0]
     content = rich.image_bytes(mime) or b""
-    return f"{mime}, {_size(len(content))}"
-
-
-def _size(size: int) -> str:
-    if size < 1000:
-        return f"{size} B"
-    if size < 1_000_000:
-        return f"{size / 1000:.1f} kB"
-    return f"{size / 1_000_000:.1f} MB"
+    return f"{mime}, {human_size(len(content))}"

@@ -31,6 +31,7 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
+from bot.platforms.markup import human_size
 from executor import Status
 from storage.intake import IncomingFile
 
@@ -77,7 +78,7 @@ class Renderer:
         elif isinstance(event, ArtifactsPublished):
             for item in event.artifacts:
                 where = item.link if item.status == "published" else f"not uploaded ({item.reason})"
-                self._line(f"📎 {item.name} ({_size(item.size)}): {where}")
+                self._line(f"📎 {item.name} ({human_size(item.size)}): {where}")
         elif isinstance(event, Notice):
             self._line(f"note: {event.text}")
         elif isinstance(event, Answer):
@@ -149,7 +150,7 @@ class Console:
         elif command == "/files":
             files = await self.agent.executor.session(CONVERSATION).list_files()
             self._say(
-                "\n".join(f"{path} ({_size(size)})" for path, size in files)
+                "\n".join(f"{path} ({human_size(size)})" for path, size in files)
                 or "No files in /mnt/data."
             )
         elif command == "/export":
@@ -191,7 +192,9 @@ class Console:
             self._say(f"Cannot attach {argument!r}: {exc.strerror or exc}")
             return
         self.attachments.append(IncomingFile(path.name, len(data), data))
-        self._say(f"Attached {path.name} ({_size(len(data))}); it goes with your next message.")
+        self._say(
+            f"Attached {path.name} ({human_size(len(data))}); it goes with your next message."
+        )
 
     def _say(self, text: str) -> None:
         self.out.write(text + "\n")
@@ -259,12 +262,6 @@ def _read_message() -> str:
         lines.append(line)
         if line.strip().startswith("```"):
             return "\n".join(lines)
-
-
-def _size(size: int) -> str:
-    if size < 1000:
-        return f"{size} B"
-    return f"{size / 1000:.1f} kB" if size < 1_000_000 else f"{size / 1e6:.1f} MB"
 
 
 def is_terminal() -> bool:

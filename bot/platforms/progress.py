@@ -25,6 +25,7 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
+from bot.platforms.markup import human_size
 from executor import Status
 from storage.artifacts import Artifact
 
@@ -158,16 +159,10 @@ def extra_files(view: TurnView, code_shown: int, output_shown: int) -> list[tupl
 
 def link_line(artifact: Artifact, linked: str) -> str:
     """A line for an artifact that is not attached: `linked` formats one with a link."""
-    size = _size(artifact.size)
+    size = human_size(artifact.size)
     if artifact.link:
         return linked.format(name=artifact.name, link=artifact.link, size=size)
     return f"📎 {artifact.name} ({size}): not available ({artifact.reason or artifact.status})"
-
-
-def _size(size: int) -> str:
-    if size < 1000:
-        return f"{size} B"
-    return f"{size / 1000:.1f} kB" if size < 1_000_000 else f"{size / 1e6:.1f} MB"
 
 
 class Pacer:

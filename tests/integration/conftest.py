@@ -26,8 +26,8 @@ def docker_client() -> Iterator[docker.DockerClient]:
     client.close()
 
 
-def live_sandboxes(client: docker.DockerClient) -> list[str]:
-    selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={TEST_INSTANCE}"]
+def live_sandboxes(client: docker.DockerClient, instance: str = TEST_INSTANCE) -> list[str]:
+    selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={instance}"]
     names = [c.name for c in client.containers.list(all=True, filters={"label": selector})]
     names += [v.name for v in client.volumes.list(filters={"label": selector})]
     return [str(n) for n in names]

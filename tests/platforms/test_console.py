@@ -13,17 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import fetch
+from tests.platforms.helpers import cli_environment
 from tests.platforms.openai_server import ScriptedModel, runs, says
 from tests.storage.azurite import free_port
 
 pytestmark = pytest.mark.docker
-
-
-def environment(data: Path, **extra: str) -> dict[str, str]:
-    base = {
-        k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AZURE_", "CELLMATE_"))
-    }
-    return {**base, "CELLMATE_DATA_DIR": str(data), "CELLMATE_INSTANCE": "tests", **extra}
 
 
 async def chat_through_a_pipe(stdin: str, env: dict[str, str]) -> tuple[int, str, str]:
@@ -61,7 +55,7 @@ async def test_piped_messages_with_a_model_and_an_attachment(
     messages = f"/attach {data}\n\nplot the sales\n\nwhat is the total?\n\n/files\n\n/export\n"
     code, out, err = await chat_through_a_pipe(
         messages,
-        environment(
+        cli_environment(
             tmp_path / "data", OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="k", OPENAI_MODEL="m"
         ),
     )
@@ -84,7 +78,7 @@ async def test_piped_messages_with_a_model_and_an_attachment(
 async def test_piped_code_without_a_model(tmp_path: Path) -> None:
     code, out, err = await chat_through_a_pipe(
         "```python\nfor i in range(3):\n\n    print('line', i)\n```\n\nhello there\n",
-        environment(tmp_path),
+        cli_environment(tmp_path),
     )
     assert code == 0, err
     assert "line 0\nline 1\nline 2\n" in out
@@ -95,7 +89,7 @@ async def test_piped_code_without_a_model(tmp_path: Path) -> None:
 def test_ctrl_c_stops_a_runaway_turn_in_a_terminal(tmp_path: Path) -> None:
     pid, terminal = pty.fork()
     if pid == 0:  # the child: the console on a real pseudo-terminal
-        os.execvpe(sys.executable, [sys.executable, "-m", "bot", "chat"], environment(tmp_path))  # noqa: S606
+        os.execvpe(sys.executable, [sys.executable, "-m", "bot", "chat"], cli_environment(tmp_path))  # noqa: S606
     seen = b""
 
     def expect(marker: str, seconds: float = 120) -> None:
@@ -135,7 +129,7 @@ def test_ctrl_c_stops_a_runaway_turn_in_a_terminal(tmp_path: Path) -> None:
 
 async def test_local_links_are_served_while_the_chat_runs(tmp_path: Path) -> None:
     port = free_port()
-    env = environment(
+    env = cli_environment(
         tmp_path,
         CELLMATE_STORAGE_PUBLIC_BASE_URL=f"http://127.0.0.1:{port}",
         CELLMATE_HTTP_PORT=str(port),

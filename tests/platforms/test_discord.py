@@ -31,18 +31,10 @@ from tests.platforms.discord_server import (
     DiscordServer,
     Message,
 )
+from tests.platforms.helpers import CHART_CODE, PNG, SALES
 from tests.platforms.openai_server import ScriptedModel, runs, says
 
 pytestmark = pytest.mark.docker
-
-SALES = b"month,sales\n1,10\n2,30\n3,20\n"
-CHART_CODE = (
-    "import pandas as pd, matplotlib.pyplot as plt\n"
-    "df = pd.read_csv('/mnt/data/sales.csv')\n"
-    "df.plot(x='month', y='sales')\n"
-    "plt.show()\n"
-)
-PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @dataclasses.dataclass

@@ -4,7 +4,6 @@ the scripted model: all good, then wrong tokens and a missing image."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from tests.platforms import discord_server as dc
 from tests.platforms import slack_server as sl
+from tests.platforms.helpers import cli_environment
 from tests.platforms.openai_server import ScriptedModel
 
 pytestmark = pytest.mark.docker
@@ -29,9 +29,7 @@ async def platforms() -> AsyncIterator[tuple[dc.DiscordServer, sl.SlackServer]]:
 
 
 async def doctor(data: Path, **settings: str) -> tuple[int, str]:
-    platform = ("OPENAI_", "AZURE_", "CELLMATE_", "DISCORD_", "SLACK_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(platform)}
-    env.update(CELLMATE_DATA_DIR=str(data), **settings)
+    env = cli_environment(data, **settings)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker
 import openai
 import pytest
 from aiohttp import web
@@ -26,12 +25,12 @@ from bot.platforms.hub import Hub
 from bot.platforms.on_slack import EVENTS_PATH, CellmateSlack, add_http_route, build_slack
 from bot.settings import SlackSettings
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
-from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from storage.local import LocalStorage
 from tests.conftest import SECRET
 from tests.platforms import slack_server as sl
+from tests.platforms.helpers import assert_no_sandbox_left
 from tests.platforms.openai_server import Reply, ScriptedModel, runs, says
 from tests.storage.azurite import ACCOUNT, KEY, free_port
 
@@ -145,13 +144,7 @@ async def deploy(
     for cleanup in cleanups:
         with contextlib.suppress(Exception):
             await cleanup()
-    client = docker.from_env()
-    try:
-        selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={INSTANCE}"]
-        assert client.containers.list(all=True, filters={"label": selector}) == []
-        assert client.volumes.list(filters={"label": selector}) == []
-    finally:
-        client.close()
+    assert_no_sandbox_left(INSTANCE)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

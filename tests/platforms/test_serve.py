@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import docker
 import pytest
 
-from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL
 from tests.platforms import discord_server as dc
 from tests.platforms import slack_server as sl
+from tests.platforms.helpers import assert_no_sandbox_left, cli_environment
 from tests.storage.azurite import free_port
 
 pytestmark = pytest.mark.docker
@@ -47,12 +45,6 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
         return body
 
 
-def environment(data: Path, **extra: str) -> dict[str, str]:
-    platform = ("OPENAI_", "AZURE_", "CELLMATE_", "DISCORD_", "SLACK_")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(platform)}
-    return {**base, "CELLMATE_DATA_DIR": str(data), "CELLMATE_INSTANCE": INSTANCE, **extra}
-
-
 async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
     tmp_path: Path,
 ) -> None:
@@ -62,8 +54,9 @@ async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
     await slack_side.start()
     port = free_port()
     slack_side.bot_url = f"http://127.0.0.1:{port}/slack/events"
-    env = environment(
+    env = cli_environment(
         tmp_path / "data",
+        INSTANCE,
         DISCORD_TOKEN=dc.TOKEN,
         DISCORD_API_URL=discord_side.api_url,
         CELLMATE_DISCORD_COOLDOWN_S="0",
@@ -149,10 +142,4 @@ async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
         reader.cancel()
         await discord_side.close()
         await slack_side.close()
-    client = docker.from_env()
-    try:
-        selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={INSTANCE}"]
-        assert client.containers.list(all=True, filters={"label": selector}) == []
-        assert client.volumes.list(filters={"label": selector}) == []
-    finally:
-        client.close()
+    assert_no_sandbox_left(INSTANCE)

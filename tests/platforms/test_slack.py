@@ -27,6 +27,7 @@ from bot.platforms.on_slack import (
 )
 from bot.settings import SlackSettings
 from executor import Executor
+from tests.platforms.helpers import CHART_CODE, PNG, SALES
 from tests.platforms.openai_server import ScriptedModel, runs, says
 from tests.platforms.slack_server import (
     ALICE,
@@ -43,15 +44,6 @@ from tests.platforms.slack_server import (
 from tests.storage.azurite import free_port
 
 pytestmark = pytest.mark.docker
-
-SALES = b"month,sales\n1,10\n2,30\n3,20\n"
-CHART_CODE = (
-    "import pandas as pd, matplotlib.pyplot as plt\n"
-    "df = pd.read_csv('/mnt/data/sales.csv')\n"
-    "df.plot(x='month', y='sales')\n"
-    "plt.show()\n"
-)
-PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @dataclasses.dataclass

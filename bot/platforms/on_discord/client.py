@@ -353,6 +353,17 @@ class RunModal(discord.ui.Modal, title="Run Python"):
         await self.client.start_run(interaction, self.code.value)
 
 
+async def _conversation_command(interaction: discord.Interaction) -> str | None:
+    """The conversation a command acts on, acknowledged (deferred); None, with the user told
+    why, where there is none."""
+    conversation = conversation_of(interaction)
+    if conversation is None:
+        await interaction.response.send_message(NO_CONVERSATION, ephemeral=True)
+        return None
+    await interaction.response.defer(thinking=True)
+    return conversation
+
+
 def register_commands(client: CellmateDiscord) -> None:
     tree = client.tree
 
@@ -375,11 +386,9 @@ def register_commands(client: CellmateDiscord) -> None:
 
     @tree.command(name="reset", description="Forget this conversation and restart its Python")
     async def reset(interaction: discord.Interaction) -> None:
-        conversation = conversation_of(interaction)
+        conversation = await _conversation_command(interaction)
         if conversation is None:
-            await interaction.response.send_message(NO_CONVERSATION, ephemeral=True)
             return
-        await interaction.response.defer(thinking=True)
         await client.agent.reset(conversation)
         await interaction.followup.send(
             "Forgot this conversation and restarted its Python session."
@@ -387,11 +396,9 @@ def register_commands(client: CellmateDiscord) -> None:
 
     @tree.command(name="export", description="This conversation's code and output as a notebook")
     async def export(interaction: discord.Interaction) -> None:
-        conversation = conversation_of(interaction)
+        conversation = await _conversation_command(interaction)
         if conversation is None:
-            await interaction.response.send_message(NO_CONVERSATION, ephemeral=True)
             return
-        await interaction.response.defer(thinking=True)
         notebook = await client.agent.executor.session(conversation).export_notebook()
         if notebook is None:
             await interaction.followup.send("Nothing to export yet: no code has run here.")
@@ -413,11 +420,9 @@ def register_commands(client: CellmateDiscord) -> None:
 
     @tree.command(name="files", description="The files in this conversation's /mnt/data")
     async def files(interaction: discord.Interaction) -> None:
-        conversation = conversation_of(interaction)
+        conversation = await _conversation_command(interaction)
         if conversation is None:
-            await interaction.response.send_message(NO_CONVERSATION, ephemeral=True)
             return
-        await interaction.response.defer(thinking=True)
         found = await client.agent.executor.session(conversation).list_files()
         lines = [f"`{path}` ({size:,} bytes)" for path, size in found[:50]]
         if len(found) > 50:

@@ -1,0 +1,36 @@
+"""What several platform tests share: sample data, the environment for a `cellmate`
+process, and the check that no sandbox was left behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import docker
+
+from tests.integration.conftest import live_sandboxes
+
+SALES = b"month,sales\n1,10\n2,30\n3,20\n"
+CHART_CODE = (
+    "import pandas as pd, matplotlib.pyplot as plt\n"
+    "df = pd.read_csv('/mnt/data/sales.csv')\n"
+    "df.plot(x='month', y='sales')\n"
+    "plt.show()\n"
+)
+PNG = b"\x89PNG\r\n\x1a\n"
+SETTING_PREFIXES = ("OPENAI_", "AZURE_", "CELLMATE_", "DISCORD_", "SLACK_")
+
+
+def cli_environment(data: Path, instance: str = "tests", **extra: str) -> dict[str, str]:
+    """This process's environment without any Cellmate, model or platform setting, plus
+    `extra`: a `cellmate` process sees only what the test gives it."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(SETTING_PREFIXES)}
+    return {**base, "CELLMATE_DATA_DIR": str(data), "CELLMATE_INSTANCE": instance, **extra}
+
+
+def assert_no_sandbox_left(instance: str) -> None:
+    client = docker.from_env()
+    try:
+        assert live_sandboxes(client, instance) == [], "a sandbox was left behind"
+    finally:
+        client.close()
