@@ -22,6 +22,7 @@ from bot.serve import NoPlatform, configured_platforms, serve
 from bot.services import background, services
 from bot.settings import Settings, SettingsError, load_settings
 from bot.storage_setup import build_storage
+from dockerproxy.cli import main as docker_proxy_main
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
 from executor.image import build_image
@@ -30,8 +31,12 @@ from storage.retention import parse_age, prune
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["docker-proxy"]:
+        # A process of its own trust role: it reads none of the bot's settings or secrets.
+        return docker_proxy_main(arguments[1:])
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     try:
         settings = load_settings()
         serving = args.handler is _serve or (
@@ -71,7 +76,10 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the whole result as one JSON object"
     )
     run.add_argument(
-        "--out", type=Path, metavar="DIR", help="save images and output files into DIR"
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="save images and output files (under plain, unique names) into DIR",
     )
     run.add_argument("--timeout", type=float, metavar="S", help="wall-clock limit in seconds")
     run.add_argument(
@@ -120,6 +128,13 @@ def _parser() -> argparse.ArgumentParser:
     prune_parser.set_defaults(handler=_storage_prune)
     check_parser = store_commands.add_parser("check", help="check that artifacts can be stored")
     check_parser.set_defaults(handler=_storage_check)
+
+    proxy = commands.add_parser(
+        "docker-proxy",
+        help="serve the Docker API to the bot, for sandboxes only (--help for its options)",
+        add_help=False,
+    )
+    proxy.add_argument("proxy_args", nargs=argparse.REMAINDER)
 
     build = commands.add_parser("build-image", help="build the sandbox image if its inputs changed")
     build.add_argument(

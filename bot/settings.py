@@ -22,6 +22,7 @@ from bot.quotas import QuotaSettings
 from executor.executor import PoolSettings
 from executor.image import default_tag
 from executor.limits import SandboxLimits
+from storage.intake import file_hosts
 
 SANDBOX_PREFIX = "CELLMATE_SANDBOX_"
 POOL_PREFIX = "CELLMATE_POOL_"
@@ -115,10 +116,24 @@ class DiscordSettings:
     cooldown_s: float = 2.0
     upload_limit_mb: float = 10.0
     """Discord's attachment limit for the bot (10 MB on servers without boosts)."""
+    file_hosts: tuple[str, ...] = ()
+    """Hosts (or http(s) origins) attachments are downloaded from; Discord's CDN, plus the
+    `api_url` server when one is set, by default."""
+    files_per_answer: int = 10
+    """Charts and files shown with one answer; the rest are counted in a note."""
+
+    def __post_init__(self) -> None:
+        _check_chat_files(self.file_hosts, self.files_per_answer)
 
     @property
     def configured(self) -> bool:
         return bool(self.token)
+
+
+def _check_chat_files(hosts: tuple[str, ...], per_answer: int) -> None:
+    file_hosts(hosts)  # raises ValueError naming a bad entry
+    if per_answer < 0:
+        raise ValueError("files_per_answer must not be negative")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +155,14 @@ class SlackSettings:
     cooldown_s: float = 2.0
     thread_replies: bool = True
     """Replies in a thread the bot is part of continue the conversation without a mention."""
+    file_hosts: tuple[str, ...] = ()
+    """Hosts (or http(s) origins) that get the bot token when a shared file is downloaded;
+    files.slack.com, plus the `api_url` server when one is set, by default."""
+    files_per_answer: int = 10
+    """Charts and files shown with one answer; the rest are counted in a note."""
+
+    def __post_init__(self) -> None:
+        _check_chat_files(self.file_hosts, self.files_per_answer)
 
     @property
     def connection(self) -> typing.Literal["socket", "http"]:

@@ -11,14 +11,15 @@ import io
 import tarfile
 import time
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from executor.errors import InvalidInput
 from executor.models import OutputFile, SkippedFile
 
-SANDBOX_UID = 1000
+SANDBOX_UID = 61000
+SANDBOX_GID = 61000
 MAX_NAME_LENGTH = 255
 
 
@@ -42,7 +43,13 @@ def validate_input_name(name: str) -> str:
     return name
 
 
-def build_input_tar(files: Mapping[str, bytes], max_files: int, max_total_bytes: int) -> bytes:
+def build_input_tar(
+    files: Mapping[str, bytes],
+    max_files: int,
+    max_total_bytes: int,
+    uid: int = SANDBOX_UID,
+    gid: int = SANDBOX_GID,
+) -> bytes:
     """A tar of plain files owned by the sandbox user, after checking names, count and size."""
     if len(files) > max_files:
         raise InvalidInput(f"{len(files)} input files given; at most {max_files} are allowed")
@@ -58,7 +65,7 @@ def build_input_tar(files: Mapping[str, bytes], max_files: int, max_total_bytes:
             info = tarfile.TarInfo(validate_input_name(name))
             info.size = len(content)
             info.mode = 0o644
-            info.uid = info.gid = SANDBOX_UID
+            info.uid, info.gid = uid, gid
             info.mtime = int(time.time())
             tar.addfile(info, io.BytesIO(content))
     return buffer.getvalue()
@@ -108,13 +115,14 @@ def read_output_tar(
     stream: io.RawIOBase | io.BufferedIOBase,
     caps: OutputCaps,
     unchanged: Mapping[str, bytes] | None = None,
-    parent: str | None = None,
+    wanted: Collection[str] | None = None,
 ) -> ExtractedFiles:
     """Read an archive of /mnt/data (as `get_archive` returns it) into memory, within caps.
 
     `unchanged` maps input names to the bytes that went in; files still equal to them are
-    not outputs. The first path component (the archived folder's own name) is dropped,
-    unless `parent` names the folder (relative to /mnt/data) that the archived path is in.
+    not outputs. `wanted`, when given, names the only paths (relative to /mnt/data) to read;
+    the rest of the archive is passed over unread. The first path component (the archived
+    folder's own name) is dropped.
     """
     unchanged = unchanged or {}
     found = ExtractedFiles()
@@ -123,10 +131,12 @@ def read_output_tar(
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
             parts = PurePosixPath(member.name).parts
-            parts = parts[1:] if parent is None else PurePosixPath(parent).parts + parts
+            parts = parts[1:]
             if not parts:
                 continue
             path = "/".join(parts)
+            if wanted is not None and path not in wanted:
+                continue
             reason = _refusal(member, parts, caps)
             if reason == "":
                 continue

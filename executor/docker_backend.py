@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Mapping
-from pathlib import PurePosixPath
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 import docker
@@ -68,6 +66,7 @@ class DockerSandbox:
         self._events = RunnerStream(reader)
         self._writer = writer
         self._destroyed = False
+        self._frozen = False
 
     @property
     def id(self) -> str:
@@ -83,7 +82,7 @@ class DockerSandbox:
 
     async def send(self, request: Mapping[str, Any]) -> None:
         try:
-            self._writer.write(json.dumps(request).encode() + b"\n")
+            self._writer.write(self._events.request_line(request))
             await self._writer.drain()
         except (ConnectionError, OSError) as exc:
             raise SandboxError(f"the sandbox stopped accepting requests: {exc}") from exc
@@ -92,36 +91,66 @@ class DockerSandbox:
         return await self._events.receive()
 
     async def put_files(self, tar: bytes) -> None:
+        # Frozen too: the engine writes as root, and must not meet a link that code swapped
+        # in for a file name halfway.
         def put() -> None:
+            thaw = self._freeze()
             try:
                 self._container.put_archive(DATA_DIR, tar)
             except docker.errors.APIError as exc:
                 raise SandboxError(
                     f"could not put files into the sandbox: {exc.explanation or exc}"
                 ) from exc
+            finally:
+                if thaw:
+                    self._thaw()
 
         await _engine(put)
 
-    async def get_path(self, path: str, caps: OutputCaps) -> ExtractedFiles:
-        parent = str(PurePosixPath(path).parent)
-
+    async def get_files(
+        self,
+        caps: OutputCaps,
+        unchanged: Mapping[str, bytes] | None = None,
+        wanted: Collection[str] | None = None,
+    ) -> ExtractedFiles:
+        # One archive of the whole folder, taken while every process in the sandbox is
+        # frozen: the engine resolves only /mnt/data itself (a mount point), and nothing can
+        # swap a folder for a link while it walks the tree. Links inside come back as links,
+        # and are refused.
         def fetch() -> ExtractedFiles:
+            thaw = self._freeze()
             try:
-                chunks, _ = self._container.get_archive(f"{DATA_DIR}/{path}")
+                chunks, _ = self._container.get_archive(DATA_DIR)
+                return read_output_tar(ChunkReader(iter(chunks)), caps, unchanged, wanted)
             except docker.errors.NotFound:
                 return ExtractedFiles()
-            return read_output_tar(
-                ChunkReader(iter(chunks)), caps, parent="" if parent == "." else parent
-            )
+            finally:
+                if thaw:
+                    self._thaw()
 
         return await _engine(fetch)
 
-    async def get_files(self, caps: OutputCaps, unchanged: Mapping[str, bytes]) -> ExtractedFiles:
-        def fetch() -> ExtractedFiles:
-            chunks, _ = self._container.get_archive(DATA_DIR)
-            return read_output_tar(ChunkReader(iter(chunks)), caps, unchanged)
+    def _freeze(self) -> bool:
+        """Pause the sandbox unless it is already still; True when it must be thawed after."""
+        if self._frozen:
+            return False
+        try:
+            self._container.pause()
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.APIError as exc:
+            self._container.reload()
+            state = self._container.attrs.get("State", {})
+            if state.get("Running") and not state.get("Paused"):
+                raise SandboxError(
+                    f"could not freeze the sandbox to read its files: {exc.explanation or exc}"
+                ) from exc
+            return False
+        return True
 
-        return await _engine(fetch)
+    def _thaw(self) -> None:
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            self._container.unpause()
 
     async def exit_state(self) -> ExitState:
         def inspect() -> ExitState:
@@ -144,6 +173,7 @@ class DockerSandbox:
         def kill() -> None:
             try:
                 self._container.pause()
+                self._frozen = True
             except docker.errors.APIError:
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     self._container.kill()
@@ -195,6 +225,74 @@ def _remove(client: docker.DockerClient, container_id: str, volume_name: str) ->
             client.api.remove_container(container_id, force=True, v=True)
     with contextlib.suppress(docker.errors.NotFound):
         client.api.remove_volume(volume_name, force=True)
+
+
+def sandbox_specs(
+    image: str, name: str, limits: SandboxLimits, labels: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The arguments of `volumes.create` and `containers.create` for one sandbox: everything
+    the engine is asked for, in one place (the Docker API proxy's tests start from these)."""
+    volume: dict[str, Any] = {
+        "name": name,
+        "driver": "local",
+        "driver_opts": {
+            "type": "tmpfs",
+            "device": "tmpfs",
+            "o": (
+                f"size={limits.data_mb}m,uid={limits.uid},gid={limits.gid},mode=0700,nosuid,nodev"
+            ),
+        },
+        "labels": dict(labels),
+    }
+    threads = str(max(1, int(limits.cpus)))
+    container: dict[str, Any] = {
+        "image": image,
+        "name": name,
+        "hostname": "sandbox",
+        "labels": dict(labels),
+        "user": f"{limits.uid}:{limits.gid}",
+        "working_dir": DATA_DIR,
+        "stdin_open": True,
+        "tty": False,
+        # The runner is the sandbox's init: an init of its own would hold the event stream's
+        # descriptors where the user's code, running as the same user, could write to them.
+        "init": False,
+        "runtime": limits.runtime,
+        # Only these variables exist inside; nothing of the bot's environment.
+        "environment": {
+            "OMP_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+        },
+        "network_mode": "bridge" if limits.network else "none",
+        "read_only": True,
+        # Scratch space inside the container only; never a host path.
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={limits.tmp_mb}m,mode=1777"},  # noqa: S108
+        "mounts": [Mount(target=DATA_DIR, source=name, type="volume")],
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "mem_limit": f"{limits.memory_mb}m",
+        "memswap_limit": f"{limits.memory_mb}m",
+        "nano_cpus": int(limits.cpus * 1e9),
+        "pids_limit": limits.pids,
+        "ulimits": [
+            Ulimit(
+                name="fsize",
+                soft=limits.file_size_mb * 1024 * 1024,
+                hard=limits.file_size_mb * 1024 * 1024,
+            ),
+            Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
+            Ulimit(name="core", soft=0, hard=0),
+        ],
+        "log_config": LogConfig(
+            type="json-file", config={"max-size": f"{limits.log_mb}m", "max-file": "1"}
+        ),
+        "shm_size": "64m",
+        "ipc_mode": "private",
+        # Under memory pressure on the host, sandboxes go before the bot or the engine.
+        "oom_score_adj": 500,
+    }
+    return volume, container
 
 
 class DockerBackend:
@@ -259,63 +357,10 @@ class DockerBackend:
     def _create(
         self, client: docker.DockerClient, name: str, limits: SandboxLimits, input_tar: bytes | None
     ) -> tuple[Container, socket.socket]:
-        client.volumes.create(
-            name=name,
-            driver="local",
-            driver_opts={
-                "type": "tmpfs",
-                "device": "tmpfs",
-                "o": f"size={limits.data_mb}m,uid=1000,gid=1000,mode=0700,nosuid,nodev",
-            },
-            labels=self.labels,
-        )
-        threads = str(max(1, int(limits.cpus)))
+        volume, container_args = sandbox_specs(self.image, name, limits, self.labels)
+        client.volumes.create(**volume)
         try:
-            container = client.containers.create(
-                self.image,
-                name=name,
-                hostname="sandbox",
-                labels=self.labels,
-                user="1000:1000",
-                working_dir=DATA_DIR,
-                stdin_open=True,
-                tty=False,
-                init=True,
-                runtime=limits.runtime,
-                # Only these variables exist inside; nothing of the bot's environment.
-                environment={
-                    "OMP_NUM_THREADS": threads,
-                    "OPENBLAS_NUM_THREADS": threads,
-                    "MKL_NUM_THREADS": threads,
-                },
-                network_mode="bridge" if limits.network else "none",
-                read_only=True,
-                # Scratch space inside the container only; never a host path.
-                tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={limits.tmp_mb}m,mode=1777"},  # noqa: S108
-                mounts=[Mount(target=DATA_DIR, source=name, type="volume")],
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                mem_limit=f"{limits.memory_mb}m",
-                memswap_limit=f"{limits.memory_mb}m",
-                nano_cpus=int(limits.cpus * 1e9),
-                pids_limit=limits.pids,
-                ulimits=[
-                    Ulimit(
-                        name="fsize",
-                        soft=limits.file_size_mb * 1024 * 1024,
-                        hard=limits.file_size_mb * 1024 * 1024,
-                    ),
-                    Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
-                    Ulimit(name="core", soft=0, hard=0),
-                ],
-                log_config=LogConfig(
-                    type="json-file", config={"max-size": f"{limits.log_mb}m", "max-file": "1"}
-                ),
-                shm_size="64m",
-                ipc_mode="private",
-                # Under memory pressure on the host, sandboxes go before the bot or the engine.
-                oom_score_adj=500,
-            )
+            container = client.containers.create(**container_args)
         except docker.errors.ImageNotFound as exc:
             raise ImageNotFound(
                 f"The sandbox image {self.image} is not built. Run `cellmate build-image`."

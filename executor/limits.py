@@ -23,6 +23,11 @@ class SandboxLimits:
     """Text output (stdout + stderr) kept per run; the rest is cut with a note."""
     rich_output_bytes: int = 20_000_000
     """Rich outputs (images, HTML, JSON) kept per run."""
+    max_rich_results: int = 100
+    """Rich results (displays, charts, the last value) kept per run; the rest are counted."""
+    background_processes: bool = False
+    """Whether processes a run starts may keep running after it; by default the sandbox
+    ends them when the run ends (the kernel and its threads stay)."""
     tmp_mb: int = 256
     data_mb: int = 512
     """Size of /mnt/data, the only place where files persist during a run."""
@@ -32,6 +37,9 @@ class SandboxLimits:
     log_mb: int = 1
     network: bool = False
     runtime: Runtime = "runc"
+    uid: int = 61000
+    """The user that code runs as, and that owns /mnt/data: one that no host account has."""
+    gid: int = 61000
     max_output_files: int = 100
     max_output_file_mb: int = 50
     max_output_total_mb: int = 100
@@ -52,6 +60,8 @@ class SandboxLimits:
             self.log_mb,
             self.network,
             self.runtime,
+            self.uid,
+            self.gid,
         )
 
     def __post_init__(self) -> None:
@@ -63,6 +73,9 @@ class SandboxLimits:
             "output_bytes": self.output_bytes,
             "tmp_mb": self.tmp_mb,
             "data_mb": self.data_mb,
+            "max_rich_results": self.max_rich_results,
+            "uid": self.uid,
+            "gid": self.gid,
         }
         for name, value in positive.items():
             if value <= 0:

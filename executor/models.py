@@ -133,6 +133,9 @@ class ExecutionResult:
     notebook: Mapping[str, Any] | None = None
     """The executed notebook (nbformat 4 JSON), when the runner could send it."""
     output_truncated: bool = False
+    dropped_results: int = 0
+    """Rich results (displays, charts) past the per-run cap, not kept; the message says how
+    many ("N more results not shown")."""
     duration_ms: int = 0
     startup_ms: int = 0
     runtime: str = "runc"
@@ -155,6 +158,7 @@ class ExecutionResult:
             "files": [f.to_json() for f in self.files],
             "skipped_files": [s.to_json() for s in self.skipped_files],
             "output_truncated": self.output_truncated,
+            "dropped_results": self.dropped_results,
             "duration_ms": self.duration_ms,
             "startup_ms": self.startup_ms,
             "runtime": self.runtime,
@@ -167,16 +171,19 @@ class OutputCollector:
     """Folds nbformat outputs, as the runner streams them, into the parts of a result.
 
     The runner caps output already; the caps here hold even if sandboxed code bypasses it
-    and writes events to the container's stdout itself.
+    and writes events to the container's stdout itself. Sizes are UTF-8 bytes.
     """
 
     text_limit: int = 1_000_000
     rich_limit: int = 20_000_000
+    rich_count_limit: int = 100
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     results: list[RichResult] = field(default_factory=list)
     error: ExecutionError | None = None
     truncated: bool = False
+    dropped: int = 0
+    """Rich results past `rich_count_limit`."""
     _text_size: int = 0
     _rich_size: int = 0
 
@@ -185,10 +192,14 @@ class OutputCollector:
         kind = output.get("output_type")
         if kind == "stream":
             text = clean_text(_joined(output.get("text", "")))
-            room = self.text_limit - self._text_size
-            if len(text) > room:
-                text, self.truncated = text[: max(room, 0)], True
-            self._text_size += len(text)
+            encoded = text.encode("utf-8")
+            room = max(self.text_limit - self._text_size, 0)
+            if len(encoded) > room:
+                # Cut at a byte count, never inside a character.
+                encoded, self.truncated = encoded[:room], True
+                text = encoded.decode("utf-8", "ignore")
+                encoded = text.encode("utf-8")
+            self._text_size += len(encoded)
             if not text:
                 return None
             name = "stderr" if output.get("name") == "stderr" else "stdout"
@@ -197,7 +208,10 @@ class OutputCollector:
         if kind in ("display_data", "execute_result"):
             data = output.get("data")
             if isinstance(data, Mapping):
-                size = sum(len(str(value)) for value in data.values())
+                if len(self.results) >= self.rich_count_limit:
+                    self.dropped += 1
+                    return None
+                size = sum(len(str(value).encode("utf-8", "replace")) for value in data.values())
                 if self._rich_size + size > self.rich_limit:
                     self.truncated = True
                     return None

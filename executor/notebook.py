@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
-from executor.archive import OutputCaps, build_input_tar
+from executor.archive import ExtractedFiles, OutputCaps, build_input_tar
 from executor.limits import SandboxLimits
-from executor.models import ExecutionResult, OutputCollector, SkippedFile
+from executor.models import ExecutionResult, SkippedFile
 from executor.pool import SandboxPool
-from executor.run import OutputCallback, execute, judge, truncation_note
+from executor.run import OutputCallback, execute, judge, new_collector, truncation_note
 
 MB = 1_000_000
 
@@ -23,7 +23,9 @@ async def run_notebook(
     stop: asyncio.Event | None = None,
 ) -> ExecutionResult:
     files = dict(files or {})
-    input_tar = build_input_tar(files, limits.max_input_files, limits.max_input_total_mb * MB)
+    input_tar = build_input_tar(
+        files, limits.max_input_files, limits.max_input_total_mb * MB, limits.uid, limits.gid
+    )
     if limits.container_spec() == pool.limits.container_spec():
         lease = await pool.acquire()
     else:
@@ -32,9 +34,7 @@ async def run_notebook(
     try:
         if input_tar:
             await sandbox.put_files(input_tar)
-        collector = OutputCollector(
-            text_limit=limits.output_bytes, rich_limit=limits.rich_output_bytes
-        )
+        collector = new_collector(limits)
         outcome = await execute(
             sandbox, cells, limits, collector, on_output=on_output, stop=stop, want_notebook=True
         )
@@ -42,20 +42,15 @@ async def run_notebook(
         extracted = await sandbox.get_files(output_caps(limits), files)
         status, message = judge(outcome, exit_state.oom_killed, exit_state.exit_code, limits)
         truncated = outcome.truncated or collector.truncated
-        skipped = list(extracted.skipped)
-        if extracted.over_count:
-            skipped.append(over_count_note(extracted.over_count, limits))
-        if extracted.not_listed:
-            skipped.append(
-                SkippedFile(path="…", reason=f"{extracted.not_listed:,} more entries refused")
-            )
+        dropped = outcome.dropped_results + collector.dropped
         return collector.result(
             status,
-            truncation_note(message, truncated, limits),
+            truncation_note(message, truncated, limits, dropped),
             files=tuple(extracted.files),
-            skipped_files=tuple(skipped),
+            skipped_files=tuple(skipped_notes(extracted, limits)),
             notebook=outcome.notebook,
             output_truncated=truncated,
+            dropped_results=dropped,
             duration_ms=outcome.duration_ms,
             startup_ms=lease.startup_ms,
             runtime=limits.runtime,
@@ -71,6 +66,18 @@ def output_caps(limits: SandboxLimits) -> OutputCaps:
         max_total_bytes=limits.max_output_total_mb * MB,
         max_depth=limits.max_output_depth,
     )
+
+
+def skipped_notes(extracted: ExtractedFiles, limits: SandboxLimits) -> list[SkippedFile]:
+    """What did not come back, with one line each for whatever was too many to list."""
+    skipped = list(extracted.skipped)
+    if extracted.over_count:
+        skipped.append(over_count_note(extracted.over_count, limits))
+    if extracted.not_listed:
+        skipped.append(
+            SkippedFile(path="…", reason=f"{extracted.not_listed:,} more entries refused")
+        )
+    return skipped
 
 
 def over_count_note(count: int, limits: SandboxLimits) -> SkippedFile:

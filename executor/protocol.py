@@ -7,7 +7,7 @@ same two classes and nothing else changes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,17 +35,21 @@ class Sandbox(Protocol):
     async def put_files(self, tar: bytes) -> None:
         """Extract a tar of plain files into /mnt/data."""
 
-    async def get_path(self, path: str, caps: OutputCaps) -> ExtractedFiles:
-        """One file (or folder) under /mnt/data, read within caps."""
-
     async def send(self, request: Mapping[str, Any]) -> None:
         """Write one request to the runner."""
 
     async def receive(self) -> dict[str, Any] | None:
         """The runner's next event, or None once its output has ended."""
 
-    async def get_files(self, caps: OutputCaps, unchanged: Mapping[str, bytes]) -> ExtractedFiles:
-        """Regular files under /mnt/data, read within caps."""
+    async def get_files(
+        self,
+        caps: OutputCaps,
+        unchanged: Mapping[str, bytes] | None = None,
+        wanted: Collection[str] | None = None,
+    ) -> ExtractedFiles:
+        """Regular files under /mnt/data (only the `wanted` paths, when given), read within
+        caps from one consistent view of the folder: no path is resolved on its own, and a
+        link never leads out of it."""
 
     async def exit_state(self) -> ExitState: ...
 

@@ -31,6 +31,8 @@ class RunOutcome:
     """ok, error, died (kernel), lost (the sandbox's output ended)."""
     notebook: Mapping[str, Any] | None = None
     truncated: bool = False
+    dropped_results: int = 0
+    """Rich results the runner did not send, past the per-run count."""
     changed: list[str] = field(default_factory=list)
     kernel_exit_code: int | None = None
     kernel_oom: bool = False
@@ -78,7 +80,9 @@ async def execute(
         # Stopped while waiting for the sandbox: the code never starts, the kernel is as it was.
         outcome.status, outcome.stopped = "ok", True
         return outcome
-    run_id = uuid.uuid4().hex[:12]
+    # Events carry this id to count as the run's own: long enough that it cannot be guessed
+    # (the runner keeps it where the user's code cannot read it).
+    run_id = uuid.uuid4().hex
     started = time.monotonic()
     await sandbox.send(
         {
@@ -87,6 +91,8 @@ async def execute(
             "cells": list(cells),
             "output_limit": limits.output_bytes,
             "rich_limit": limits.rich_output_bytes,
+            "rich_count_limit": limits.max_rich_results,
+            "background": limits.background_processes,
             "notebook": want_notebook,
         }
     )
@@ -149,6 +155,8 @@ async def _collect(
             notebook = event.get("notebook")
             outcome.notebook = notebook if isinstance(notebook, Mapping) else None
             outcome.truncated = bool(event.get("truncated"))
+            dropped = event.get("dropped_results")
+            outcome.dropped_results = min(max(dropped, 0), 10**9) if isinstance(dropped, int) else 0
             changed = event.get("changed")
             outcome.changed = [str(p) for p in changed] if isinstance(changed, list) else []
             code = event.get("exit_code")
@@ -197,11 +205,26 @@ def judge(
     return Status.KILLED, f"The sandbox stopped unexpectedly {describe_exit(container_exit)}."
 
 
-def truncation_note(message: str, truncated: bool, limits: SandboxLimits) -> str:
-    """The run's message, with a note when its output was cut."""
-    if not truncated:
-        return message
-    return f"{message} Output was cut at {limits.output_bytes:,} bytes.".strip()
+def new_collector(limits: SandboxLimits) -> OutputCollector:
+    return OutputCollector(
+        text_limit=limits.output_bytes,
+        rich_limit=limits.rich_output_bytes,
+        rich_count_limit=limits.max_rich_results,
+    )
+
+
+def truncation_note(
+    message: str, truncated: bool, limits: SandboxLimits, dropped_results: int = 0
+) -> str:
+    """The run's message, with a note when its output was cut or results were dropped."""
+    if truncated:
+        message = f"{message} Output was cut at {limits.output_bytes:,} bytes."
+    if dropped_results:
+        message = (
+            f"{message} {dropped_results:,} more results not shown: at most "
+            f"{limits.max_rich_results:,} are kept from one run."
+        )
+    return message.strip()
 
 
 def describe_exit(code: int | None) -> str:

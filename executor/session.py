@@ -24,14 +24,23 @@ from executor.archive import build_input_tar
 from executor.errors import InvalidInput, SandboxError
 from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, OutputCollector, OutputEvent, OutputFile, SkippedFile
-from executor.notebook import MB, output_caps, over_count_note
+from executor.notebook import MB, output_caps, skipped_notes
 from executor.pool import Lease, QueueCallback, SandboxPool
-from executor.run import OutputCallback, RunOutcome, execute, judge, truncation_note
+from executor.run import (
+    OutputCallback,
+    RunOutcome,
+    execute,
+    judge,
+    new_collector,
+    truncation_note,
+)
 
 log = logging.getLogger(__name__)
 
 REMEMBERED_ENDINGS = 10_000
 REQUEST_TIMEOUT_S = 60.0
+MAX_CHANGED_PATHS = 20_000
+"""As many changed paths as the runner lists; more can only come from a forged event."""
 
 
 @dataclass(eq=False, slots=True)
@@ -86,9 +95,7 @@ class SessionManager:
         async with self._lock(key):
             live, ending = await self._session(key, on_queued)
             stop = self._stops[key] = stop or asyncio.Event()
-            collector = OutputCollector(
-                text_limit=limits.output_bytes, rich_limit=limits.rich_output_bytes
-            )
+            collector = new_collector(limits)
             sandbox = live.lease.sandbox
             try:
                 try:
@@ -133,7 +140,8 @@ class SessionManager:
             status, message = judge(outcome, state.oom_killed, state.exit_code, limits)
             await self._end(key, _why_it_ended(status.value, message))
         truncated = outcome.truncated or collector.truncated
-        message = truncation_note(message, truncated, limits)
+        dropped = outcome.dropped_results + collector.dropped
+        message = truncation_note(message, truncated, limits, dropped)
         if ending:
             message = (
                 f"This is a new session ({ending}); earlier variables and files are gone. {message}"
@@ -144,6 +152,7 @@ class SessionManager:
             files=tuple(files),
             skipped_files=tuple(skipped),
             output_truncated=truncated,
+            dropped_results=dropped,
             duration_ms=outcome.duration_ms,
             startup_ms=live.lease.startup_ms,
             runtime=limits.runtime,
@@ -153,30 +162,19 @@ class SessionManager:
     async def _changed_files(
         self, live: _Live, changed: list[str], limits: SandboxLimits
     ) -> tuple[list[OutputFile], list[SkippedFile]]:
-        files: list[OutputFile] = []
+        """The files the runner says changed, read from one archive of /mnt/data: the list
+        only selects what to read, so a forged or stale list cannot reach outside it."""
+        wanted: set[str] = set()
         skipped: list[SkippedFile] = []
-        caps = output_caps(limits)
-        total = 0
-        for path in changed[: limits.max_output_files]:
-            if not _safe_relative(path):
+        for path in changed[:MAX_CHANGED_PATHS]:
+            if _safe_relative(path):
+                wanted.add(_normal(path))
+            elif len(skipped) < limits.max_output_files:
                 skipped.append(SkippedFile(path=path[:200], reason="path leaves /mnt/data"))
-                continue
-            found = await live.lease.sandbox.get_path(path, dataclasses.replace(caps, max_files=1))
-            skipped.extend(found.skipped)
-            for file in found.files:
-                if total + file.size > caps.max_total_bytes:
-                    skipped.append(
-                        SkippedFile(
-                            file.path,
-                            f"output files together exceed {limits.max_output_total_mb} MB",
-                        )
-                    )
-                    continue
-                total += file.size
-                files.append(file)
-        if len(changed) > limits.max_output_files:
-            skipped.append(over_count_note(len(changed) - limits.max_output_files, limits))
-        return files, skipped
+        if not wanted:
+            return [], skipped
+        found = await live.lease.sandbox.get_files(output_caps(limits), wanted=wanted)
+        return found.files, skipped + skipped_notes(found, limits)
 
     async def _session(self, key: str, on_queued: QueueCallback | None) -> tuple[_Live, str | None]:
         """The key's live session, or a new one with the reason the previous one ended."""
@@ -245,7 +243,11 @@ class SessionManager:
 
     async def put_files(self, key: str, files: Mapping[str, bytes]) -> None:
         tar = build_input_tar(
-            files, self.limits.max_input_files, self.limits.max_input_total_mb * MB
+            files,
+            self.limits.max_input_files,
+            self.limits.max_input_total_mb * MB,
+            self.limits.uid,
+            self.limits.gid,
         )
         async with self._lock(key):
             live, _ = await self._session(key, None)
@@ -257,7 +259,7 @@ class SessionManager:
             live = self._live.get(key)
             if live is None:
                 return []
-            found = await live.lease.sandbox.get_files(output_caps(self.limits), {})
+            found = await live.lease.sandbox.get_files(output_caps(self.limits))
             return [(f.path, f.size) for f in found.files]
 
     async def get_file(self, key: str, path: str) -> bytes | None:
@@ -267,8 +269,8 @@ class SessionManager:
             live = self._live.get(key)
             if live is None:
                 return None
-            found = await live.lease.sandbox.get_path(
-                path, dataclasses.replace(output_caps(self.limits), max_files=1)
+            found = await live.lease.sandbox.get_files(
+                dataclasses.replace(output_caps(self.limits), max_files=1), wanted={_normal(path)}
             )
             return found.files[0].content if found.files else None
 
@@ -390,6 +392,10 @@ def _safe_relative(path: str) -> bool:
         and ".." not in parts
         and "\x00" not in path
     )
+
+
+def _normal(path: str) -> str:
+    return "/".join(PurePosixPath(path).parts)
 
 
 def _why_it_ended(status: str, message: str) -> str:

@@ -1,11 +1,21 @@
-"""The runner's events, read from a container's multiplexed stdout/stderr stream."""
+"""The runner's events, read from a container's multiplexed stdout/stderr stream.
+
+The runner's `ready` event, sent before any user code exists in the sandbox, carries a fresh
+key. Every line after it, both ways, is sealed with that key and a sequence number
+(`<hmac-sha256 hex> <seq> <json>`), so that nothing the user's code writes into the
+runner's pipes, or replays from them, counts as the runner's.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
+import re
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from executor.errors import SandboxError
@@ -15,6 +25,25 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 64 * 1024 * 1024
 STDERR_TAIL_BYTES = 16 * 1024
 STDOUT, STDERR = 1, 2
+KEY_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+
+def seal(key: bytes, seq: int, payload: bytes) -> bytes:
+    head = str(seq).encode()
+    mac = hmac.new(key, head + b" " + payload, hashlib.sha256).hexdigest().encode()
+    return mac + b" " + head + b" " + payload + b"\n"
+
+
+def unseal(key: bytes, line: bytes, last_seq: int) -> tuple[int, bytes] | None:
+    """The sequence number and payload of a line sealed with `key` after `last_seq`."""
+    mac, _, rest = line.partition(b" ")
+    head, _, payload = rest.partition(b" ")
+    if not head.isdigit() or len(head) > 20:
+        return None
+    expected = hmac.new(key, head + b" " + payload, hashlib.sha256).hexdigest().encode()
+    if not hmac.compare_digest(mac, expected) or int(head) <= last_seq:
+        return None
+    return int(head), payload
 
 
 class RunnerStream:
@@ -30,6 +59,11 @@ class RunnerStream:
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._ended = False
+        self._key: bytes | None = None
+        self._received = 0
+        self._sent = 0
+        self.refused = 0
+        """Lines that were not sealed by the runner (forged, replayed or damaged)."""
 
     @property
     def ended(self) -> bool:
@@ -46,12 +80,8 @@ class RunnerStream:
             if newline >= 0:
                 line = bytes(self._stdout[:newline])
                 del self._stdout[: newline + 1]
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    log.warning("the sandbox wrote a line that is not JSON; ignored")
-                    continue
-                if isinstance(event, dict):
+                event = self._event(line)
+                if event is not None:
                     return event
                 continue
             if len(self._stdout) > MAX_LINE_BYTES:
@@ -65,6 +95,36 @@ class RunnerStream:
                 self._keep_stderr(payload)
             else:
                 self._stdout += payload
+
+    def request_line(self, request: Mapping[str, Any]) -> bytes:
+        """A request as the runner accepts it: sealed once its key is known."""
+        payload = json.dumps(request).encode()
+        if self._key is None:
+            return payload + b"\n"
+        self._sent += 1
+        return seal(self._key, self._sent, payload)
+
+    def _event(self, line: bytes) -> dict[str, Any] | None:
+        if self._key is not None:
+            opened = unseal(self._key, line, self._received)
+            if opened is None:
+                self.refused += 1
+                if self.refused == 1:
+                    log.warning("the sandbox wrote a line the runner did not seal; ignored")
+                return None
+            self._received, line = opened
+        try:
+            event = json.loads(line)
+        except ValueError:
+            log.warning("the sandbox wrote a line that is not JSON; ignored")
+            return None
+        if not isinstance(event, dict):
+            return None
+        if self._key is None and event.get("type") == "ready":
+            key = event.pop("key", None)
+            if isinstance(key, str) and KEY_PATTERN.fullmatch(key):
+                self._key = bytes.fromhex(key)
+        return event
 
     async def _read_frame(self) -> tuple[int, bytes] | None:
         try:

@@ -2,12 +2,22 @@
 
 It owns one Jupyter kernel and speaks JSON lines with the host over the container's
 attached stdin/stdout, so it works under runc and gVisor alike and needs no socket, port or
-shared folder. Everything it reports is untrusted on the host side: user code runs as the
-same user and could write to this process's stdout, so the host caps and validates it all.
+shared folder. It is the sandbox's init (PID 1), so nothing else holds the event stream's
+descriptors, and it makes itself non-dumpable before it reads a request, so the user's code,
+though it runs as the same user, cannot read this process's memory (the key below); under
+runc it cannot open its descriptors through /proc either (gVisor lets it, which is why every
+line is sealed). The host still caps and validates everything it reports.
+When a run ends, the runner ends every process the run left behind (the kernel stays),
+unless the request allows background work.
+
+After `ready`, whose key is made before any user code exists, every line both ways is
+sealed: `<hmac-sha256 of "<seq> <json>" under the key, hex> <seq> <json>`, with `seq`
+rising in each direction; lines that are not are ignored.
 
 Requests (one JSON object per line on stdin):
     {"op": "run", "id": "r1", "cells": ["code", ...], "output_limit": 1000000,
-     "rich_limit": 20000000, "notebook": false}
+     "rich_limit": 20000000, "rich_count_limit": 100, "background": false,
+     "notebook": false}
                                       run cells in order, stop at the first error
     {"op": "interrupt"}               send SIGINT to the kernel
     {"op": "export", "id": "e1", "format": "ipynb" | "html"}
@@ -16,9 +26,10 @@ Requests (one JSON object per line on stdin):
     {"op": "shutdown"}                stop the kernel and exit
 
 Events (one JSON object per line on stdout):
-    {"type": "ready", "python": "3.11.2", "startup_ms": 812}
+    {"type": "ready", "python": "3.11.2", "startup_ms": 812, "key": "<64 hex digits>"}
     {"type": "output", "id": "r1", "cell": 0, "output": {nbformat output}}
-    {"type": "done", "id": "r1", "status": "ok|error|died", "changed": ["out.csv"], ...}
+    {"type": "done", "id": "r1", "status": "ok|error|died", "changed": ["out.csv"],
+     "dropped_results": 0, ...}
     {"type": "exported", "id": "e1", "format": "html", "content": "..."}
     {"type": "previewed", "id": "p1", "previews": {"sales.csv": "..."}}
 """
@@ -27,9 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import hashlib
+import hmac
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -97,6 +112,25 @@ for path in sys.argv[1:]:
 print(json.dumps(previews))
 """
 PREVIEW_TIMEOUT_S = 30
+PR_SET_DUMPABLE = 4
+REAP_INTERVAL_S = 1.0
+KILL_ROUNDS = 200
+
+# Reaps the kernel's own children that the runner killed at the end of a run (the kernel
+# never waits for them itself); only finished ones, so nothing running is touched.
+KERNEL_REAP = """
+def _cellmate_reap():
+    import os
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+_cellmate_reap()
+del _cellmate_reap
+"""
 
 
 class CappedClient(NotebookClient):  # type: ignore[misc]
@@ -108,32 +142,42 @@ class CappedClient(NotebookClient):  # type: ignore[misc]
         self.run_id = ""
         self.text_limit = 1_000_000
         self.rich_limit = 20_000_000
+        self.rich_count_limit = 100
         self.reset_caps()
 
     def reset_caps(self) -> None:
         self.text_bytes = 0
         self.rich_bytes = 0
+        self.rich_count = 0
+        self.dropped = 0
         self.truncated = False
 
     def output(self, outs: list[Any], msg: dict[str, Any], display_id: Any, cell_index: int) -> Any:
         msg_type = msg["msg_type"]
         content = msg["content"]
         if msg_type == "stream":
-            text = content.get("text", "")
+            data = str(content.get("text", "")).encode("utf-8", "replace")
             room = self.text_limit - self.text_bytes
             if room <= 0:
                 self.truncated = True
                 return None
-            if len(text) > room:
-                content["text"] = text[:room]
+            if len(data) > room:
+                # Cut at a byte count, never inside a character.
+                data = data[:room].decode("utf-8", "ignore").encode("utf-8")
                 self.truncated = True
-            self.text_bytes += len(content["text"])
+            content["text"] = data.decode("utf-8")
+            self.text_bytes += len(data)
         elif msg_type in ("display_data", "execute_result", "error"):
-            size = len(json.dumps(content.get("data", content)))
+            if msg_type != "error" and self.rich_count >= self.rich_count_limit:
+                self.dropped += 1
+                return None
+            size = len(json.dumps(content.get("data", content), ensure_ascii=False).encode())
             if self.rich_bytes + size > self.rich_limit:
                 self.truncated = True
                 return None
             self.rich_bytes += size
+            if msg_type != "error":
+                self.rich_count += 1
         out = super().output(outs, msg, display_id, cell_index)
         if out is not None:
             self.emit({"type": "output", "id": self.run_id, "cell": cell_index, "output": out})
@@ -161,9 +205,33 @@ class Runner:
         )
         self.running: asyncio.Task[None] | None = None
         self.side_tasks: set[asyncio.Task[None]] = set()
+        self.helpers: set[int] = set()
+        """Processes the runner itself started (previews), which it waits for itself."""
+        self.key: bytes | None = None
+        self.sent = 0
+        self.received = 0
 
     def emit(self, event: dict[str, Any]) -> None:
-        self.out.write(json.dumps(event, default=str) + "\n")
+        payload = json.dumps(event, default=str)
+        if self.key is None:
+            self.out.write(payload + "\n")
+            return
+        self.sent += 1
+        head = str(self.sent)
+        mac = hmac.new(self.key, f"{head} {payload}".encode(), hashlib.sha256).hexdigest()
+        self.out.write(f"{mac} {head} {payload}\n")
+
+    def open_request(self, line: bytes) -> Any:
+        """The request in a line the host sealed, or None."""
+        mac, _, rest = line.rstrip(b"\n").partition(b" ")
+        head, _, payload = rest.partition(b" ")
+        if self.key is None or not head.isdigit() or len(head) > 20:
+            return None
+        expected = hmac.new(self.key, head + b" " + payload, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(mac, expected.encode()) or int(head) <= self.received:
+            return None
+        self.received = int(head)
+        return json.loads(payload)
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -172,13 +240,16 @@ class Runner:
         await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
         await self.client.async_start_new_kernel_client()
         await self.client.kc.execute_interactive(KERNEL_SETUP, silent=True, store_history=False)
+        key = os.urandom(32)
         self.emit(
             {
                 "type": "ready",
                 "python": sys.version.split()[0],
                 "startup_ms": round((time.monotonic() - started) * 1000),
+                "key": key.hex(),
             }
         )
+        self.key = key
 
     async def run(self, request: dict[str, Any]) -> None:
         run_id = str(request.get("id", ""))
@@ -189,6 +260,7 @@ class Runner:
         self.client.run_id = run_id
         self.client.text_limit = int(request.get("output_limit", 1_000_000))
         self.client.rich_limit = int(request.get("rich_limit", 20_000_000))
+        self.client.rich_count_limit = int(request.get("rich_count_limit", 100))
         self.client.reset_caps()
         for source in request.get("cells", []):
             cell = nbformat.v4.new_code_cell(str(source))
@@ -206,6 +278,8 @@ class Runner:
                     "oom": oom_kills() > oom_before,
                 }
                 break
+        if not request.get("background"):
+            await self.end_leftovers()
         after = snapshot()
         changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
         if request.get("notebook"):
@@ -216,10 +290,54 @@ class Runner:
                 "id": run_id,
                 "status": status,
                 "truncated": self.client.truncated,
+                "dropped_results": self.client.dropped,
                 "changed": changed,
                 **detail,
             }
         )
+
+    def kernel_pid(self) -> int | None:
+        provisioner = getattr(self.client.km, "provisioner", None)
+        process = getattr(provisioner, "process", None)
+        pid = getattr(process, "pid", None)
+        return pid if isinstance(pid, int) else None
+
+    async def end_leftovers(self) -> None:
+        """End every process but the runner, the kernel and the runner's helpers: whatever
+        the run started (children, daemons, renamed or re-parented ones) is found in /proc
+        and killed, again until none is left, since some may fork in between."""
+        kernel = self.kernel_pid()
+        keep = self.helpers | ({kernel} if kernel is not None else set())
+        killed = False
+        for _ in range(KILL_ROUNDS):
+            others = [pid for pid, state, _ in processes() if pid not in keep and state != "Z"]
+            if not others:
+                break
+            killed = True
+            for pid in others:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            self.reap()
+            await asyncio.sleep(0.005)
+        self.reap()
+        if killed and kernel is not None:
+            with contextlib.suppress(Exception):
+                await self.client.kc.execute_interactive(
+                    KERNEL_REAP, silent=True, store_history=False, timeout=5
+                )
+
+    def reap(self) -> None:
+        """Wait for orphans that ended: as init, every re-parented process is the runner's."""
+        kernel = self.kernel_pid()
+        for pid, state, parent in processes():
+            if parent == os.getpid() and state == "Z" and pid != kernel and pid not in self.helpers:
+                with contextlib.suppress(OSError):
+                    os.waitpid(pid, os.WNOHANG)
+
+    async def reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_INTERVAL_S)
+            self.reap()
 
     def export(self, request: dict[str, Any]) -> None:
         event: dict[str, Any] = {"type": "exported", "id": request.get("id", "")}
@@ -243,15 +361,21 @@ class Runner:
                 PREVIEW_SCRIPT,
                 *paths,
                 cwd=str(DATA_DIR),
+                stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL,
             )
+            self.helpers.add(process.pid)
             output, _ = await asyncio.wait_for(process.communicate(), PREVIEW_TIMEOUT_S)
             previews = json.loads(output or b"{}")
         except (TimeoutError, ValueError, OSError) as exc:
             previews = {path: f"{path}: no preview ({type(exc).__name__})" for path in paths}
             with contextlib.suppress(ProcessLookupError, UnboundLocalError):
                 process.kill()
+                await process.wait()
+        finally:
+            with contextlib.suppress(UnboundLocalError):
+                self.helpers.discard(process.pid)
         self.emit({"type": "previewed", "id": request.get("id", ""), "previews": previews})
 
     async def interrupt(self) -> None:
@@ -261,12 +385,16 @@ class Runner:
     async def serve(self) -> None:
         reader = await stdin_reader()
         await self.start()
+        reaper = asyncio.create_task(self.reap_loop())
         while True:
             line = await reader.readline()
             if not line:
                 break
             try:
-                request = json.loads(line)
+                request = self.open_request(line)
+                if request is None:
+                    self.emit({"type": "log", "message": "unsealed request ignored"})
+                    continue
                 op = request["op"]
             except (ValueError, KeyError, TypeError):
                 self.emit({"type": "log", "message": "malformed request ignored"})
@@ -287,6 +415,7 @@ class Runner:
                 task.add_done_callback(self.side_tasks.discard)
             elif op == "shutdown":
                 break
+        reaper.cancel()
         if self.running is not None:
             self.running.cancel()
         await self.client._async_cleanup_kernel()
@@ -306,6 +435,22 @@ def snapshot() -> dict[str, tuple[int, int]]:
             found[str(path.relative_to(DATA_DIR))] = (stat.st_size, stat.st_mtime_ns)
             if len(found) >= SNAPSHOT_LIMIT:
                 return found
+    return found
+
+
+def processes() -> list[tuple[int, str, int]]:
+    """(pid, state, parent pid) of every other process in the sandbox."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) >= 2 and fields[1].isdigit():
+            found.append((int(entry.name), fields[0], int(fields[1])))
     return found
 
 
@@ -357,7 +502,23 @@ async def stdin_reader() -> asyncio.StreamReader:
     return reader
 
 
+def make_unreadable() -> None:
+    """Keep the user's code (the same user) out of this process's memory: no
+    /proc/<pid>/mem, ptrace or process_vm_readv (under runc no environ or fd either).
+    Before the key exists."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise SystemExit(f"cannot make the runner non-dumpable: {os.strerror(ctypes.get_errno())}")
+
+
+def ignore(signum: int, frame: Any) -> None:
+    """An init gets no signal from inside its namespace that it has no handler for; this
+    one keeps SIGINT (which Python handles) from ending the runner too."""
+
+
 def main() -> None:
+    make_unreadable()
+    signal.signal(signal.SIGINT, ignore)
     # Events go to a private copy of stdout; whatever else writes to descriptor 1 (the
     # kernel's children inherit it) goes nowhere.
     out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import docker
@@ -8,7 +9,9 @@ import pytest
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
 from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL, connect
 
-TEST_INSTANCE = "tests"
+# Its own instance label per test process, so that concurrent runs never see (or sweep)
+# each other's sandboxes.
+TEST_INSTANCE = os.environ.get("CELLMATE_TEST_INSTANCE", "tests")
 RUNTIMES = ["runc", "runsc"]
 NO_POOL = PoolSettings(size=0)
 

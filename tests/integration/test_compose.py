@@ -60,6 +60,12 @@ def test_the_compose_file_validates_and_only_the_proxy_holds_the_socket(tmp_path
     assert bot["read_only"] is True
     assert "ALL" in bot["cap_drop"]
     assert config["networks"]["docker-api"]["internal"] is True
-    assert "executor.socket_proxy" in services["docker-proxy"]["entrypoint"]
+    proxy = services["docker-proxy"]
+    assert proxy["command"][:3] == [
+        "docker-proxy",
+        "--listen=0.0.0.0:2375",
+        "--upstream=/var/run/docker.sock",
+    ]
+    assert proxy["command"][3] == "--sandbox-user=61000:61000"
     assert services["bot"]["build"]["dockerfile"].endswith("bot/Dockerfile")
     assert (ROOT / "bot" / "Dockerfile").read_text().count("USER cellmate") == 1

@@ -6,8 +6,6 @@ autouse fixture checks), and not affect the next run.
 
 from __future__ import annotations
 
-import json
-
 import docker
 import pytest
 
@@ -164,7 +162,7 @@ async def test_root_and_etc_are_not_writable(executor: Executor) -> None:
     assert result.status is Status.OK
     assert "WROTE" not in result.stdout
     assert result.stdout.count("refused") == 4
-    assert result.stdout.splitlines()[-1] == "1000 1000"
+    assert result.stdout.splitlines()[-1] == "61000 61000"
 
 
 async def test_bot_secrets_are_not_in_the_sandbox(
@@ -277,37 +275,57 @@ async def test_too_many_input_files_are_refused(executor: Executor) -> None:
         await executor.run_notebook("print(1)", files={f"f{i}": b"" for i in range(21)})
 
 
-async def test_code_that_kills_the_runner(executor: Executor) -> None:
+async def test_code_that_tries_to_kill_the_runner(executor: Executor, runtime: str) -> None:
+    # The runner is the sandbox's init: under runc, signals from inside never reach it;
+    # gVisor delivers SIGKILL to it, and the sandbox is then reported as stopped.
     result = await executor.run_notebook(
-        ["print('before')", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"]
+        [
+            "print('before')",
+            "import os, signal, time\n"
+            "for signum in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGSTOP):\n"
+            "    os.kill(os.getppid(), signum)\n"
+            "time.sleep(0.5)\n"
+            "print('after', os.getppid())",
+        ]
     )
-    assert result.status is Status.KILLED
-    assert result.message.startswith("The sandbox stopped unexpectedly")
+    if runtime == "runc":
+        assert result.status is Status.OK, result.message
+        assert result.stdout == "before\nafter 1\n"
+    else:
+        assert result.status is Status.KILLED
+        assert result.message.startswith("The sandbox stopped unexpectedly")
+        assert result.stdout == "before\n"
     await healthy(executor)
 
 
-async def test_forged_events_are_ignored(executor: Executor) -> None:
-    # Sandboxed code writes protocol events straight into the runner's own output pipe,
-    # bypassing the runner's caps; the host's caps still hold.
+async def test_forged_events_are_ignored(executor: Executor, runtime: str) -> None:
+    # Sandboxed code writes protocol events into every pipe of another process that it can
+    # open (under gVisor that includes the runner's own output), each line in one atomic
+    # write so that it cannot garble the runner's own lines; the host only trusts
+    # events sealed with the runner's key, so the result holds only the real output.
     result = await executor.run_notebook(
         "import json, os\n"
-        "output = {'output_type': 'stream', 'name': 'stdout', 'text': 'y' * 100_000}\n"
+        "output = {'output_type': 'stream', 'name': 'stdout', 'text': 'y' * 1000}\n"
         "event = (json.dumps({'type': 'output', 'cell': 0, 'output': output}) + '\\n').encode()\n"
-        "runner = f'/proc/{os.getppid()}/fd'\n"
-        "# its stdin is fd 0 and its stderr fd 2; the event stream is another pipe (a host\n"
-        "# descriptor under gVisor)\n"
-        "for fd in os.listdir(runner):\n"
-        "    target = os.readlink(f'{runner}/{fd}')\n"
-        "    if fd not in ('0', '2') and target.startswith(('pipe:', 'host:')):\n"
-        "        out = os.open(f'{runner}/{fd}', os.O_WRONLY)\n"
-        "        for _ in range(50):\n"
-        "            os.write(out, event)\n"
-        "        print('forged into', fd)",
+        "forged = 0\n"
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]:\n"
+        "    try:\n"
+        "        fds = os.listdir(f'/proc/{pid}/fd')\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    for fd in fds:\n"
+        "        try:\n"
+        "            if os.readlink(f'/proc/{pid}/fd/{fd}').startswith(('pipe:', 'host:')):\n"
+        "                out = os.open(f'/proc/{pid}/fd/{fd}', os.O_WRONLY)\n"
+        "                for _ in range(200):\n"
+        "                    os.write(out, event)\n"
+        "                forged += 1\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "print('forged into', forged)",
     )
-    assert result.notebook is not None
-    # The runner's own record shows the forgery happened; the host ignored the forged events
-    # (they cannot carry the run's id) and the result holds only the real output.
-    assert "forged into" in json.dumps(result.notebook["cells"][0]["outputs"])
-    assert "y" * 100 not in result.stdout
-    assert len(result.stdout) <= 1_000_000
+    assert result.status is Status.OK, result.message
+    # Under runc not one descriptor of the runner opens; gVisor lets them open.
+    assert result.stdout == ("forged into 0\n" if runtime == "runc" else "forged into 2\n")
+    assert not result.results
     await healthy(executor)

@@ -10,6 +10,7 @@ import nbformat
 import pytest
 
 from executor import Executor, InvalidInput, OutputEvent, Status
+from tests.integration.conftest import TEST_INSTANCE
 
 pytestmark = pytest.mark.docker
 
@@ -154,7 +155,10 @@ async def test_a_container_removed_from_outside_is_replaced(
     session = executor.session("removed")
     await session.run("x = 1")
     (container,) = [
-        c for c in docker_client.containers.list(filters={"label": "cellmate.instance=tests"})
+        c
+        for c in docker_client.containers.list(
+            filters={"label": f"cellmate.instance={TEST_INSTANCE}"}
+        )
     ]
     container.remove(force=True)
     await asyncio.sleep(0.5)

@@ -100,10 +100,34 @@ def test_input_tar_holds_plain_files_for_the_sandbox_user() -> None:
     )
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = tar.getmembers()
-    assert [(m.name, m.uid, m.mode, m.isreg()) for m in members] == [
-        ("sales.csv", 1000, 0o644, True),
-        ("Ünïcode name.txt", 1000, 0o644, True),
+    assert [(m.name, m.uid, m.gid, m.mode, m.isreg()) for m in members] == [
+        ("sales.csv", 61000, 61000, 0o644, True),
+        ("Ünïcode name.txt", 61000, 61000, 0o644, True),
     ]
+
+
+def test_input_tar_for_another_sandbox_user() -> None:
+    data = build_input_tar({"a.txt": b"a"}, max_files=5, max_total_bytes=100, uid=62000, gid=62001)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        assert [(m.uid, m.gid) for m in tar.getmembers()] == [(62000, 62001)]
+
+
+def test_only_the_wanted_paths_are_read() -> None:
+    found = read_output_tar(
+        archive(
+            ("data/keep.txt", None, b"keep"),
+            ("data/sub/also.txt", None, b"also"),
+            ("data/other.txt", None, b"other"),
+            ("data/passwd", tarfile.SYMTYPE, b"/etc/passwd"),
+        ),
+        CAPS,
+        wanted={"keep.txt", "sub/also.txt", "passwd", "missing.txt"},
+    )
+    assert [(f.path, f.content) for f in found.files] == [
+        ("keep.txt", b"keep"),
+        ("sub/also.txt", b"also"),
+    ]
+    assert [s.path for s in found.skipped] == ["passwd"]
 
 
 def test_input_caps() -> None:

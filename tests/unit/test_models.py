@@ -69,3 +69,26 @@ def test_collector_caps_what_a_runaway_runner_sends() -> None:
     assert "".join(collector.stdout) == "abcdabcdab"
     assert len(collector.results) == 1
     assert collector.truncated
+
+
+def test_collector_keeps_a_number_of_results_and_counts_the_rest() -> None:
+    collector = OutputCollector(rich_count_limit=3)
+    for _ in range(10):
+        collector.add({"output_type": "display_data", "data": {}})
+    collector.add({"output_type": "stream", "name": "stdout", "text": "after\n"})
+    assert len(collector.results) == 3
+    assert collector.dropped == 7
+    assert collector.stdout == ["after\n"]
+    assert not collector.truncated
+    result = collector.result(Status.OK, "", dropped_results=collector.dropped)
+    assert result.to_json()["dropped_results"] == 7
+
+
+def test_collector_caps_text_in_bytes_without_splitting_a_character() -> None:
+    collector = OutputCollector(text_limit=7, rich_limit=9)
+    collector.add({"output_type": "stream", "name": "stdout", "text": "ééééé"})
+    collector.add({"output_type": "display_data", "data": {"text/plain": "éééé"}})
+    collector.add({"output_type": "display_data", "data": {"text/plain": "éééééé"}})
+    assert collector.stdout == ["ééé"]
+    assert [r.text for r in collector.results] == ["éééé"]
+    assert collector.truncated

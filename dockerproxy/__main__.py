@@ -1,0 +1,5 @@
+import sys
+
+from dockerproxy.cli import main
+
+sys.exit(main())

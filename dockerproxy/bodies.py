@@ -1,0 +1,294 @@
+"""The bodies the proxy sends to the engine, built from the allowed fields of the client's.
+
+Nothing of a client's body is forwarded as it came: each builder reads the fields the executor
+sends, checks each against the policy, and writes a new body whose security fields are the
+proxy's own. A field it does not know, or a value outside the policy, is refused with a reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dockerproxy import jsonbody as j
+from dockerproxy.errors import Refused
+from dockerproxy.policy import SANDBOX_LABEL, MiB, Policy
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+HOSTNAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+LABEL_KEY = re.compile(r"cellmate\.[a-z0-9_.-]{1,64}")
+LABEL_VALUE = re.compile(r"[A-Za-z0-9_.:@+=-]{0,128}")
+ENV_NAME = re.compile(r"(?:OMP|OPENBLAS|MKL)_NUM_THREADS|CELLMATE_[A-Z0-9_]{1,64}")
+ENV_VALUE = re.compile(r"[A-Za-z0-9_.:,=+-]{0,256}")
+SIZE = re.compile(r"(?P<number>[1-9][0-9]{0,9})(?P<unit>[kmg]?)")
+DATA_DIR = "/mnt/data"
+TMP_DIR = "/tmp"  # noqa: S108 (a tmpfs inside the container, never a host path)
+UNITS = {"": 1, "k": 1024, "m": MiB, "g": 1024 * MiB}
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerBody:
+    body: dict[str, Any]
+    volume: str
+    """The volume mounted at /mnt/data: the caller checks that it is a sandbox's."""
+
+
+def container(struct: j.Struct, policy: Policy) -> ContainerBody:
+    """The create body for POST /containers/create."""
+    image = _image(struct.take("Image"), policy)
+    user = struct.take("User")
+    if user != policy.user:
+        raise Refused(f"containers must run as the sandbox user {policy.user}, not {user!r}")
+    hostname = struct.take("Hostname")
+    body: dict[str, Any] = {
+        "Image": image,
+        "Hostname": "sandbox" if hostname in (None, "") else j.text(hostname, "Hostname", HOSTNAME),
+        "User": policy.user,
+        "WorkingDir": DATA_DIR,
+        "Tty": False,
+        "OpenStdin": j.boolean(struct.take("OpenStdin"), "OpenStdin", False),
+        "StdinOnce": j.boolean(struct.take("StdinOnce"), "StdinOnce", False),
+        "AttachStdin": j.boolean(struct.take("AttachStdin"), "AttachStdin", False),
+        "AttachStdout": j.boolean(struct.take("AttachStdout"), "AttachStdout", False),
+        "AttachStderr": j.boolean(struct.take("AttachStderr"), "AttachStderr", False),
+        "Env": _environment(struct.take("Env")),
+        "Labels": labels(struct.take("Labels"), "Labels"),
+    }
+    if j.boolean(struct.take("Tty"), "Tty", False):
+        raise Refused("Tty is not allowed (the runner speaks over plain stdin/stdout)")
+    working_dir = struct.take("WorkingDir")
+    if working_dir not in (None, "", DATA_DIR):
+        raise Refused(f"WorkingDir must be {DATA_DIR}")
+    network_disabled = j.boolean(struct.take("NetworkDisabled"), "NetworkDisabled", False)
+    # The image's own entry point (the runner) is the only program a sandbox starts with.
+    for name in ("Cmd", "Entrypoint", "Domainname", "ExposedPorts", "Volumes", "MacAddress"):
+        j.absent(struct.take(name), name)
+    for name in ("StopSignal", "Healthcheck", "StopTimeout", "Runtime", "NetworkingConfig"):
+        j.absent(struct.take(name), name)
+    host, volume = _host_config(j.struct(struct.take("HostConfig"), "HostConfig"), policy)
+    struct.done()
+    if network_disabled or host["NetworkMode"] == "none":
+        body["NetworkDisabled"] = True
+    body["HostConfig"] = host
+    return ContainerBody(body, volume)
+
+
+def _host_config(host: j.Struct, policy: Policy) -> tuple[dict[str, Any], str]:
+    if j.boolean(host.take("Privileged"), "HostConfig.Privileged", False):
+        raise Refused("privileged containers are not allowed")
+    if not j.boolean(host.take("ReadonlyRootfs"), "HostConfig.ReadonlyRootfs", False):
+        raise Refused("containers must have a read-only root file system")
+    dropped = [c.upper() for c in j.strings(host.take("CapDrop"), "HostConfig.CapDrop")]
+    if "ALL" not in dropped and "CAP_ALL" not in dropped:
+        raise Refused("containers must drop every capability (CapDrop ALL)")
+    j.absent(host.take("CapAdd"), "HostConfig.CapAdd (adding capabilities)")
+    options = j.strings(host.take("SecurityOpt"), "HostConfig.SecurityOpt")
+    if options not in (["no-new-privileges"], ["no-new-privileges:true"]):
+        raise Refused(
+            "HostConfig.SecurityOpt must be exactly no-new-privileges "
+            "(the engine's default seccomp and AppArmor profiles stay on)"
+        )
+    memory = j.integer(
+        host.take("Memory"), "HostConfig.Memory", 128 * MiB, policy.max_memory_mb * MiB
+    )
+    swap = host.take("MemorySwap")
+    if swap != memory:
+        raise Refused("HostConfig.MemorySwap must equal HostConfig.Memory (no swap)")
+    network = host.take("NetworkMode")
+    if network in (None, "", "none"):
+        network = "none"
+    elif network in ("bridge", "default") and policy.allow_network:
+        network = "bridge"
+    else:
+        raise Refused(
+            f"network mode {network!r} is not allowed"
+            + ("" if policy.allow_network else " (the operator allows no network: use none)")
+        )
+    runtime = host.take("Runtime") or "runc"
+    if runtime not in policy.runtimes:
+        raise Refused(f"runtime {runtime!r} is not allowed ({', '.join(sorted(policy.runtimes))})")
+    ipc = host.take("IpcMode")
+    if ipc not in (None, "", "private"):
+        raise Refused(f"IpcMode {ipc!r} is not allowed (only private)")
+    shm = host.take("ShmSize")
+    built: dict[str, Any] = {
+        "Privileged": False,
+        "ReadonlyRootfs": True,
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges"],
+        "Memory": memory,
+        "MemorySwap": memory,
+        "NanoCpus": j.integer(
+            host.take("NanoCpus"), "HostConfig.NanoCpus", 1, int(policy.max_cpus * 1e9)
+        ),
+        "PidsLimit": j.integer(host.take("PidsLimit"), "HostConfig.PidsLimit", 1, policy.max_pids),
+        "NetworkMode": network,
+        "Runtime": runtime,
+        "IpcMode": "private",
+        "ShmSize": 64 * MiB
+        if shm is None
+        else j.integer(shm, "HostConfig.ShmSize", MiB, policy.max_shm_mb * MiB),
+        "OomScoreAdj": j.integer(host.take("OomScoreAdj") or 0, "HostConfig.OomScoreAdj", 0, 1000),
+        "Init": j.boolean(host.take("Init"), "HostConfig.Init", True),
+        "Ulimits": _ulimits(host.take("Ulimits"), policy),
+        "LogConfig": _log_config(host.take("LogConfig"), policy),
+        "Tmpfs": _tmpfs(host.take("Tmpfs"), policy),
+    }
+    volume = _data_mount(host.take("Mounts"))
+    built["Mounts"] = [{"Type": "volume", "Source": volume, "Target": DATA_DIR, "ReadOnly": False}]
+    host.done()
+    return built, volume
+
+
+def _image(value: Any, policy: Policy) -> str:
+    prefix = f"{policy.image_repository}:"
+    if not isinstance(value, str) or not value.startswith(prefix):
+        raise Refused(f"containers must use the sandbox image ({prefix}...), not {value!r}")
+    j.text(value[len(prefix) :], "the image tag", TAG)
+    return value
+
+
+def _environment(value: Any) -> list[str]:
+    kept: list[str] = []
+    seen: set[str] = set()
+    for entry in j.strings(value, "Env"):
+        name, equals, setting = entry.partition("=")
+        if not equals or not ENV_NAME.fullmatch(name) or not ENV_VALUE.fullmatch(setting):
+            raise Refused(f"the environment variable {name!r} is not allowed in a sandbox")
+        if name in seen:
+            raise Refused(f"the environment variable {name!r} is set twice")
+        seen.add(name)
+        kept.append(f"{name}={setting}")
+    return kept
+
+
+def labels(value: Any, where: str) -> dict[str, str]:
+    found = j.string_map(value, where)
+    for key, setting in found.items():
+        j.text(key, f"the label name {key!r}", LABEL_KEY)
+        j.text(setting, f"the label {key}", LABEL_VALUE)
+    if found.get(SANDBOX_LABEL) != "1":
+        raise Refused(f"sandboxes must carry the label {SANDBOX_LABEL}=1")
+    return found
+
+
+def _ulimits(value: Any, policy: Policy) -> list[dict[str, Any]]:
+    bounds = {
+        "fsize": policy.max_file_size_mb * MiB,
+        "nofile": policy.max_open_files,
+        "core": 0,
+    }
+    chosen: dict[str, int] = {}
+    if not isinstance(value, list | type(None)):
+        raise Refused("HostConfig.Ulimits must be a list")
+    for item in value or []:
+        limit = j.struct(item, "HostConfig.Ulimits[]")
+        name = limit.take("Name")
+        if name not in bounds or name in chosen:
+            raise Refused(f"the ulimit {name!r} is not allowed (or is set twice)")
+        soft = j.integer(limit.take("Soft"), f"ulimit {name} soft", 0, bounds[name])
+        hard = j.integer(limit.take("Hard"), f"ulimit {name} hard", 0, bounds[name])
+        limit.done()
+        if soft != hard:
+            raise Refused(f"the ulimit {name} must have equal soft and hard limits")
+        chosen[name] = hard
+    chosen.setdefault("core", 0)
+    chosen.setdefault("fsize", min(256 * MiB, bounds["fsize"]))
+    chosen.setdefault("nofile", min(1024, bounds["nofile"]))
+    return [{"Name": n, "Soft": v, "Hard": v} for n, v in sorted(chosen.items())]
+
+
+def _log_config(value: Any, policy: Policy) -> dict[str, Any]:
+    size_mb = 1
+    if value is not None:
+        config = j.struct(value, "HostConfig.LogConfig")
+        kind = config.take("Type")
+        if kind not in (None, "", "json-file"):
+            raise Refused(f"the log driver {kind!r} is not allowed (only json-file)")
+        options = j.string_map(config.take("Config"), "HostConfig.LogConfig.Config")
+        config.done()
+        if set(options) - {"max-size", "max-file"} or options.get("max-file", "1") != "1":
+            raise Refused("LogConfig.Config may set only max-size and max-file 1")
+        if "max-size" in options:
+            size_mb = _megabytes(options["max-size"], "the log size", policy.max_log_mb)
+    return {"Type": "json-file", "Config": {"max-size": f"{size_mb}m", "max-file": "1"}}
+
+
+def _tmpfs(value: Any, policy: Policy) -> dict[str, str]:
+    mounts = j.string_map(value, "HostConfig.Tmpfs")
+    if set(mounts) - {TMP_DIR}:
+        raise Refused(f"a tmpfs may be mounted only at {TMP_DIR}")
+    size_mb = 64
+    for option in filter(None, mounts.get(TMP_DIR, "").split(",")):
+        key, _, setting = option.partition("=")
+        if key == "size":
+            size_mb = _megabytes(setting, "the /tmp size", policy.max_tmp_mb)
+        elif option not in ("rw", "nosuid", "nodev", "noexec", "mode=1777"):
+            raise Refused(f"the tmpfs option {option!r} is not allowed")
+    return {TMP_DIR: f"rw,nosuid,nodev,noexec,size={size_mb}m,mode=1777"}
+
+
+def _data_mount(value: Any) -> str:
+    if not isinstance(value, list) or len(value) != 1:
+        raise Refused(f"a sandbox has exactly one mount: its volume at {DATA_DIR}")
+    mount = j.struct(value[0], "HostConfig.Mounts[]")
+    if mount.take("Type") != "volume":
+        raise Refused("only volume mounts are allowed (no binds, no tmpfs, no npipes)")
+    if mount.take("Target") != DATA_DIR:
+        raise Refused(f"the volume must be mounted at {DATA_DIR}")
+    source = j.text(mount.take("Source"), "the mount's volume", NAME)
+    if j.boolean(mount.take("ReadOnly"), "the mount's ReadOnly", False):
+        raise Refused(f"{DATA_DIR} must be writable")
+    mount.done()
+    return source
+
+
+def volume(struct: j.Struct, policy: Policy) -> dict[str, Any]:
+    """The body for POST /volumes/create: a tmpfs that the sandbox user owns."""
+    name = j.text(struct.take("Name"), "the volume name", NAME)
+    driver = struct.take("Driver")
+    if driver not in (None, "", "local"):
+        raise Refused(f"the volume driver {driver!r} is not allowed (only local)")
+    options = j.string_map(struct.take("DriverOpts"), "DriverOpts")
+    found_labels = labels(struct.take("Labels"), "Labels")
+    struct.done()
+    if (
+        options.get("type") != "tmpfs"
+        or options.get("device") != "tmpfs"
+        or set(options)
+        - {
+            "type",
+            "device",
+            "o",
+        }
+    ):
+        raise Refused("volumes must be tmpfs (a bind of a host folder is not allowed)")
+    size_mb = 512
+    for option in filter(None, options.get("o", "").split(",")):
+        key, _, setting = option.partition("=")
+        if key == "size":
+            size_mb = _megabytes(setting, "the volume size", policy.max_data_mb)
+        elif key in ("uid", "gid", "mode") or option in ("nosuid", "nodev", "noexec"):
+            continue  # the proxy sets the owner and the mode itself
+        else:
+            raise Refused(f"the volume option {option!r} is not allowed")
+    mount_options = f"size={size_mb}m,uid={policy.uid},gid={policy.gid},mode=0700,nosuid,nodev"
+    return {
+        "Name": name,
+        "Driver": "local",
+        "DriverOpts": {"type": "tmpfs", "device": "tmpfs", "o": mount_options},
+        "Labels": found_labels,
+    }
+
+
+def _megabytes(value: str, where: str, most_mb: int) -> int:
+    found = SIZE.fullmatch(value.lower())
+    if not found:
+        raise Refused(f"{where} {value!r} is not a size")
+    size = int(found["number"]) * UNITS[found["unit"]]
+    size_mb = -(-size // MiB)
+    if size_mb > most_mb:
+        raise Refused(f"{where} may be at most {most_mb} MiB")
+    return size_mb

@@ -1,0 +1,45 @@
+"""What the proxy lets a sandbox be: the operator's choices, with safe defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SANDBOX_LABEL = "cellmate.sandbox"
+"""Every container and volume the proxy creates carries it, and only those can be touched."""
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    image_repository: str = "cellmate-sandbox"
+    """Containers start only from tags of this repository (the operator builds them)."""
+    uid: int = 61000
+    gid: int = 61000
+    """The one user sandboxes run as; never 0, and best one that no host account has."""
+    runtimes: frozenset[str] = field(default_factory=lambda: frozenset({"runc", "runsc"}))
+    allow_network: bool = False
+    """Bridge networking for sandboxes; off unless the operator also enables it for the bot."""
+    max_memory_mb: int = 16 * 1024
+    max_cpus: float = 8.0
+    max_pids: int = 4096
+    max_tmp_mb: int = 4096
+    max_data_mb: int = 16 * 1024
+    max_file_size_mb: int = 4096
+    max_open_files: int = 65536
+    max_log_mb: int = 100
+    max_shm_mb: int = 1024
+    max_upload_mb: int = 1024
+    """Largest tar stream put into a sandbox in one request."""
+    min_api_version: tuple[int, int] = (1, 40)
+    """Older API versions read bodies differently (start-time HostConfig, top-level limits)."""
+
+    def __post_init__(self) -> None:
+        if self.uid <= 0 or self.gid <= 0:
+            raise ValueError("the sandbox user and group must be numeric and not 0 (root)")
+        if not self.runtimes:
+            raise ValueError("at least one container runtime must be allowed")
+
+    @property
+    def user(self) -> str:
+        return f"{self.uid}:{self.gid}"

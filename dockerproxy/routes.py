@@ -1,0 +1,203 @@
+"""Which requests the proxy serves, and the request it sends to the engine for each.
+
+Only what the executor does is here: ping and version, the runtimes from /info, the sandbox
+image, labelled lists, creating sandbox containers and their tmpfs volumes, and start, attach,
+archive, pause, kill, wait, inspect and remove on objects that carry the sandbox label. The query
+of each is rebuilt from the parameters the executor uses; everything else is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from posixpath import normpath
+from typing import Literal
+
+from dockerproxy.bodies import DATA_DIR, LABEL_KEY, LABEL_VALUE, NAME
+from dockerproxy.errors import Refused
+from dockerproxy.policy import SANDBOX_LABEL, Policy
+from dockerproxy.wire import Request
+
+Kind = Literal["containers", "volumes"]
+Body = Literal["none", "container", "volume", "tar"]
+OBJECT = re.compile(rf"/(?P<kind>containers|volumes)/(?P<name>{NAME.pattern})(?P<rest>/[a-z]+)?")
+IMAGE = re.compile(r"/images/(?P<name>[^/]+)/json")
+SIGNALS = {"KILL", "SIGKILL", "9", "TERM", "SIGTERM", "15", "INT", "SIGINT", "2"}
+WAIT_CONDITIONS = {"not-running", "next-exit", "removed"}
+TRUE = {"1", "true", "True"}
+FALSE = {"0", "false", "False", ""}
+
+
+@dataclass(slots=True)
+class Plan:
+    method: str
+    path: str
+    """The engine's path; `{id}` stands for the checked object's id."""
+    query: dict[str, str] = field(default_factory=dict)
+    body: Body = "none"
+    target: tuple[Kind, str] | None = None
+    """An object that must exist and carry the sandbox label."""
+    upgrade: bool = False
+    info: bool = False
+
+
+def plan(request: Request, policy: Policy) -> Plan:
+    if request.version is not None and request.version < policy.min_api_version:
+        wanted = ".".join(map(str, policy.min_api_version))
+        raise Refused(f"API versions before {wanted} are not served (they read bodies differently)")
+    method, path, query = request.method, request.path, request.query
+    if path == "/_ping" and method in ("GET", "HEAD"):
+        return _bodyless(request, Plan(method, path))
+    if (method, path) == ("GET", "/version"):
+        return _bodyless(request, Plan(method, path))
+    if (method, path) == ("GET", "/info"):
+        return _bodyless(request, Plan(method, path, info=True))
+    if method == "GET" and (image := IMAGE.fullmatch(path)):
+        if not image["name"].startswith(f"{policy.image_repository}:"):
+            raise Refused(f"only the sandbox image ({policy.image_repository}) can be inspected")
+        return _bodyless(request, Plan(method, path))
+    if (method, path) == ("GET", "/containers/json"):
+        # size and trunc_cmd only change what the answer shows; they are dropped.
+        allowed = _params(query, {"all", "filters", "limit", "size", "trunc_cmd"})
+        rebuilt = {"filters": _label_filter(allowed.get("filters"))}
+        if "all" in allowed:
+            rebuilt["all"] = _flag(allowed["all"], "all")
+        if "limit" in allowed and allowed["limit"] not in ("", "-1"):
+            rebuilt["limit"] = str(int(allowed["limit"])) if allowed["limit"].isdigit() else "-1"
+        return _bodyless(request, Plan(method, path, rebuilt))
+    if (method, path) == ("GET", "/volumes"):
+        allowed = _params(query, {"filters"})
+        return _bodyless(
+            request, Plan(method, path, {"filters": _label_filter(allowed.get("filters"))})
+        )
+    if (method, path) == ("POST", "/containers/create"):
+        allowed = _params(query, {"name"})
+        rebuilt = {}
+        if allowed.get("name"):
+            if not NAME.fullmatch(allowed["name"]):
+                raise Refused(f"the container name {allowed['name']!r} is not allowed")
+            rebuilt["name"] = allowed["name"]
+        return Plan(method, path, rebuilt, body="container")
+    if (method, path) == ("POST", "/volumes/create"):
+        _params(query, set())
+        return Plan(method, path, body="volume")
+    found = OBJECT.fullmatch(path)
+    if found:
+        kind: Kind = "containers" if found["kind"] == "containers" else "volumes"
+        return _on_object(request, kind, found["name"], found["rest"] or "")
+    raise Refused(f"{method} {path} is not something the executor does")
+
+
+def _on_object(request: Request, kind: Kind, name: str, rest: str) -> Plan:
+    method, query = request.method, request.query
+    target: tuple[Kind, str] = (kind, name)
+    base = f"/{kind}/{{id}}"
+    if kind == "volumes":
+        if rest or method not in ("GET", "DELETE"):
+            raise Refused(f"{method} {request.path} is not something the executor does")
+        rebuilt = _flags(_params(query, {"force"} if method == "DELETE" else set()))
+        return _bodyless(request, Plan(method, base, rebuilt, target=target))
+    action = (method, rest)
+    if action == ("DELETE", ""):
+        rebuilt = _flags(_params(query, {"force", "v", "link"}))
+        if rebuilt.get("link") == "1":
+            raise Refused("removing links is not something the executor does")
+        rebuilt.pop("link", None)
+        return _bodyless(request, Plan(method, base, rebuilt, target=target))
+    if action == ("GET", "/json"):
+        _params(query, {"size"})
+        return _bodyless(request, Plan(method, base + rest, target=target))
+    if action in (("POST", "/start"), ("POST", "/pause"), ("POST", "/unpause")):
+        # A start request may not carry a HostConfig: the engine would still apply one.
+        _params(query, set())
+        return _bodyless(request, Plan(method, base + rest, target=target))
+    if action == ("POST", "/kill"):
+        allowed = _params(query, {"signal"})
+        signal = allowed.get("signal", "KILL") or "KILL"
+        if signal not in SIGNALS:
+            raise Refused(f"the signal {signal!r} is not one the executor sends")
+        return _bodyless(request, Plan(method, base + rest, {"signal": signal}, target=target))
+    if action == ("POST", "/wait"):
+        allowed = _params(query, {"condition"})
+        rebuilt = {}
+        if allowed.get("condition"):
+            if allowed["condition"] not in WAIT_CONDITIONS:
+                raise Refused(f"the wait condition {allowed['condition']!r} is not allowed")
+            rebuilt["condition"] = allowed["condition"]
+        return _bodyless(request, Plan(method, base + rest, rebuilt, target=target))
+    if action == ("POST", "/attach"):
+        rebuilt = _flags(_params(query, {"stdin", "stdout", "stderr", "stream", "logs"}))
+        return _bodyless(request, Plan(method, base + rest, rebuilt, target=target, upgrade=True))
+    if action == ("GET", "/logs"):
+        allowed = _params(query, {"stdout", "stderr", "tail", "timestamps"})
+        tail = allowed.pop("tail", "all")
+        rebuilt = _flags(allowed)
+        rebuilt["tail"] = tail if tail.isdigit() and len(tail) < 8 else "all"
+        return _bodyless(request, Plan(method, base + rest, rebuilt, target=target))
+    if rest == "/archive" and method in ("GET", "HEAD", "PUT"):
+        allowed = _params(query, {"path"})
+        where = _data_path(allowed.get("path", ""))
+        plan = Plan(method, base + rest, {"path": where}, target=target)
+        if method == "PUT":
+            plan.body = "tar"
+            return plan
+        return _bodyless(request, plan)
+    raise Refused(f"{method} {request.path} is not something the executor does")
+
+
+def _bodyless(request: Request, plan: Plan) -> Plan:
+    if request.length:
+        raise Refused(f"{request.method} {request.path} carries no body")
+    return plan
+
+
+def _params(query: dict[str, str], allowed: set[str]) -> dict[str, str]:
+    unknown = set(query) - allowed
+    if unknown:
+        raise Refused(f"the query parameter {', '.join(sorted(unknown))} is not allowed here")
+    return dict(query)
+
+
+def _flag(value: str, name: str) -> str:
+    if value in TRUE:
+        return "1"
+    if value in FALSE:
+        return "0"
+    raise Refused(f"the query parameter {name} must be 1 or 0")
+
+
+def _flags(query: dict[str, str]) -> dict[str, str]:
+    return {name: _flag(value, name) for name, value in query.items()}
+
+
+def _data_path(path: str) -> str:
+    if "\x00" in path or not (path == DATA_DIR or path.startswith(DATA_DIR + "/")):
+        raise Refused(f"files can be read and written only under {DATA_DIR}")
+    if normpath(path) != path.rstrip("/") or ".." in path.split("/"):
+        raise Refused("the archive path must be a plain path under /mnt/data")
+    return path
+
+
+def _label_filter(raw: str | None) -> str:
+    """The filters of a list request, rebuilt: labels only, the sandbox label among them."""
+    try:
+        filters = json.loads(raw or "{}")
+    except ValueError:
+        raise Refused("filters are not valid JSON") from None
+    if not isinstance(filters, dict) or set(filters) - {"label"}:
+        raise Refused("lists may be filtered only by label")
+    labels = filters.get("label") or []
+    if isinstance(labels, dict):
+        labels = [key for key, on in labels.items() if on is True]
+    if not isinstance(labels, list):
+        raise Refused("the label filter must be a list")
+    kept: list[str] = []
+    for label in labels:
+        key, equals, value = str(label).partition("=")
+        if not LABEL_KEY.fullmatch(key) or not LABEL_VALUE.fullmatch(value):
+            raise Refused(f"the label filter {label!r} is not allowed")
+        kept.append(f"{key}={value}" if equals else key)
+    if f"{SANDBOX_LABEL}=1" not in kept:
+        raise Refused(f"lists must be filtered by the {SANDBOX_LABEL}=1 label")
+    return json.dumps({"label": kept})
