@@ -1,8 +1,11 @@
-"""Who may use the bot where, and how often: allowlists, one turn per user, cooldowns.
+"""Who may use the bot where, and how often: allowlists, one turn per user, cooldowns, and
+who may act on a conversation.
 
-Every front end asks the same `Gate`. Allowlists are sets of platform ids; an empty set
-allows everyone. A place that is not allowed is ignored silently (no noise in channels the
-operator did not choose); a person who is too fast is told when to try again.
+Every front end asks the same `Gate`, at every entry point. Allowlists are sets of platform
+ids; an empty set allows everyone. A place that is not allowed is ignored silently (no noise
+in channels the operator did not choose); a person who is too fast is told when to try
+again. Commands that act on a conversation (files, export, reset, Stop, Re-run) are for its
+participants, who started it or took part, and for moderators.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ class Place:
     dm: bool = False
 
 
+NOT_HERE = "Cellmate is not enabled here."
+NOT_YOURS = "Only the people taking part in this conversation, or a moderator, can do that."
+
+
 class Refused(Exception):
     """A turn may not start; the message says why (and when to try again), for the user."""
 
@@ -52,6 +59,7 @@ class Gate:
     rules: AccessRules = field(default_factory=AccessRules)
     _running: set[str] = field(default_factory=set)
     _last_start: dict[str, float] = field(default_factory=dict)
+    participants: Participants = field(default_factory=lambda: Participants())
 
     def allows(self, place: Place) -> bool:
         rules = self.rules
@@ -64,6 +72,11 @@ class Gate:
         if rules.channels and place.channel not in rules.channels:
             return False
         return not rules.roles or bool(rules.roles & set(place.roles))
+
+    def may_act(self, conversation: str, user: str, moderator: bool = False) -> bool:
+        """Whether `user` may act on `conversation` (read its files, export, reset, stop or
+        re-run in it). The place must be allowed too: ask `allows` first."""
+        return moderator or self.participants.includes(conversation, user)
 
     @property
     def running(self) -> frozenset[str]:
@@ -105,3 +118,23 @@ class Seen:
         if len(self._ids) > self._size:
             self._ids.popitem(last=False)
         return True
+
+
+class Participants:
+    """Who took part in which conversation, for the most recent `size` conversations.
+
+    Kept in memory: after a restart a participant is known again once they take part again
+    (moderators always may act; Discord also asks who started the conversation's thread)."""
+
+    def __init__(self, size: int = 20_000) -> None:
+        self._people: OrderedDict[str, set[str]] = OrderedDict()
+        self._size = size
+
+    def add(self, conversation: str, user: str) -> None:
+        self._people.setdefault(conversation, set()).add(user)
+        self._people.move_to_end(conversation)
+        while len(self._people) > self._size:
+            self._people.popitem(last=False)
+
+    def includes(self, conversation: str, user: str) -> bool:
+        return user in self._people.get(conversation, ())

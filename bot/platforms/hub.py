@@ -23,11 +23,13 @@ class Hub:
     @contextmanager
     def starting(self, gate: Gate, owner: str, server: str, conversation: str) -> Iterator[Running]:
         """Admit one turn: the user's one turn at a time and cooldown, quotas, and not while
-        shutting down. Raises a `Refused` whose message is for the user."""
+        shutting down; the owner takes part in the conversation from then on. Raises a
+        `Refused` whose message is for the user."""
         try:
             with gate.turn(owner):
                 if self.agent.quotas is not None:
                     self.agent.quotas.check(owner, server)
+                gate.participants.add(conversation, owner)
                 with self.turns.running(conversation, owner) as entry:
                     yield entry
         except Refused as exc:

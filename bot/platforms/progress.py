@@ -157,6 +157,19 @@ def extra_files(view: TurnView, code_shown: int, output_shown: int) -> list[tupl
     return extras
 
 
+def shown_artifacts(view: TurnView, limit: int) -> tuple[list[Artifact], str]:
+    """The charts and files one answer shows (at most `limit`: a run can make thousands, and
+    each costs a message or an upload), and a note counting the others ('' when none)."""
+    limit = max(0, limit)
+    hidden = len(view.artifacts) - limit
+    if hidden <= 0:
+        return list(view.artifacts), ""
+    what = "chart or file was" if hidden == 1 else "charts and files were"
+    return view.artifacts[:limit], (
+        f"{hidden:,} more {what} not shown (at most {limit} per answer)."
+    )
+
+
 def link_line(artifact: Artifact, linked: str) -> str:
     """A line for an artifact that is not attached: `linked` formats one with a link."""
     size = human_size(artifact.size)

@@ -43,6 +43,8 @@ class RerunSpec:
     conversation: str | None
     """The session it ran in; None for a one-off run."""
     server: str = ""
+    owner: str = ""
+    """Who ran it: a one-off run is theirs (and moderators') to re-run."""
 
 
 class Turns:

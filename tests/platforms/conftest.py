@@ -12,6 +12,7 @@ from bot.history import History
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
 from storage.local import LocalStorage
 from tests.conftest import SECRET
+from tests.integration.conftest import TEST_INSTANCE
 from tests.platforms.openai_server import ScriptedModel
 
 
@@ -28,7 +29,7 @@ async def executor() -> AsyncIterator[Executor]:
     async with Executor(
         default_tag(),
         limits=SandboxLimits(timeout_s=30),
-        instance="tests",
+        instance=TEST_INSTANCE,
         pool=PoolSettings(size=0),
     ) as ex:
         yield ex

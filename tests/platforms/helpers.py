@@ -8,7 +8,7 @@ from pathlib import Path
 
 import docker
 
-from tests.integration.conftest import live_sandboxes
+from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
 
 SALES = b"month,sales\n1,10\n2,30\n3,20\n"
 CHART_CODE = (
@@ -21,7 +21,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 SETTING_PREFIXES = ("OPENAI_", "AZURE_", "CELLMATE_", "DISCORD_", "SLACK_")
 
 
-def cli_environment(data: Path, instance: str = "tests", **extra: str) -> dict[str, str]:
+def cli_environment(data: Path, instance: str = TEST_INSTANCE, **extra: str) -> dict[str, str]:
     """This process's environment without any Cellmate, model or platform setting, plus
     `extra`: a `cellmate` process sees only what the test gives it."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(SETTING_PREFIXES)}

@@ -13,8 +13,10 @@ from typing import Any
 import discord
 import pytest
 import yarl
+from aiohttp import web
 
 from bot.agent import Agent
+from bot.platforms.access import NOT_YOURS, Participants
 from bot.platforms.hub import Hub
 from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
 from bot.quotas import Quotas, QuotaSettings
@@ -23,16 +25,19 @@ from executor import Executor
 from tests.platforms.discord_server import (
     ALICE,
     BOB,
+    CAROL,
     CHANNEL_GENERAL,
     CHANNEL_OTHER,
     OTHER_BOT,
     OWNER,
     TOKEN,
     DiscordServer,
+    Interaction,
     Message,
 )
 from tests.platforms.helpers import CHART_CODE, PNG, SALES
 from tests.platforms.openai_server import ScriptedModel, runs, says
+from tests.storage.azurite import free_port
 
 pytestmark = pytest.mark.docker
 
@@ -429,3 +434,251 @@ async def test_quotas_refuse_with_when_to_try_again_and_usage_is_for_admins(
         lambda: next((c for c in bot.server.callbacks if c["interaction_id"] == shown.id), None)
     )
     assert f"1. {ALICE}: 1 runs" in usage["data"]["content"]  # type: ignore[index]
+
+
+# ── who may do what, files from elsewhere, many charts ────────────────────────────────────
+
+MANY_CHARTS = (
+    "import base64\n"
+    "from IPython.display import Image, display\n"
+    "dot = base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==')\n"
+    "for i in range(12):\n"
+    "    display(Image(data=dot))\n"
+)
+
+
+async def _told(bot: Bot, interaction: Interaction) -> str:
+    """What the user who started an interaction was shown: an immediate reply, or the
+    first message after a deferral."""
+
+    def shown() -> str | None:
+        for callback in bot.server.callbacks:
+            if callback["interaction_id"] == interaction.id and callback["type"] == 4:
+                return str(callback["data"].get("content", ""))
+        messages = bot.server.interaction_messages(interaction)
+        return messages[0].content if messages and messages[0].content else None
+
+    return await bot.server.wait_for(shown)  # type: ignore[return-value]
+
+
+async def _thread_with_notes(bot: Bot) -> int:
+    """Alice's conversation in a thread, with a file in /mnt/data and a variable."""
+    await bot.server.post_message(
+        CHANNEL_GENERAL,
+        "```py\nopen('/mnt/data/notes.txt', 'w').write('hi')\nsecret = 7\n```",
+        mention_bot=True,
+    )
+    thread_id = await bot.server.wait_for(lambda: next(iter(bot.server.threads), None))
+    assert isinstance(thread_id, int)
+    await bot.answer_in(thread_id)
+    return thread_id
+
+
+async def _run_result(bot: Bot, code: str) -> Message:
+    """Alice's /run, finished, with its Re-run button."""
+    interaction = await bot.server.slash("run", {"code": code})
+    first = await bot.server.wait_for(lambda: bot.server.interaction_messages(interaction))
+    result = first[0]  # type: ignore[index]
+    await bot.server.wait_for(
+        lambda: (
+            _has_button(bot.server.messages[result.id], "Re-run") and not bot.client.gate.running
+        )
+    )
+    return bot.server.messages[result.id]
+
+
+async def _running_loop(bot: Bot, thread_id: int) -> Message:
+    await bot.server.post_message(
+        thread_id,
+        "```py\nimport time\nprint('wait' + 'ing', flush=True)\ntime.sleep(30)\n```",
+        mention_bot=True,
+    )
+    running = await bot.server.wait_for(
+        lambda: next(
+            (
+                m
+                for m in bot.bot_messages(thread_id)
+                if _has_button(m, "Stop") and "waiting" in m.content
+            ),
+            None,
+        )
+    )
+    assert isinstance(running, Message)
+    return running
+
+
+async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False, users=(str(ALICE), str(BOB), str(OWNER)))
+    thread_id = await _thread_with_notes(bot)
+    result = await _run_result(bot, "print('alice', 1)")
+    opened = await bot.server.slash("run")
+    modal = await bot.server.wait_for(
+        lambda: next(
+            (
+                c
+                for c in bot.server.callbacks
+                if c["interaction_id"] == opened.id and c["type"] == 9
+            ),
+            None,
+        )
+    )
+    assert isinstance(modal, dict)
+    code_message = bot.server.channel_messages(CHANNEL_GENERAL, by_bot=False)[0]
+    running = await _running_loop(bot, thread_id)
+
+    # Carol is not on the list: every way in is closed to her, in the thread and outside it.
+    await bot.server.post_message(
+        thread_id, "```py\nprint('carol')\n```", mention_bot=True, author=CAROL
+    )
+    dm = await bot.server.dm_channel(CAROL)
+    await bot.server.post_message(dm, "```py\nprint('carol')\n```", author=CAROL)
+    refused = [
+        await bot.server.slash("files", channel_id=thread_id, user=CAROL),
+        await bot.server.slash("export", channel_id=thread_id, user=CAROL),
+        await bot.server.slash("reset", channel_id=thread_id, user=CAROL),
+        await bot.server.slash("run", {"code": "print('carol')"}, user=CAROL),
+        await bot.server.slash("run", channel_id=thread_id, user=CAROL),
+        await bot.server.context_menu("Run code", code_message, user=CAROL),
+        await bot.server.click(running, _button_id(running, "Stop"), user=CAROL),
+        await bot.server.click(result, _button_id(result, "Re-run"), user=CAROL),
+        await bot.server.submit_modal(
+            modal["data"],
+            {_text_input_id(modal["data"]): "print('carol')"},
+            channel_id=CHANNEL_GENERAL,
+            user=CAROL,
+        ),
+    ]
+    for interaction in refused:
+        assert await _told(bot, interaction) == "Cellmate is not enabled here."
+    await asyncio.sleep(0.5)
+    assert bot.client.hub.turns  # Alice's turn runs on
+    everything = [m.content for m in bot.server.messages.values() if m.author_id != CAROL]
+    assert not any("carol" in text for text in everything)
+    assert not any(c["type"] == 9 for c in bot.server.callbacks if c["interaction_id"] != opened.id)
+
+    # Alice, on the list and in the conversation, may.
+    await bot.server.click(running, _button_id(running, "Stop"))
+    await bot.answer_in(thread_id, count=2)
+    listed = await bot.server.slash("files", channel_id=thread_id)
+    assert "notes.txt" in await _told(bot, listed)
+
+
+async def test_conversation_commands_are_for_participants_and_moderators(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    thread_id = await _thread_with_notes(bot)
+    result = await _run_result(bot, "print('alice', 2)")
+
+    # Bob may use the bot, but this conversation and this run are not his.
+    for name in ("files", "export", "reset"):
+        denied = await bot.server.slash(name, channel_id=thread_id, user=BOB)
+        assert await _told(bot, denied) == NOT_YOURS, name
+    rerun = await bot.server.click(result, _button_id(result, "Re-run"), user=BOB)
+    assert await _told(bot, rerun) == NOT_YOURS
+    # Outside a conversation there is nothing to act on.
+    outside = await bot.server.slash("files", channel_id=CHANNEL_GENERAL, user=BOB)
+    assert "There is no Cellmate conversation here" in await _told(bot, outside)
+
+    running = await _running_loop(bot, thread_id)
+    stop = await bot.server.click(running, _button_id(running, "Stop"), user=BOB)
+    assert await _told(bot, stop) == NOT_YOURS
+    await asyncio.sleep(0.5)
+    assert bot.client.hub.turns
+
+    # A moderator (Manage Messages) may stop it and look.
+    await bot.server.click(running, _button_id(running, "Stop"), user=OWNER)
+    messages = await bot.answer_in(thread_id, count=2)
+    assert any("⏹️ killed" in m.content for m in messages)
+    listed = await bot.server.slash("files", channel_id=thread_id, user=OWNER)
+    assert "notes.txt" in await _told(bot, listed)
+
+    # Once Bob takes part he may; his /reset above did nothing: the session kept `secret`.
+    await bot.server.post_message(
+        thread_id, "```py\nprint('secret is', secret)\n```", mention_bot=True, author=BOB
+    )
+    shown = await bot.server.wait_for(
+        lambda: next(
+            (
+                m.content
+                for m in bot.bot_messages(thread_id)
+                if "secret is 7" in m.content or "Error" in m.content
+            ),
+            None,
+        )
+    )
+    assert "secret is 7" in shown, shown  # type: ignore[operator]
+    await bot.answer_in(thread_id, count=3)
+    mine = await bot.server.slash("files", channel_id=thread_id, user=BOB)
+    assert "notes.txt" in await _told(bot, mine)
+    assert sum("alice 2" in m.content for m in bot.bot_messages(CHANNEL_GENERAL)) == 1
+
+    # After a restart (participants forgotten) the thread's first message still says whose
+    # it is; Bob has to take part again.
+    bot.client.gate.participants = Participants()
+    again = await bot.server.slash("files", channel_id=thread_id)
+    assert "notes.txt" in await _told(bot, again)
+    forgotten = await bot.server.slash("export", channel_id=thread_id, user=BOB)
+    assert await _told(bot, forgotten) == NOT_YOURS
+
+
+@pytest.fixture
+async def foreign_host() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
+    """A host that is not Discord's CDN (127.0.0.2), recording every request it gets."""
+    seen: list[dict[str, str]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.Response(body=b"month,sales\n9,90\n")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.2", port).start()
+    yield f"127.0.0.2:{port}", seen
+    await runner.cleanup()
+
+
+async def test_attachments_are_downloaded_from_discord_only(
+    start_bot: Callable[..., Awaitable[Bot]], foreign_host: tuple[str, list[dict[str, str]]]
+) -> None:
+    bot = await start_bot(use_model=False)
+    other, seen = foreign_host
+    cdn = bot.server.base_url.removeprefix("http://")
+    dm = await bot.server.dm_channel(ALICE)
+    await bot.server.post_message(
+        dm,
+        "```py\nimport os\nprint('files', sorted(os.listdir('/mnt/data')))\n```",
+        attachments=[("sales.csv", SALES)],
+        linked=[
+            ("elsewhere.csv", f"http://{other}/elsewhere.csv"),
+            ("userinfo.csv", f"http://{cdn}@{other}/userinfo.csv"),
+            ("path.csv", f"http://{other}/{cdn}/attachments/path.csv"),
+        ],
+    )
+    messages = await bot.answer_in(dm)
+    shown = "\n".join(m.content for m in messages)
+    assert "files ['sales.csv']" in shown
+    for name in ("elsewhere.csv", "userinfo.csv", "path.csv"):
+        assert f"Not used: {name}: it is not stored on Discord's file servers (127.0.0.2)" in shown
+    assert seen == []
+
+
+async def test_many_charts_give_a_bounded_answer_and_one_note(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False, files_per_answer=3)
+    dm = await bot.server.dm_channel(ALICE)
+    await bot.server.post_message(dm, f"```py\n{MANY_CHARTS}```")
+    messages = await bot.answer_in(dm)
+    charts = [a for m in messages for a in m.attachments if a.name.endswith(".png")]
+    assert len(charts) == 3
+    notes = [m.content for m in messages if "not shown" in m.content]
+    assert len(notes) == 1
+    assert "9 more charts and files were not shown (at most 3 per answer)" in notes[0]
+    assert len(messages) <= 3

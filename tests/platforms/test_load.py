@@ -29,6 +29,7 @@ from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from storage.local import LocalStorage
 from tests.conftest import SECRET
+from tests.integration.conftest import TEST_INSTANCE
 from tests.platforms import slack_server as sl
 from tests.platforms.helpers import assert_no_sandbox_left
 from tests.platforms.openai_server import Reply, ScriptedModel, runs, says
@@ -36,7 +37,7 @@ from tests.storage.azurite import ACCOUNT, KEY, free_port
 
 pytestmark = pytest.mark.docker
 
-INSTANCE = "tests-load"
+INSTANCE = f"{TEST_INSTANCE}-load"
 ROOT = Path(__file__).resolve().parents[2]
 TASK = re.compile(r"task (\d+)")
 RESULT = re.compile(r"finished: result \d+")

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.integration.conftest import TEST_INSTANCE
 from tests.platforms import discord_server as dc
 from tests.platforms import slack_server as sl
 from tests.platforms.helpers import assert_no_sandbox_left, cli_environment
@@ -22,7 +23,7 @@ from tests.storage.azurite import free_port
 
 pytestmark = pytest.mark.docker
 
-INSTANCE = "tests-serve"
+INSTANCE = f"{TEST_INSTANCE}-serve"
 
 
 def discord_text(server: dc.DiscordServer, text: str) -> bool:

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from bot.agent import Agent
 from bot.http import start_server
+from bot.platforms.access import NOT_YOURS
 from bot.platforms.hub import Hub
 from bot.platforms.on_slack import (
     EVENTS_PATH,
@@ -25,11 +26,13 @@ from bot.platforms.on_slack import (
     build_slack,
     run_slack,
 )
+from bot.platforms.on_slack.app import NO_CONVERSATION
 from bot.settings import SlackSettings
 from executor import Executor
 from tests.platforms.helpers import CHART_CODE, PNG, SALES
 from tests.platforms.openai_server import ScriptedModel, runs, says
 from tests.platforms.slack_server import (
+    ADMIN,
     ALICE,
     APP_TOKEN,
     BOB,
@@ -323,8 +326,7 @@ async def test_dms_reset_export_and_the_run_code_shortcut(
     messages = await bot.answered(dm, asked.ts, count=2)
     assert sum("secret = 7" in m.text for m in messages) == 2
     await bot.server.slash("/reset", channel=dm)
-    await bot.server.wait_for(lambda: bot.server.responses)
-    assert "Forgot" in json.dumps(bot.server.responses)
+    await bot.server.wait_for(lambda: "Forgot" in json.dumps(bot.server.responses))
     await bot.server.post(dm, "```\nprint(secret)\n```", thread_ts=asked.ts)
     await bot.server.wait_for(lambda: any("NameError" in m.text for m in bot.thread(dm, asked.ts)))
 
@@ -358,3 +360,249 @@ async def test_run_slack_keeps_the_socket_mode_connection_state_for_health(
         with contextlib.suppress(asyncio.CancelledError):
             await running
         await server.close()
+
+
+# ── who may do what, files from elsewhere, replays, many charts ───────────────────────────
+
+MANY_CHARTS = (
+    "import base64\n"
+    "from IPython.display import Image, display\n"
+    "dot = base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==')\n"
+    "for i in range(12):\n"
+    "    display(Image(data=dot))\n"
+)
+
+
+@pytest.fixture
+async def foreign_host() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
+    """A host that is not Slack's (127.0.0.2), recording the headers of every request."""
+    seen: list[dict[str, str]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.Response(body=b"month,sales\n9,90\n")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.2", port).start()
+    yield f"127.0.0.2:{port}", seen
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize("mode", ["socket"])  # downloads do not depend on the connection
+async def test_a_file_on_another_host_never_gets_the_bot_token(
+    start_bot: Callable[..., Awaitable[Bot]], foreign_host: tuple[str, list[dict[str, str]]]
+) -> None:
+    bot = await start_bot(use_model=False)
+    other, seen = foreign_host
+    slack_host = bot.server.base_url.removeprefix("http://")
+    asked, _ = await bot.server.post(
+        C_GENERAL,
+        "```\nimport os\nprint('files', sorted(os.listdir('/mnt/data')))\n```",
+        mention_bot=True,
+        files=[("sales.csv", SALES)],
+        linked=[
+            ("elsewhere.csv", f"http://{other}/elsewhere.csv"),
+            ("userinfo.csv", f"http://{slack_host}@{other}/userinfo.csv"),
+            ("path.csv", f"http://{other}/{slack_host}/files-pri/path.csv"),
+            ("redirected.csv", f"{bot.server.base_url}/redirect?to=http://{other}/moved.csv"),
+        ],
+    )
+    messages = await bot.answered(C_GENERAL, asked.ts)
+    shown = "\n".join(m.text for m in messages)
+    assert "'redirected.csv', 'sales.csv'" in shown  # Slack's file, and the redirected one
+    for name in ("elsewhere.csv", "userinfo.csv", "path.csv"):
+        assert f"Not used: {name}: it is not stored on Slack's file servers (127.0.0.2)" in shown
+    assert len(seen) == 1  # only the redirect from Slack's host was followed
+    assert all("xoxb" not in value for headers in seen for value in headers.values())
+    assert "Authorization" not in seen[0]
+
+
+@pytest.mark.parametrize("mode", ["http"])  # Socket Mode has no requests to sign
+async def test_a_replayed_request_runs_once_and_bad_timestamps_get_401(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    body = bot.server.slash_body("/run", "print('ran', 6 * 7)", bot.server.response_url())
+    headers = bot.server.signed_headers(body, "application/x-www-form-urlencoded", int(time.time()))
+    first = await bot.server.send_raw(body, headers)
+    assert first.status == 200
+    await bot.server.wait_for(
+        lambda: any("ran 42" in m.text for m in bot.server.channel_messages(C_GENERAL, by_bot=True))
+    )
+    await bot.server.wait_for(lambda: not bot.slack.hub.turns)
+    # Sent again once the first run is over (so that it is not merely refused as busy).
+    again = await bot.server.send_raw(body, headers)
+    assert again.status in (200, 401)
+    await asyncio.sleep(2)
+    await bot.server.wait_for(lambda: not bot.slack.hub.turns)
+    runs = [m for m in bot.server.channel_messages(C_GENERAL, by_bot=True) if "ran 42" in m.text]
+    assert len(runs) == 1
+
+    now = int(time.time())
+    fresh = bot.server.slash_body("/run", "print('never')", bot.server.response_url())
+    signed = bot.server.signed_headers(fresh, "application/x-www-form-urlencoded", now)
+    for stamp in (
+        "abc",
+        "",
+        "1e9",
+        "-5",
+        f"-{now}",
+        "99999999999999999999999",
+        "١٧٠٠٠٠٠٠٠٠",  # digits, but not ASCII ones
+        str(now - 6 * 60),
+        str(now + 6 * 60),
+        None,
+    ):
+        sent = {k: v for k, v in signed.items() if k != "X-Slack-Request-Timestamp"}
+        if stamp is not None:
+            sent["X-Slack-Request-Timestamp"] = stamp
+        answer = await bot.server.send_raw(fresh, sent)
+        assert answer.status == 401, (stamp, answer.status, answer.body)
+    unsigned = {k: v for k, v in signed.items() if k != "X-Slack-Signature"}
+    assert (await bot.server.send_raw(fresh, unsigned)).status == 401
+    await asyncio.sleep(1)
+    assert not any("never" in m.text for m in bot.server.channel_messages(C_GENERAL))
+
+
+def _ephemeral_to(bot: Bot, user: str) -> list[str]:
+    """What only `user` was shown: ephemeral messages and response_url answers."""
+    texts = [str(e.get("text")) for e in bot.server.ephemeral if e.get("user") == user]
+    return texts + [str(r.get("text")) for r in bot.server.responses]
+
+
+async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False, users=(ALICE,))
+    await bot.server.slash("/run", "print('alice', 1)")
+    result = await bot.server.wait_for(
+        lambda: next(
+            (
+                m
+                for m in bot.server.channel_messages(C_GENERAL, by_bot=True)
+                if "alice 1" in m.text and _button(m, "cm_rerun")
+            ),
+            None,
+        )
+    )
+    assert isinstance(result, Message)
+    asked, _ = await bot.server.post(
+        C_GENERAL,
+        "```\nimport time\nprint('wait' + 'ing', flush=True)\ntime.sleep(30)\n```",
+        mention_bot=True,
+    )
+    running = await bot.server.wait_for(
+        lambda: next((m for m in bot.thread(C_GENERAL, asked.ts) if _button(m, "cm_stop")), None)
+    )
+    assert isinstance(running, Message)
+
+    # Bob is not on the list: nothing he does runs, reads or stops anything.
+    await bot.server.post(C_GENERAL, "```\nprint('bob was here')\n```", mention_bot=True, user=BOB)
+    await bot.server.post(
+        C_GENERAL, "```\nprint('bob was here')\n```", thread_ts=asked.ts, user=BOB
+    )
+    await bot.server.slash("/run", "print('bob was here')", user=BOB)
+    await bot.server.slash("/run", "", user=BOB)
+    await bot.server.slash("/export", user=BOB)
+    await bot.server.slash("/reset", user=BOB)
+    await bot.server.shortcut("cm_run_code", asked, user=BOB)
+    await bot.server.click(running, "cm_stop", user=BOB)
+    await bot.server.click(result, "cm_rerun", user=BOB)
+    await bot.server.wait_for(lambda: len(_ephemeral_to(bot, BOB)) >= 7)
+    await asyncio.sleep(1)
+    assert _ephemeral_to(bot, BOB).count("Cellmate is not enabled here.") == 7
+    assert bot.server.views == []  # no /run editor was opened for him
+    assert bot.slack.hub.turns  # Alice's turn runs on
+    assert not any(
+        "bob was here" in m.text for m in bot.server.messages.values() if m.user == "U0BOT"
+    )
+
+    # Alice, on the list, stops her turn.
+    await bot.server.click(running, "cm_stop")
+    await bot.answered(C_GENERAL, asked.ts)
+
+
+async def test_conversation_commands_are_for_participants_and_admins(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    await bot.server.slash("/run", "print('alice', 2)")
+    result = await bot.server.wait_for(
+        lambda: next(
+            (
+                m
+                for m in bot.server.channel_messages(C_GENERAL, by_bot=True)
+                if "alice 2" in m.text and _button(m, "cm_rerun")
+            ),
+            None,
+        )
+    )
+    assert isinstance(result, Message)
+    asked, _ = await bot.server.post(
+        C_GENERAL,
+        "```\nimport time\nsecret = 7\nprint('wait' + 'ing', flush=True)\ntime.sleep(30)\n```",
+        mention_bot=True,
+    )
+    running = await bot.server.wait_for(
+        lambda: next(
+            (
+                m
+                for m in bot.thread(C_GENERAL, asked.ts)
+                if _button(m, "cm_stop") and "waiting" in m.text
+            ),
+            None,
+        )
+    )
+    assert isinstance(running, Message)
+
+    # Bob may use the bot, but this is not his conversation or his run.
+    await bot.server.click(running, "cm_stop", user=BOB)
+    await bot.server.click(result, "cm_rerun", user=BOB)
+    await bot.server.slash("/export", user=BOB)
+    await bot.server.slash("/reset", user=BOB)
+    await bot.server.wait_for(lambda: len(bot.server.responses) >= 4)
+    answers = [str(r.get("text")) for r in bot.server.responses]
+    assert answers.count(NOT_YOURS) == 2
+    assert answers.count(NO_CONVERSATION) == 2
+    await asyncio.sleep(0.5)
+    assert bot.slack.hub.turns
+    assert (
+        sum("alice 2" in m.text for m in bot.server.channel_messages(C_GENERAL, by_bot=True)) == 1
+    )
+    # Alice's conversation is in #general, not in another channel.
+    await bot.server.slash("/export", channel=C_OTHER)
+    await bot.server.wait_for(lambda: len(bot.server.responses) >= 5)
+    assert bot.server.responses[-1]["text"] == NO_CONVERSATION
+
+    # A workspace admin may stop it.
+    await bot.server.click(running, "cm_stop", user=ADMIN)
+    messages = await bot.answered(C_GENERAL, asked.ts)
+    assert "killed" in messages[0].text
+
+    # Alice re-runs her own /run.
+    await bot.server.click(bot.server.messages[(C_GENERAL, result.ts)], "cm_rerun")
+    await bot.server.wait_for(
+        lambda: (
+            sum("alice 2" in m.text for m in bot.server.channel_messages(C_GENERAL, by_bot=True))
+            >= 2
+        )
+    )
+
+
+async def test_many_charts_give_a_bounded_answer_and_one_note(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False, files_per_answer=3)
+    asked, _ = await bot.server.post(C_GENERAL, f"```\n{MANY_CHARTS}```", mention_bot=True)
+    messages = await bot.answered(C_GENERAL, asked.ts)
+    charts = [f for f in bot.server.files if f.name.endswith(".png")]
+    assert len(charts) == 3
+    notes = [m.text for m in messages if "not shown" in m.text]
+    assert len(notes) == 1
+    assert "9 more charts and files were not shown (at most 3 per answer)" in notes[0]
+    assert len(messages) <= 3

@@ -18,14 +18,14 @@ import yarl
 from discord import app_commands
 
 from bot.agent import UserMessage, direct_code
-from bot.platforms.access import AccessRules, Gate, Place, Refused, Seen
+from bot.platforms.access import NOT_HERE, NOT_YOURS, AccessRules, Gate, Place, Refused, Seen
 from bot.platforms.hub import Hub
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_discord.render import thread_name
 from bot.platforms.on_discord.reply import ChannelSurface, InteractionSurface, Reply, Surface
 from bot.platforms.turns import SHUTDOWN_NOTICE, RerunSpec, Running
 from bot.settings import DiscordSettings
-from storage.intake import IncomingFile, http_fetcher
+from storage.intake import DISCORD_FILE_HOSTS, IncomingFile, http_fetcher
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,6 @@ HELP = (
     "or send code in a ``` block. In a thread I started, just keep talking. "
     "`/run` runs code directly; `/reset` starts over; `/export` gives the notebook."
 )
-NOT_HERE = "Cellmate is not enabled here."
 NO_CONVERSATION = (
     "There is no Cellmate conversation here: mention me in a channel to start a thread, "
     "or send me a direct message."
@@ -70,7 +69,7 @@ class CellmateDiscord(discord.Client):
         self.code_messages: dict[int, str] = {}
         """Messages that were code run directly, by id -> conversation, for re-run on edit."""
         self.upload_limit = int(settings.upload_limit_mb * 1e6)
-        self.fetch = http_fetcher()
+        self.fetch = http_fetcher(file_hosts(settings), where="Discord's file servers")
         self.tree = app_commands.CommandTree(self)
         register_commands(self)
         self.add_dynamic_items(TurnButton)
@@ -210,7 +209,13 @@ class CellmateDiscord(discord.Client):
             self.hub.turns.remember(entry.key, rerun)
             done_view = _buttons(TurnButton("rerun", entry.key))
         stop_view = _buttons(TurnButton("stop", entry.key))
-        reply = Reply(surface, self.upload_limit, stop_view, done_view)
+        reply = Reply(
+            surface,
+            self.upload_limit,
+            stop_view,
+            done_view,
+            max_files=self.settings.files_per_answer,
+        )
         try:
             await reply.start()
             await self.agent.turn(entry.turn.conversation, message, reply, entry.turn)
@@ -238,7 +243,7 @@ class CellmateDiscord(discord.Client):
             with self.hub.starting(self.gate, user, server, key) as entry:
                 await interaction.response.defer(thinking=True)
                 message = UserMessage(f"/run\n{code}", user=user, server=server)
-                rerun = RerunSpec(code, conversation, server)
+                rerun = RerunSpec(code, conversation, server, user)
                 await self._turn(InteractionSurface(interaction), message, entry, rerun)
         except Refused as exc:
             await interaction.response.send_message(str(exc), ephemeral=True)
@@ -247,12 +252,69 @@ class CellmateDiscord(discord.Client):
                 await self.agent.reset(key)
 
     async def _check(self, interaction: discord.Interaction) -> bool:
+        """The admission check every interaction passes; refused ones are told so."""
         dm = interaction.guild is None
         channel = interaction.channel
         if self.gate.allows(_place(interaction.user, channel, dm)):
             return True
         await interaction.response.send_message(NOT_HERE, ephemeral=True)
         return False
+
+    async def may_act(
+        self, interaction: discord.Interaction, conversation: str | None, owner: str = ""
+    ) -> bool:
+        """Admission, then whether this person may act on `conversation`: a participant, the
+        `owner` of a one-off run, or a moderator. Refused ones are told why."""
+        if not await self._check(interaction):
+            return False
+        user = str(interaction.user.id)
+        if (
+            user == owner
+            or conversation == f"discord:dm:{user}"
+            or self.gate.may_act(conversation or "", user, self.moderator(interaction))
+            or await self._started(interaction, conversation)
+        ):
+            return True
+        await interaction.response.send_message(NOT_YOURS, ephemeral=True)
+        return False
+
+    async def _started(self, interaction: discord.Interaction, conversation: str | None) -> bool:
+        """Whether this person wrote the message the conversation's thread was started on.
+        Participants are not kept across restarts; the thread's first message is."""
+        channel = interaction.channel
+        if (
+            not isinstance(channel, discord.Thread)
+            or conversation != f"discord:thread:{channel.id}"
+            or self.user is None
+            or channel.owner_id != self.user.id
+            or not isinstance(channel.parent, discord.TextChannel)
+        ):
+            return False
+        try:
+            # A thread started on a message has that message's id.
+            starter = await channel.parent.fetch_message(channel.id)
+        except discord.HTTPException:
+            return False
+        if starter.author.id != interaction.user.id:
+            return False
+        self.gate.participants.add(conversation, str(interaction.user.id))
+        return True
+
+    def moderator(self, interaction: discord.Interaction) -> bool:
+        """Moderators (Manage Messages in the channel, or a configured admin) may act on any
+        conversation where the bot is enabled."""
+        if str(interaction.user.id) in self.hub.admins:
+            return True
+        return interaction.guild is not None and interaction.permissions.manage_messages
+
+
+def file_hosts(settings: DiscordSettings) -> tuple[str, ...]:
+    """Where attachments may be downloaded from: the setting, else Discord's CDN (and a
+    custom API's own server, which serves the attachments it hands out)."""
+    if settings.file_hosts:
+        return settings.file_hosts
+    extra = (str(yarl.URL(settings.api_url).origin()),) if settings.api_url else ()
+    return (*DISCORD_FILE_HOSTS, *extra)
 
 
 def conversation_of(interaction: discord.Interaction) -> str | None:
@@ -315,13 +377,12 @@ class TurnButton(
     async def _stop(self, client: CellmateDiscord, interaction: discord.Interaction) -> None:
         running = client.hub.turns.get(self.key)
         if running is None:
-            await interaction.response.send_message("That has already finished.", ephemeral=True)
+            if await client._check(interaction):
+                await interaction.response.send_message(
+                    "That has already finished.", ephemeral=True
+                )
             return
-        moderator = interaction.permissions.manage_messages
-        if str(interaction.user.id) != running.owner and not moderator:
-            await interaction.response.send_message(
-                "Only the person who started this can stop it.", ephemeral=True
-            )
+        if not await client.may_act(interaction, running.turn.conversation, running.owner):
             return
         running.turn.stop(client.agent)
         await interaction.response.defer()
@@ -329,12 +390,15 @@ class TurnButton(
     async def _rerun(self, client: CellmateDiscord, interaction: discord.Interaction) -> None:
         spec = client.hub.turns.rerun(self.key)
         if spec is None:
+            if not await client._check(interaction):
+                return
             await interaction.response.send_message(
                 "I no longer have that code (the bot restarted since); use /run again.",
                 ephemeral=True,
             )
             return
-        await client.start_run(interaction, spec.code, spec.conversation)
+        if await client.may_act(interaction, spec.conversation, spec.owner):
+            await client.start_run(interaction, spec.code, spec.conversation)
 
 
 class RunModal(discord.ui.Modal, title="Run Python"):
@@ -353,12 +417,18 @@ class RunModal(discord.ui.Modal, title="Run Python"):
         await self.client.start_run(interaction, self.code.value)
 
 
-async def _conversation_command(interaction: discord.Interaction) -> str | None:
+async def _conversation_command(
+    client: CellmateDiscord, interaction: discord.Interaction
+) -> str | None:
     """The conversation a command acts on, acknowledged (deferred); None, with the user told
-    why, where there is none."""
+    why, where there is none or it is not theirs to act on."""
+    if not await client._check(interaction):
+        return None
     conversation = conversation_of(interaction)
     if conversation is None:
         await interaction.response.send_message(NO_CONVERSATION, ephemeral=True)
+        return None
+    if not await client.may_act(interaction, conversation):
         return None
     await interaction.response.defer(thinking=True)
     return conversation
@@ -380,13 +450,14 @@ def register_commands(client: CellmateDiscord) -> None:
     async def run_code(interaction: discord.Interaction, message: discord.Message) -> None:
         code = code_blocks(message.content)
         if code is None:
-            await interaction.response.send_message("That message has no code.", ephemeral=True)
+            if await client._check(interaction):
+                await interaction.response.send_message("That message has no code.", ephemeral=True)
             return
         await client.start_run(interaction, code)
 
     @tree.command(name="reset", description="Forget this conversation and restart its Python")
     async def reset(interaction: discord.Interaction) -> None:
-        conversation = await _conversation_command(interaction)
+        conversation = await _conversation_command(client, interaction)
         if conversation is None:
             return
         await client.agent.reset(conversation)
@@ -396,7 +467,7 @@ def register_commands(client: CellmateDiscord) -> None:
 
     @tree.command(name="export", description="This conversation's code and output as a notebook")
     async def export(interaction: discord.Interaction) -> None:
-        conversation = await _conversation_command(interaction)
+        conversation = await _conversation_command(client, interaction)
         if conversation is None:
             return
         notebook = await client.agent.executor.session(conversation).export_notebook()
@@ -411,6 +482,8 @@ def register_commands(client: CellmateDiscord) -> None:
     @tree.command(name="usage", description="Who used Cellmate most in the last day (admins)")
     @app_commands.default_permissions(manage_guild=True)
     async def usage(interaction: discord.Interaction) -> None:
+        if not await client._check(interaction):
+            return
         admin = str(interaction.user.id) in client.hub.admins
         if not admin and not interaction.permissions.manage_guild:
             await interaction.response.send_message("Only admins can see usage.", ephemeral=True)
@@ -420,7 +493,7 @@ def register_commands(client: CellmateDiscord) -> None:
 
     @tree.command(name="files", description="The files in this conversation's /mnt/data")
     async def files(interaction: discord.Interaction) -> None:
-        conversation = await _conversation_command(interaction)
+        conversation = await _conversation_command(client, interaction)
         if conversation is None:
             return
         found = await client.agent.executor.session(conversation).list_files()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bot.platforms.markup import code_block, head, split_message, tail
-from bot.platforms.progress import TurnView, extra_files, link_line
+from bot.platforms.progress import TurnView, extra_files, link_line, shown_artifacts
 
 MESSAGE_LIMIT = 2000
 MAX_ATTACHMENTS = 10
@@ -54,8 +54,9 @@ def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     return "\n".join(parts)
 
 
-def answer_messages(view: TurnView, upload_limit: int) -> list[Outgoing]:
-    """The answer, split to fit, with charts, files, long code and long output attached."""
+def answer_messages(view: TurnView, upload_limit: int, max_files: int = 10) -> list[Outgoing]:
+    """The answer, split to fit, with charts, files (at most `max_files`), long code and
+    long output attached."""
     lines = [f"ℹ️ {notice}" for notice in view.notices]
     if view.answer is not None:
         lines.append(view.answer.strip() or "Done.")
@@ -68,7 +69,8 @@ def answer_messages(view: TurnView, upload_limit: int) -> list[Outgoing]:
             attached.append((name, content))
             room -= len(content)
     listed = []
-    for artifact in view.artifacts:
+    artifacts, hidden = shown_artifacts(view, max_files)
+    for artifact in artifacts:
         data = artifact.content
         if data is not None and len(attached) < MAX_ATTACHMENTS and len(data) <= room:
             attached.append((artifact.name, data))
@@ -77,6 +79,8 @@ def answer_messages(view: TurnView, upload_limit: int) -> list[Outgoing]:
             listed.append(link_line(artifact, "📎 [{name}]({link}) ({size})"))
     if listed:
         lines += ["", *listed]
+    if hidden:
+        lines += ["", f"ℹ️ {hidden}"]
     pieces = split_message("\n".join(lines), MESSAGE_LIMIT)
     messages = [Outgoing(piece) for piece in pieces]
     messages[0].files = attached

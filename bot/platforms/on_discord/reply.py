@@ -152,8 +152,10 @@ class Reply:
         stop_view: Any = None,
         done_view: Any = None,
         interval: float = 1.0,
+        max_files: int = 10,
     ) -> None:
         self.surface = surface
+        self.max_files = max_files
         self.upload_limit = upload_limit
         self.stop_view = stop_view
         self.done_view = done_view
@@ -178,7 +180,7 @@ class Reply:
     async def finish(self) -> None:
         """The final progress state and the answer; exactly one answer, whatever fails."""
         await self.pacer.finish()
-        messages = answer_messages(self.view, self.upload_limit)
+        messages = answer_messages(self.view, self.upload_limit, self.max_files)
         log_text = progress_text(self.view)
         try:
             if log_text:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from aiohttp import WSMessage, web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -10,11 +11,13 @@ from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
 from bot.platforms.hub import Hub
 from bot.platforms.on_slack.app import CellmateSlack
+from bot.platforms.on_slack.replay import RequestCheck, Verdict
 from bot.settings import SlackSettings
 
 __all__ = ["EVENTS_PATH", "CellmateSlack", "add_http_route", "build_slack", "run_slack"]
 
 EVENTS_PATH = "/slack/events"
+log = logging.getLogger(__name__)
 
 
 def build_slack(hub: Hub, settings: SlackSettings) -> CellmateSlack:
@@ -22,11 +25,27 @@ def build_slack(hub: Hub, settings: SlackSettings) -> CellmateSlack:
 
 
 def add_http_route(slack: CellmateSlack, app: web.Application) -> None:
-    """Events, commands and interactivity at /slack/events (HTTP mode); bolt verifies each
-    request's signature and age before anything runs."""
+    """Events, commands and interactivity at /slack/events (HTTP mode). Each request's
+    signature and age are checked before anything runs (by `RequestCheck`, then again by
+    Bolt), and a replayed request is acknowledged without running again."""
+    check = RequestCheck(slack.settings.signing_secret)
 
     async def events(request: web.Request) -> web.Response:
-        response = await slack.app.async_dispatch(await to_bolt_request(request))
+        verdict = check.check(request.headers, await request.read())
+        if verdict is Verdict.BAD:
+            return web.Response(status=401, text="invalid request")
+        if verdict is Verdict.REPLAY:
+            log.warning("a Slack request was sent again; it was not handled twice")
+            return web.Response(status=200)
+        if verdict is Verdict.FULL:
+            return web.Response(status=503, text="busy")
+        try:
+            response = await slack.app.async_dispatch(await to_bolt_request(request))
+        except BaseException:
+            check.forget(request.headers)
+            raise
+        if response.status >= 500:
+            check.forget(request.headers)
         return await to_aiohttp_response(response)
 
     app.router.add_post(EVENTS_PATH, events)

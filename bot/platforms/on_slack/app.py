@@ -13,20 +13,21 @@ import logging
 import secrets
 from typing import Any
 
+import yarl
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent import UserMessage
-from bot.platforms.access import AccessRules, Gate, Place, Refused, Seen
+from bot.platforms.access import NOT_HERE, NOT_YOURS, AccessRules, Gate, Place, Refused, Seen
 from bot.platforms.hub import Hub
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
 from bot.platforms.turns import SHUTDOWN_NOTICE, RerunSpec, Running
 from bot.settings import SlackSettings
-from storage.intake import IncomingFile, http_fetcher
+from storage.intake import SLACK_FILE_HOSTS, IncomingFile, http_fetcher
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,11 @@ class CellmateSlack:
         """(team, channel, user) -> the user's latest conversation there, for /reset, /export."""
         self.bot_user = ""
         self.team = ""
-        self.fetch = http_fetcher({"Authorization": f"Bearer {settings.bot_token}"})
+        self.fetch = http_fetcher(
+            file_hosts(settings),
+            {"Authorization": f"Bearer {settings.bot_token}"},
+            where="Slack's file servers",
+        )
         self._register()
 
     async def connect(self) -> None:
@@ -199,7 +204,12 @@ class CellmateSlack:
         if rerun is not None:
             self.hub.turns.remember(entry.key, rerun)
             done = ("cm_rerun", "Re-run", entry.key)
-        reply = SlackReply(thread, ("cm_stop", "Stop", entry.key), done)
+        reply = SlackReply(
+            thread,
+            ("cm_stop", "Stop", entry.key),
+            done,
+            max_files=self.settings.files_per_answer,
+        )
         conversation = entry.turn.conversation
         try:
             progress = await reply.start()
@@ -221,19 +231,46 @@ class CellmateSlack:
         self, code: str, channel: str, user: str, team: str, thread_ts: str | None = None
     ) -> None:
         """/run, the modal, the shortcut and Re-run: code run directly in a one-off session."""
-        if not self.gate.allows(Place(user, team, channel, dm=channel.startswith("D"))):
-            await SlackThread(self.client, channel, thread_ts).tell(
-                user, "Cellmate is not enabled here."
-            )
+        if not await self._admitted(user, team, channel, thread_ts):
             return
         await self.run_turn(
             SlackThread(self.client, channel, thread_ts),
             f"slack:run:{secrets.token_hex(8)}",
             UserMessage(f"/run\n{code}", user=user, server=team),
             user,
-            rerun=RerunSpec(code, None, team),
+            rerun=RerunSpec(code, None, team, user),
             one_off=True,
         )
+
+    async def _admitted(
+        self, user: str, team: str, channel: str, thread_ts: str | None = None, respond: Any = None
+    ) -> bool:
+        """The admission check of every command, shortcut and button; a refused user is told
+        so (by `respond`, or in an ephemeral message)."""
+        if self.gate.allows(Place(user, team, channel, dm=channel.startswith("D"))):
+            return True
+        if respond is not None:
+            await respond(NOT_HERE, response_type="ephemeral", replace_original=False)
+        else:
+            await SlackThread(self.client, channel, thread_ts).tell(user, NOT_HERE)
+        return False
+
+    async def moderator(self, user: str) -> bool:
+        """Configured admins, and the workspace's admins and owners."""
+        if user in self.hub.admins:
+            return True
+        try:
+            found = await self.client.users_info(user=user)
+        except SlackApiError:
+            return False
+        profile = found.get("user") or {}
+        return bool(profile.get("is_admin") or profile.get("is_owner"))
+
+    async def _may_act(self, user: str, conversation: str | None, owner: str = "") -> bool:
+        """Whether `user` may act on a conversation (None: a one-off run of `owner`)."""
+        if user == owner or self.gate.may_act(conversation or "", user):
+            return True
+        return await self.moderator(user)
 
     # ── commands, shortcuts, buttons ──────────────────────────────────────
 
@@ -244,6 +281,8 @@ class CellmateSlack:
         team = str(command.get("team_id") or self.team)
         if code.strip():
             await self.start_run(code_blocks(code) or code, channel, user, team)
+            return
+        if not await self._admitted(user, team, channel):
             return
         await client.views_open(trigger_id=command["trigger_id"], view=_run_modal(channel, team))
 
@@ -262,6 +301,8 @@ class CellmateSlack:
         team = str((shortcut.get("team") or {}).get("id") or self.team)
         root = str(message.get("thread_ts") or message.get("ts") or "") or None
         code = code_blocks(unescape(str(message.get("text") or "")))
+        if not await self._admitted(user, team, channel, root):
+            return
         if code is None:
             await SlackThread(self.client, channel, root).tell(user, "That message has no code.")
             return
@@ -269,9 +310,8 @@ class CellmateSlack:
 
     async def _on_reset(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         await ack()
-        conversation = self._latest(command)
+        conversation = await self._own_conversation(command, respond)
         if conversation is None:
-            await respond(NO_CONVERSATION, response_type="ephemeral")
             return
         await self.agent.reset(conversation)
         await respond(
@@ -281,9 +321,8 @@ class CellmateSlack:
 
     async def _on_export(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         await ack()
-        conversation = self._latest(command)
+        conversation = await self._own_conversation(command, respond)
         if conversation is None:
-            await respond(NO_CONVERSATION, response_type="ephemeral")
             return
         notebook = await self.agent.executor.session(conversation).export_notebook()
         if notebook is None:
@@ -299,46 +338,50 @@ class CellmateSlack:
     async def _on_usage(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         await ack()
         user = str(command["user_id"])
-        admin = user in self.hub.admins
-        if not admin:
-            try:
-                found = await self.client.users_info(user=user)
-                profile = found.get("user") or {}
-                admin = bool(profile.get("is_admin") or profile.get("is_owner"))
-            except SlackApiError:
-                admin = False
-        if not admin:
+        team = str(command.get("team_id") or self.team)
+        if not await self._admitted(user, team, str(command["channel_id"]), respond=respond):
+            return
+        if not await self.moderator(user):
             await respond("Only admins can see usage.", response_type="ephemeral")
             return
-        team = str(command.get("team_id") or self.team)
         await respond(self.hub.usage(team), response_type="ephemeral")
 
-    def _latest(self, command: dict[str, Any]) -> str | None:
+    async def _own_conversation(self, command: dict[str, Any], respond: Any) -> str | None:
+        """The conversation /reset and /export act on: the user's latest one in the channel,
+        which they took part in; None, with the user told why, where there is none."""
         team = str(command.get("team_id") or self.team)
-        return self.latest.get((team, str(command["channel_id"]), str(command["user_id"])))
+        channel, user = str(command["channel_id"]), str(command["user_id"])
+        if not await self._admitted(user, team, channel, respond=respond):
+            return None
+        conversation = self.latest.get((team, channel, user))
+        if conversation is None or not await self._may_act(user, conversation):
+            await respond(NO_CONVERSATION, response_type="ephemeral")
+            return None
+        return conversation
 
     async def _on_stop(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
         key = str(body["actions"][0].get("value") or "")
         running = self.hub.turns.get(key)
         user = str(body["user"]["id"])
+        if not await self._admitted(user, _team(body, self.team), _channel(body), respond=respond):
+            return
         if running is None:
             await respond(
                 "That has already finished.", response_type="ephemeral", replace_original=False
             )
             return
-        if user != running.owner:
-            await respond(
-                "Only the person who started this can stop it.",
-                response_type="ephemeral",
-                replace_original=False,
-            )
+        if not await self._may_act(user, running.turn.conversation, running.owner):
+            await respond(NOT_YOURS, response_type="ephemeral", replace_original=False)
             return
         running.turn.stop(self.agent)
 
     async def _on_rerun(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
         spec = self.hub.turns.rerun(str(body["actions"][0].get("value") or ""))
+        user, channel = str(body["user"]["id"]), _channel(body)
+        if not await self._admitted(user, _team(body, self.team), channel, respond=respond):
+            return
         if spec is None:
             await respond(
                 "I no longer have that code (the bot restarted since); use /run again.",
@@ -346,10 +389,29 @@ class CellmateSlack:
                 replace_original=False,
             )
             return
-        channel = str(body["channel"]["id"])
+        if not await self._may_act(user, spec.conversation, spec.owner):
+            await respond(NOT_YOURS, response_type="ephemeral", replace_original=False)
+            return
         message = body.get("message") or {}
         root = str(message.get("thread_ts") or message.get("ts") or "") or None
-        await self.start_run(spec.code, channel, str(body["user"]["id"]), spec.server, root)
+        await self.start_run(spec.code, channel, user, spec.server, root)
+
+
+def file_hosts(settings: SlackSettings) -> tuple[str, ...]:
+    """Where the bot token may go for shared files: the setting, else Slack's file hosts
+    (and a custom API's own server, which serves the files it describes)."""
+    if settings.file_hosts:
+        return settings.file_hosts
+    extra = (str(yarl.URL(settings.api_url).origin()),) if settings.api_url else ()
+    return (*SLACK_FILE_HOSTS, *extra)
+
+
+def _channel(body: dict[str, Any]) -> str:
+    return str((body.get("channel") or {}).get("id") or "")
+
+
+def _team(body: dict[str, Any], default: str) -> str:
+    return str((body.get("team") or {}).get("id") or body.get("team_id") or default)
 
 
 def _run_modal(channel: str, team: str) -> dict[str, Any]:

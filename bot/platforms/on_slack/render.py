@@ -10,7 +10,7 @@ from typing import Any
 
 from bot.platforms.markup import head, split_message, tail
 from bot.platforms.on_slack.mrkdwn import escape, slack_code, to_mrkdwn
-from bot.platforms.progress import TurnView, extra_files, link_line
+from bot.platforms.progress import TurnView, extra_files, link_line, shown_artifacts
 from storage.artifacts import Artifact
 
 SECTION_LIMIT = 3000
@@ -70,8 +70,9 @@ def blocks(text: str, buttons: list[tuple[str, str, str]] | None = None) -> list
     return shown
 
 
-def answer_texts(view: TurnView, not_uploaded: list[Artifact]) -> list[str]:
-    """The answer in mrkdwn, split to fit, listing artifacts that were not uploaded."""
+def answer_texts(view: TurnView, not_uploaded: list[Artifact], max_files: int = 10) -> list[str]:
+    """The answer in mrkdwn, split to fit, listing artifacts that were not uploaded and
+    counting those beyond `max_files`."""
     lines = [f":information_source: {escape(notice)}" for notice in view.notices]
     if view.answer is not None:
         lines.append(to_mrkdwn(view.answer.strip() or "Done."))
@@ -83,12 +84,16 @@ def answer_texts(view: TurnView, not_uploaded: list[Artifact]) -> list[str]:
             link_line(a, "📎 <{link}|{name}> ({size})") if a.link else escape(link_line(a, ""))
             for a in not_uploaded
         ]
+    _, hidden = shown_artifacts(view, max_files)
+    if hidden:
+        lines += ["", f":information_source: {escape(hidden)}"]
     return split_message("\n".join(lines), MESSAGE_LIMIT)
 
 
-def uploads(view: TurnView) -> tuple[list[tuple[str, bytes]], list[Artifact]]:
-    """Files to upload into the thread (charts, files, long code and output), and the
-    artifacts that have no bytes to upload (too large, or not kept)."""
-    files = [(a.name, a.content) for a in view.artifacts if a.content is not None]
-    missing = [a for a in view.artifacts if a.content is None]
+def uploads(view: TurnView, max_files: int = 10) -> tuple[list[tuple[str, bytes]], list[Artifact]]:
+    """Files to upload into the thread (charts and files, at most `max_files`; long code and
+    output), and the artifacts shown that have no bytes to upload (too large, or not kept)."""
+    shown, _ = shown_artifacts(view, max_files)
+    files = [(a.name, a.content) for a in shown if a.content is not None]
+    missing = [a for a in shown if a.content is None]
     return extra_files(view, CODE_SHOWN, OUTPUT_SHOWN) + files, missing

@@ -10,7 +10,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.events import TurnEvent
 from bot.platforms.on_slack.render import answer_texts, blocks, progress_text, uploads
-from bot.platforms.progress import Pacer, TurnView
+from bot.platforms.progress import Pacer, TurnView, shown_artifacts
 from storage.artifacts import Artifact
 
 log = logging.getLogger(__name__)
@@ -66,8 +66,10 @@ class SlackReply:
         stop: tuple[str, str, str] | None,
         done: tuple[str, str, str] | None,
         interval: float = EDIT_INTERVAL_S,
+        max_files: int = 10,
     ) -> None:
         self.thread = thread
+        self.max_files = max_files
         self.stop = stop
         self.done = done
         self.view = TurnView()
@@ -93,15 +95,16 @@ class SlackReply:
 
     async def finish(self) -> None:
         await self.pacer.finish()
-        files, missing = uploads(self.view)
+        files, missing = uploads(self.view, self.max_files)
         not_uploaded = list(missing)
         if files:
             try:
                 await self.thread.upload(files)
             except SlackApiError as exc:
                 log.warning("file upload failed: %s", exc.response.get("error"))
-                not_uploaded += _published(self.view.artifacts)
-        texts = answer_texts(self.view, not_uploaded)
+                attached, _ = shown_artifacts(self.view, self.max_files)
+                not_uploaded += _published(attached)
+        texts = answer_texts(self.view, not_uploaded, self.max_files)
         final = progress_text(self.view)
         buttons = [self.done] if self.done else []
         if self.progress is not None:

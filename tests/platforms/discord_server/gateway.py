@@ -1,0 +1,300 @@
+"""The gateway WebSocket: HELLO, IDENTIFY, RESUME, heartbeats and dispatches."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import sys
+import zlib
+from dataclasses import dataclass, field
+
+from aiohttp import WSMsgType, web
+
+from .payloads import dumps, me_json, member_json, role_json
+from .state import ServerState
+from .world import (
+    APP_ID,
+    CHANNEL_GENERAL,
+    GUILD_ID,
+    GUILD_JOINED_AT,
+    GUILD_TEXT,
+    JSON,
+    MEMBER_ROLES,
+    OWNER,
+    ROLE_MEMBER,
+    TOKEN,
+)
+
+try:
+    import zstandard
+except ImportError:  # discord.py then asks for zlib-stream, which is always available
+    zstandard = None
+
+
+@dataclass
+class Session:
+    id: str
+    seq: int = 0
+    log: list[tuple[int, str]] = field(default_factory=list)
+    """Every dispatch of the session as (seq, JSON text), for replay on RESUME."""
+    invalid: bool = False
+
+
+class Connection:
+    """One gateway WebSocket; with zlib-stream, one compression context for its lifetime."""
+
+    def __init__(self, ws: web.WebSocketResponse, compress: str | None) -> None:
+        self.ws = ws
+        self.session: Session | None = None
+        self._zlib = zlib.compressobj() if compress == "zlib-stream" else None
+        self._zstd = (
+            zstandard.ZstdCompressor().compressobj()
+            if compress == "zstd-stream" and zstandard is not None
+            else None
+        )
+        self._lock = asyncio.Lock()
+
+    async def send(self, payload: JSON | str) -> bool:
+        text = payload if isinstance(payload, str) else dumps(payload)
+        # The compression context is shared by every frame, so frames go out in order.
+        async with self._lock:
+            if self.ws.closed:
+                return False
+            try:
+                if self._zlib is not None:
+                    data = self._zlib.compress(text.encode()) + self._zlib.flush(zlib.Z_SYNC_FLUSH)
+                    await self.ws.send_bytes(data)
+                elif self._zstd is not None:
+                    data = self._zstd.compress(text.encode())
+                    data += self._zstd.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+                    await self.ws.send_bytes(data)
+                else:
+                    await self.ws.send_str(text)
+            except (ConnectionError, RuntimeError):
+                return False
+            return True
+
+
+class Gateway(ServerState):
+    """The bot's gateway connection and session, and the events sent on it."""
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+        """Until the bot identified, got READY and GUILD_CREATE, and is connected."""
+        await self.wait_for(lambda: self._ready_sent and self._conn is not None, timeout)
+
+    async def drop_gateway(self, code: int = 4000) -> None:
+        """Close the bot's gateway connection; later dispatches wait for its RESUME.
+        4007 and 4009 also end the session, so the RESUME is refused."""
+        async with self._dispatch_lock:
+            conn, self._conn = self._conn, None
+        if code in (4007, 4009) and self._session is not None:
+            self._session.invalid = True
+        if conn is not None:
+            await conn.ws.close(code=code, message=b"dropped by the test")
+        self._touch()
+
+    def _guild_create(self) -> JSON:
+        members = [member_json(user_id) for user_id in MEMBER_ROLES]
+        channels = [
+            {key: value for key, value in channel.items() if key != "guild_id"}
+            for channel in self._channels.values()
+            if channel["type"] == GUILD_TEXT
+        ]
+        active_threads = [
+            thread for thread in self.threads.values() if not thread["thread_metadata"]["archived"]
+        ]
+        return {
+            "id": str(GUILD_ID),
+            "name": "Cellmate Test Server",
+            "icon": None,
+            "splash": None,
+            "discovery_splash": None,
+            "banner": None,
+            "description": None,
+            "owner_id": str(OWNER),
+            "afk_channel_id": None,
+            "afk_timeout": 300,
+            "verification_level": 0,
+            "default_message_notifications": 1,
+            "explicit_content_filter": 0,
+            "mfa_level": 0,
+            "nsfw_level": 0,
+            "premium_tier": 0,
+            "premium_subscription_count": 0,
+            "premium_progress_bar_enabled": False,
+            "preferred_locale": "en-US",
+            "system_channel_id": str(CHANNEL_GENERAL),
+            "system_channel_flags": 0,
+            "rules_channel_id": None,
+            "public_updates_channel_id": None,
+            "safety_alerts_channel_id": None,
+            "application_id": None,
+            "vanity_url_code": None,
+            "max_members": 500000,
+            "max_presences": None,
+            "max_video_channel_users": 25,
+            "max_stage_video_channel_users": 50,
+            "incidents_data": None,
+            "features": [],
+            "roles": [role_json(GUILD_ID), role_json(ROLE_MEMBER)],
+            "emojis": [],
+            "stickers": [],
+            # the GUILD_CREATE extras
+            "joined_at": GUILD_JOINED_AT,
+            "large": False,
+            "unavailable": False,
+            "lazy": True,
+            "member_count": len(members),
+            "members": members,
+            "channels": channels,
+            "threads": active_threads,
+            "presences": [],
+            "voice_states": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "soundboard_sounds": [],
+        }
+
+    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(timeout=2.0, compress=False, max_msg_size=16 * 1024 * 1024)
+        await ws.prepare(request)
+        if request.query.get("v", "10") != "10":
+            await ws.close(code=4012, message=b"Invalid API version")
+            return ws
+        if request.query.get("encoding", "json") != "json":
+            await ws.close(code=4002, message=b"Error while decoding payload.")
+            return ws
+        conn = Connection(ws, request.query.get("compress"))
+        self._sockets.add(ws)
+        try:
+            await conn.send(
+                {
+                    "op": 10,
+                    "s": None,
+                    "t": None,
+                    "d": {
+                        "heartbeat_interval": self.heartbeat_interval_ms,
+                        "_trace": ['["gateway-prd-test",{"micros":0}]'],
+                    },
+                }
+            )
+            async for frame in ws:
+                if frame.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    await self._on_gateway_frame(conn, frame.data)
+        finally:
+            self._sockets.discard(ws)
+            if self._conn is conn:
+                self._conn = None
+            self._touch()
+        return ws
+
+    async def _on_gateway_frame(self, conn: Connection, raw: str | bytes) -> None:
+        try:
+            payload = json.loads(raw)
+            op, data = payload["op"], payload.get("d")
+        except (ValueError, KeyError, TypeError):
+            await conn.ws.close(code=4002, message=b"Error while decoding payload.")
+            return
+        if op == 1:
+            await conn.send({"op": 11, "s": None, "t": None, "d": None})
+        elif op == 2:
+            await self._identify(conn, data or {})
+        elif op == 6:
+            await self._resume(conn, data or {})
+        elif conn.session is None:
+            await conn.ws.close(code=4003, message=b"Not authenticated.")
+        elif op not in (3, 4):  # presence and voice state updates change nothing here
+            await conn.ws.close(code=4001, message=b"Unknown opcode.")
+        self._touch()
+
+    async def _identify(self, conn: Connection, data: JSON) -> None:
+        if conn.session is not None:
+            await conn.ws.close(code=4005, message=b"Already authenticated.")
+            return
+        if data.get("token") != TOKEN:
+            await conn.ws.close(code=4004, message=b"Authentication failed.")
+            return
+        intents = data.get("intents")
+        if not isinstance(intents, int) or intents < 0:
+            await conn.ws.close(code=4013, message=b"Invalid intent(s).")
+            return
+        self.identify_count += 1
+        self.intents = intents
+        session = Session(id=secrets.token_hex(16))
+        ready: JSON = {
+            "v": 10,
+            "user": me_json(),
+            "user_settings": {},
+            "guilds": [{"id": str(GUILD_ID), "unavailable": True}],
+            "session_id": session.id,
+            "session_type": "normal",
+            "resume_gateway_url": self.gateway_url,
+            "application": {"id": str(APP_ID), "flags": 0},
+            "private_channels": [],
+            "relationships": [],
+            "presences": [],
+            "guild_join_requests": [],
+            "geo_ordered_rtc_regions": ["local"],
+            "_trace": ['["gateway-prd-test",{"micros":0}]'],
+        }
+        if "shard" in data:
+            ready["shard"] = data["shard"]
+        async with self._dispatch_lock:
+            if self._session is not None:
+                self._session.invalid = True
+            self._session = session
+            conn.session = session
+            self._conn = conn
+            self._ready_sent = False
+            await self._emit(session, "READY", ready)
+            await self._emit(session, "GUILD_CREATE", self._guild_create())
+            self._ready_sent = True
+
+    async def _resume(self, conn: Connection, data: JSON) -> None:
+        if conn.session is not None:
+            await conn.ws.close(code=4005, message=b"Already authenticated.")
+            return
+        if data.get("token") != TOKEN:
+            await conn.ws.close(code=4004, message=b"Authentication failed.")
+            return
+        session = self._session
+        if session is None or session.invalid or data.get("session_id") != session.id:
+            await conn.send({"op": 9, "s": None, "t": None, "d": False})
+            return
+        seen = data.get("seq") or 0
+        if seen > session.seq:
+            await conn.ws.close(code=4007, message=b"Invalid seq.")
+            return
+        self.resume_count += 1
+        async with self._dispatch_lock:
+            # replay what the bot missed, in order, before anything new
+            for seq, text in session.log:
+                if seq > seen:
+                    await conn.send(text)
+            conn.session = session
+            self._conn = conn
+            await self._emit(session, "RESUMED", {"_trace": ['["gateway-prd-test",{"micros":0}]']})
+
+    async def _dispatch(self, event: str, data: JSON, *, intent: int | None = None) -> None:
+        """Send an event to the bot, or keep it for the RESUME when it is disconnected."""
+        session = self._session
+        if session is None:
+            print(f"discord_server: {event} before the bot identified, dropped", file=sys.stderr)
+            self._touch()
+            return
+        if intent is not None and not (self.intents or 0) & intent:
+            self._touch()
+            return
+        async with self._dispatch_lock:
+            await self._emit(session, event, data)
+        self._touch()
+
+    async def _emit(self, session: Session, event: str, data: JSON) -> None:
+        """Number, record and (if connected) send one dispatch; the dispatch lock is held."""
+        session.seq += 1
+        text = dumps({"op": 0, "s": session.seq, "t": event, "d": data})
+        session.log.append((session.seq, text))
+        conn = self._conn
+        if conn is not None and conn.session is session:
+            await conn.send(text)
