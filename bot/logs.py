@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterable
 from contextvars import ContextVar
 
+from bot.terminal import clean
+
 conversation_id: ContextVar[str] = ContextVar("conversation_id", default="")
 turn_id: ContextVar[str] = ContextVar("turn_id", default="")
 run_id: ContextVar[str] = ContextVar("run_id", default="")
@@ -82,7 +84,9 @@ class TextFormatter(logging.Formatter):
             line += "\n" + record.exc_text
         elif record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
-        return line
+        # Log lines go to a terminal and may quote what sandboxed code chose (file names,
+        # error text): they pass the same sanitiser as everything else shown there.
+        return clean(line)
 
 
 def setup_logging(form: str = "text", level: str = "WARNING", secrets: Iterable[str] = ()) -> None:

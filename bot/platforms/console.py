@@ -13,10 +13,12 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import signal
 import sys
 import time
 from pathlib import Path
+from traceback import format_exception
 from typing import TextIO
 
 from bot.agent import Agent, Turn, UserMessage
@@ -32,8 +34,11 @@ from bot.events import (
     TurnEvent,
 )
 from bot.platforms.markup import human_size
+from bot.terminal import TerminalText, clean, show_name
 from executor import Status
 from storage.intake import IncomingFile
+
+log = logging.getLogger(__name__)
 
 CONVERSATION = "console"
 MARK = {
@@ -50,13 +55,20 @@ HELP = (
 
 
 class Renderer:
-    """Prints a turn's events as they happen."""
+    """Prints a turn's events as they happen.
+
+    Everything printed passes `bot.terminal`: sandboxed code (and a model it may have
+    steered) chooses the output, code, answers and file names shown here. Each output stream
+    is cleaned as one text across its chunks, so a sequence split between two chunks is
+    removed too.
+    """
 
     def __init__(self, out: TextIO, interactive: bool) -> None:
         self.out = out
         self.interactive = interactive
         self._at_line_start = True
         self._spinner: asyncio.Task[None] | None = None
+        self._streams = {"stdout": TerminalText(), "stderr": TerminalText()}
 
     def __call__(self, event: TurnEvent) -> None:
         self._stop_spinner()
@@ -64,12 +76,14 @@ class Renderer:
             if self.interactive:
                 self._spinner = asyncio.get_running_loop().create_task(self._spin(event.step))
         elif isinstance(event, CodeStarted):
+            self._end_streams()
             self._line("── running ─────────────────────────")
             self._write(event.code if event.code.endswith("\n") else event.code + "\n")
             self._line("── output ──────────────────────────")
         elif isinstance(event, OutputChunk):
             self._output(event)
         elif isinstance(event, ExecutionFinished):
+            self._end_streams()
             detail = f": {event.message}" if event.message else ""
             self._line(
                 f"{MARK[event.status]} {event.status.value} "
@@ -78,7 +92,7 @@ class Renderer:
         elif isinstance(event, ArtifactsPublished):
             for item in event.artifacts:
                 where = item.link if item.status == "published" else f"not uploaded ({item.reason})"
-                self._line(f"📎 {item.name} ({human_size(item.size)}): {where}")
+                self._line(f"📎 {show_name(item.name)} ({human_size(item.size)}): {where}")
         elif isinstance(event, Notice):
             self._line(f"note: {event.text}")
         elif isinstance(event, Answer):
@@ -108,10 +122,10 @@ class Renderer:
     def _output(self, chunk: OutputChunk) -> None:
         event = chunk.output
         if event.kind in ("stdout", "stderr"):
-            self._write(event.text)
+            self._show(self._streams[event.kind].feed(event.text))
         elif event.kind == "result" and event.result is not None:
             if event.result.image_types:
-                self._line(f"[{event.result.image_types[0]} chart]")
+                self._line(f"[{show_name(event.result.image_types[0])} chart]")
             elif event.result.text:
                 self._line(("Out: " if event.result.is_main_result else "") + event.result.text)
         elif event.kind == "error" and event.error is not None:
@@ -119,9 +133,18 @@ class Renderer:
                 "\n".join(event.error.traceback) or f"{event.error.name}: {event.error.value}"
             )
 
+    def _end_streams(self) -> None:
+        for stream in self._streams.values():
+            self._show(stream.finish())
+
     def _write(self, text: str) -> None:
-        self.out.write(text)
-        self._at_line_start = text.endswith("\n")
+        self._show(clean(text))
+
+    def _show(self, shown: str) -> None:
+        """Write text that is already clean."""
+        if shown:
+            self.out.write(shown)
+            self._at_line_start = shown.endswith("\n")
 
     def _line(self, text: str) -> None:
         if not self._at_line_start:
@@ -138,7 +161,19 @@ class Console:
         self.turn: Turn | None = None
 
     async def handle(self, text: str, interactive: bool) -> bool:
-        """Handle one message or command; False once the user asked to quit."""
+        """Handle one message or command; False once the user asked to quit.
+
+        A message that fails in an unforeseen way is reported, and the chat goes on.
+        """
+        try:
+            return await self._handle(text, interactive)
+        except Exception as exc:
+            # The log shares the terminal, and the error may quote names the sandbox chose.
+            log.error("console message failed\n%s", clean("".join(format_exception(exc))))
+            self._say(f"✗ This message failed ({type(exc).__name__}); the chat goes on.")
+            return True
+
+    async def _handle(self, text: str, interactive: bool) -> bool:
         command, _, argument = text.strip().partition(" ")
         if command == "/quit":
             return False
@@ -150,7 +185,7 @@ class Console:
         elif command == "/files":
             files = await self.agent.executor.session(CONVERSATION).list_files()
             self._say(
-                "\n".join(f"{path} ({human_size(size)})" for path, size in files)
+                "\n".join(f"{show_name(path)} ({human_size(size)})" for path, size in files)
                 or "No files in /mnt/data."
             )
         elif command == "/export":
@@ -182,22 +217,23 @@ class Console:
         self.exports.mkdir(parents=True, exist_ok=True)
         path = self.exports / f"session-{time.strftime('%Y%m%d-%H%M%S')}.ipynb"
         path.write_text(json.dumps(notebook, indent=1))
-        self._say(f"Exported the session to {path.resolve()}")
+        self._say(f"Exported the session to {show_name(str(path.resolve()))}")
 
     def _attach(self, argument: str) -> None:
         path = Path(argument).expanduser()
         try:
             data = path.read_bytes()
         except OSError as exc:
-            self._say(f"Cannot attach {argument!r}: {exc.strerror or exc}")
+            self._say(f"Cannot attach {show_name(argument)}: {exc.strerror or exc}")
             return
         self.attachments.append(IncomingFile(path.name, len(data), data))
         self._say(
-            f"Attached {path.name} ({human_size(len(data))}); it goes with your next message."
+            f"Attached {show_name(path.name)} ({human_size(len(data))}); "
+            "it goes with your next message."
         )
 
     def _say(self, text: str) -> None:
-        self.out.write(text + "\n")
+        self.out.write(clean(text) + "\n")
         self.out.flush()
 
 

@@ -31,6 +31,69 @@ def cellmate(*args: str, stdin: str | None = None, **env: str) -> subprocess.Com
     )
 
 
+# Output and file names a hostile program chooses: sequences that clear the screen, write the
+# clipboard, reset the terminal, or are split across two writes; names that fake a result
+# line, carry escapes or undecodable bytes, or aim outside the output folder.
+HOSTILE = r"""
+import os, sys, time
+for name in [b"bad\xff.txt", b"esc\x1b]0;pwned\x07.txt", b"x\n\xe2\x9c\x93 ok in 0.1 s",
+             b".bashrc", b"-n", b"long" + b"y" * 240 + b".txt", b"data.csv", b"DATA.csv"]:
+    with open(b"/mnt/data/" + name, "wb") as f:
+        f.write(b"1")
+os.makedirs("sub", exist_ok=True)
+open("sub/data.csv", "w").write("2")
+print("one\x1b]52;c;aGk=\x07two\x1b", end="", flush=True)
+time.sleep(0.5)
+print("[2Jthree\x9b2Jfour\rfive\x08six\u202eseven\x1bc")
+sys.stderr.write("err\x1b[31m\n")
+"""
+
+
+def assert_terminal_safe(shown: bytes) -> str:
+    """The bytes as text, after checking that no terminal control is among them."""
+    text = shown.decode("utf-8")  # strict: an undecodable byte would fail here
+    assert not set(text) & {"\x1b", "\r", "\b", "\x07", *map(chr, range(0x80, 0xA0))}
+    return text
+
+
+def test_exec_shows_hostile_output_and_names_safely_and_saves_plain_names(
+    tmp_path: Path,
+) -> None:
+    code = tmp_path / "hostile.py"
+    code.write_text(HOSTILE)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "bot", "exec", "--out", str(out), str(code)],
+        capture_output=True,
+        env={**os.environ, "CELLMATE_INSTANCE": TEST_INSTANCE},
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = assert_terminal_safe(done.stdout).split("\n")
+    assert lines[:2] == ["onetwothreefour", "five␈six\\u202eseven"]
+    assert "err" in lines
+    files = out.resolve() / "files"
+    assert f"bad\\xff.txt (1 B) -> {files}/bad_.txt" in lines
+    assert f"esc\\x1b]0;pwned\\x07.txt (1 B) -> {files}/esc_]0;pwned_.txt" in lines
+    assert f"x\\n✓ ok in 0.1 s (1 B) -> {files}/x_✓ ok in 0.1 s" in lines
+    assert f".bashrc (1 B) -> {files}/_bashrc" in lines
+    assert [line for line in lines if line.startswith("✓")] == [lines[-2]]  # the real one
+    saved = {path.name for path in files.iterdir()}
+    duplicates = {name for name in saved if name.casefold().startswith("data")}
+    assert sorted(name.casefold() for name in duplicates) == ["data-2.csv", "data.csv"]
+    assert saved - duplicates == {
+        "bad_.txt",
+        "esc_]0;pwned_.txt",
+        "x_✓ ok in 0.1 s",
+        "_bashrc",
+        "_n",
+        "long" + "y" * 192 + ".txt",
+        "sub_data.csv",
+    }
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["hostile.py", "out"]
+
+
 def test_exec_json_has_the_documented_keys(tmp_path: Path) -> None:
     code = tmp_path / "fail.py"
     code.write_text("print('partial')\nraise ValueError('nope')\n")

@@ -86,6 +86,44 @@ async def test_piped_code_without_a_model(tmp_path: Path) -> None:
     assert "No model is configured" in out
 
 
+async def test_piped_chat_shows_hostile_output_safely_and_goes_on_after_odd_names(
+    tmp_path: Path,
+) -> None:
+    hostile = (
+        "```python\n"
+        "import time\n"
+        "open(b'/mnt/data/bad\\xff\\x1b[2J.txt', 'wb').write(b'x')\n"
+        "open('/mnt/data/x\\n\\u2713 ok in 0.1 s', 'w').write('y')\n"
+        "print('one\\x1b]52;c;aGk=\\x07two\\x1b', end='', flush=True)\n"
+        "time.sleep(0.5)\n"
+        "print('[2Jthree\\x9b?25lfour\\rfive\\x1bc')\n"
+        "```\n\n"
+        "```python\nprint('second message ran')\n```\n\n"
+        "/files\n"
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "chat",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=cli_environment(tmp_path),
+    )
+    raw, err = await asyncio.wait_for(process.communicate(hostile.encode()), 300)
+    assert process.returncode == 0, err.decode()
+    out = raw.decode("utf-8")  # strict: an undecodable byte would fail here
+    assert not set(out) & {"\x1b", "\r", "\x07", *map(chr, range(0x80, 0xA0))}
+    lines = out.splitlines()
+    assert "onetwothreefour" in lines
+    assert "five" in lines
+    assert "second message ran" in lines
+    assert "bad\\xff\\x1b[2J.txt (1 B)" in lines  # /files, one line, escaped
+    assert "x\\n✓ ok in 0.1 s (1 B)" in lines
+    assert "failed" not in out
+
+
 def test_ctrl_c_stops_a_runaway_turn_in_a_terminal(tmp_path: Path) -> None:
     pid, terminal = pty.fork()
     if pid == 0:  # the child: the console on a real pseudo-terminal
