@@ -1,0 +1,315 @@
+"""A sandbox backend without Docker, for fast tests of everything above the executor.
+
+`FakeBackend` plays the runner's side of the JSON-lines protocol (see cellmate_runner.py)
+from a script, the way httpx's MockTransport plays a server: each cell's code is looked up
+in the script, which says what the run prints, displays, raises, writes to /mnt/data, or
+whether it hangs, ignores interrupts, or kills its kernel. No code is ever executed. The
+pool, sessions, time limits, stop, output caps and file caps above it are the real ones:
+
+    backend = FakeBackend({"print(1)": FakeRun(outputs=[stdout("1\\n")])})
+    async with Executor("unused", backend=backend, pool=PoolSettings(size=0)) as executor:
+        result = await executor.session("k").run("print(1)")
+
+Code the script does not know gets `FakeBackend.default` (by default: an empty, ok run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+import re
+import tarfile
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor.archive import ExtractedFiles, OutputCaps, read_output_tar
+from executor.errors import EngineUnavailable
+from executor.limits import SandboxLimits
+from executor.protocol import ExitState
+
+
+@dataclass(frozen=True, slots=True)
+class FakeRun:
+    """What one cell does when the fake runs it."""
+
+    outputs: Sequence[Mapping[str, Any]] = ()
+    """nbformat outputs, streamed in order (see `stdout`, `stderr`, `result`, `image`)."""
+    error: tuple[str, str] | None = None
+    """(ename, evalue): the cell raises after its outputs; later cells do not run."""
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    """Files the cell writes under /mnt/data (relative paths)."""
+    removed: Sequence[str] = ()
+    hang: bool = False
+    """Runs until interrupted, then raises KeyboardInterrupt, as a sleeping cell does."""
+    ignore_interrupt: bool = False
+    """With hang: keeps running after the interrupt, so the host has to kill the sandbox."""
+    kernel_dies: int | None = None
+    """The kernel exits with this code (e.g. -9) after the outputs."""
+    out_of_memory: bool = False
+    """With kernel_dies: the kernel was killed for memory."""
+    delay_s: float = 0.0
+    """Time between outputs, for tests of streaming and progress."""
+
+
+Script = Mapping[str, FakeRun] | Callable[[str], FakeRun | None]
+
+
+def stdout(text: str) -> dict[str, Any]:
+    return {"output_type": "stream", "name": "stdout", "text": text}
+
+
+def stderr(text: str) -> dict[str, Any]:
+    return {"output_type": "stream", "name": "stderr", "text": text}
+
+
+def result(text: str, count: int = 1) -> dict[str, Any]:
+    return {
+        "output_type": "execute_result",
+        "execution_count": count,
+        "data": {"text/plain": text},
+        "metadata": {},
+    }
+
+
+def image(png: bytes) -> dict[str, Any]:
+    return {
+        "output_type": "display_data",
+        "data": {"image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"},
+        "metadata": {},
+    }
+
+
+class FakeSandbox:
+    def __init__(self, backend: FakeBackend, limits: SandboxLimits) -> None:
+        self._backend = backend
+        self._limits = limits
+        self._id = f"fake-{uuid.uuid4().hex[:12]}"
+        self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._interrupted = asyncio.Event()
+        self._running: asyncio.Task[None] | None = None
+        self._cells: list[tuple[str, list[Mapping[str, Any]]]] = []
+        self.files: dict[str, bytes] = {}
+        self._ended = False
+        self._frozen = False
+        self._exit: ExitState | None = None
+        self.destroyed = False
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def alive(self) -> bool:
+        return not self._ended
+
+    async def put_files(self, tar: bytes) -> None:
+        with tarfile.open(fileobj=io.BytesIO(tar), mode="r") as archive:
+            for member in archive:
+                extracted = archive.extractfile(member) if member.isfile() else None
+                if extracted is not None:
+                    self.files[member.name.lstrip("./")] = extracted.read()
+
+    async def send(self, request: Mapping[str, Any]) -> None:
+        op = request.get("op")
+        if op == "run":
+            self._interrupted.clear()
+            self._running = asyncio.create_task(self._run(request))
+        elif op == "interrupt":
+            self._interrupted.set()
+        elif op == "export":
+            await self._emit(
+                {"type": "exported", "id": request.get("id"), "content": self._export(request)}
+            )
+        elif op == "preview":
+            previews = {
+                str(path): f"{path}: {len(self.files.get(str(path), b''))} bytes"
+                for path in request.get("paths", [])
+            }
+            await self._emit({"type": "previewed", "id": request.get("id"), "previews": previews})
+        elif op == "shutdown":
+            self._end()
+
+    async def receive(self) -> dict[str, Any] | None:
+        if self._ended and self._events.empty():
+            return None
+        return await self._events.get()
+
+    async def get_files(
+        self,
+        caps: OutputCaps,
+        unchanged: Mapping[str, bytes] | None = None,
+        wanted: Collection[str] | None = None,
+    ) -> ExtractedFiles:
+        # The real archive reader, so caps and refusals are the ones Docker sandboxes get.
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for path, content in sorted(self.files.items()):
+                info = tarfile.TarInfo(f"data/{path}")
+                info.size = len(content)
+                archive.addfile(info, io.BytesIO(content))
+        buffer.seek(0)
+        return read_output_tar(buffer, caps, unchanged, wanted)
+
+    async def exit_state(self) -> ExitState:
+        if self._exit is not None:
+            return self._exit
+        return ExitState(running=not self._ended, exit_code=None, oom_killed=False)
+
+    async def kill(self) -> None:
+        self._frozen = True
+        if self._running is not None:
+            self._running.cancel()
+
+    async def destroy(self) -> None:
+        if self.destroyed:
+            return
+        await self.kill()
+        self._end()
+        self.destroyed = True
+        self._backend.live.discard(self)
+
+    async def _run(self, request: Mapping[str, Any]) -> None:
+        run_id = request.get("id")
+        cells = [str(c) for c in request.get("cells", [])]
+        done: dict[str, Any] = {"type": "done", "id": run_id, "status": "ok", "changed": []}
+        before = dict(self.files)
+        for index, code in enumerate(cells):
+            self._backend.runs.append(code)
+            step = self._backend.lookup(code)
+            kept: list[Mapping[str, Any]] = []
+            self._cells.append((code, kept))
+            for output in step.outputs:
+                if step.delay_s:
+                    await asyncio.sleep(step.delay_s)
+                kept.append(output)
+                await self._emit({"type": "output", "id": run_id, "cell": index, "output": output})
+            for path in step.removed:
+                self.files.pop(path, None)
+            self.files.update(step.files)
+            error = step.error
+            if step.hang:
+                await self._interrupted.wait()
+                if step.ignore_interrupt:
+                    await asyncio.Event().wait()  # until the host kills the sandbox
+                error = ("KeyboardInterrupt", "")
+            if step.kernel_dies is not None:
+                done.update(status="died", exit_code=step.kernel_dies, oom=step.out_of_memory)
+                self._exit = ExitState(running=True, exit_code=None, oom_killed=step.out_of_memory)
+                break
+            if error is not None:
+                ename, evalue = error
+                failure = {
+                    "output_type": "error",
+                    "ename": ename,
+                    "evalue": evalue,
+                    "traceback": [f"{ename}: {evalue}"],
+                }
+                kept.append(failure)
+                await self._emit({"type": "output", "id": run_id, "cell": index, "output": failure})
+                done["status"] = "error"
+                break
+        done["changed"] = sorted(p for p, c in self.files.items() if before.get(p) != c)
+        if request.get("notebook"):
+            done["notebook"] = self._notebook(self._cells[-len(cells) :])
+        await self._emit(done)
+
+    async def _emit(self, event: dict[str, Any]) -> None:
+        if not self._frozen and not self._ended:
+            await self._events.put(event)
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._events.put_nowait(None)
+
+    def _export(self, request: Mapping[str, Any]) -> Any:
+        notebook = self._notebook(self._cells)
+        if request.get("format") == "html":
+            cells = "".join(f"<pre>{code}</pre>" for code, _ in self._cells)
+            return f"<html><body>{cells}</body></html>"
+        return notebook
+
+    @staticmethod
+    def _notebook(cells: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> dict[str, Any]:
+        return {
+            "nbformat": 4,
+            "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+            "cells": [
+                {
+                    "cell_type": "code",
+                    "id": uuid.uuid4().hex[:8],
+                    "metadata": {},
+                    "execution_count": index + 1,
+                    "source": code,
+                    "outputs": [dict(output) for output in outputs],
+                }
+                for index, (code, outputs) in enumerate(cells)
+            ],
+        }
+
+
+class FakeBackend:
+    """Sandboxes that exist only in this process, running cells from `script`."""
+
+    def __init__(self, script: Script | None = None, *, start_s: float = 0.0) -> None:
+        self.script: Script = script if script is not None else {}
+        self.default = FakeRun()
+        self.start_s = start_s
+        self.runs: list[str] = []
+        """Every cell the fake was asked to run, in order."""
+        self.live: set[FakeSandbox] = set()
+        self.started = 0
+        self.unavailable: str | None = None
+        """Set to a message to make the next start fail as an engine outage does."""
+
+    def lookup(self, code: str) -> FakeRun:
+        if callable(self.script):
+            found = self.script(code)
+        else:
+            found = self.script.get(code.strip())
+            if found is None:
+                for pattern, run in self.script.items():
+                    if pattern.startswith("re:") and re.search(pattern[3:], code):
+                        found = run
+                        break
+        return found or self.default
+
+    async def check(self, runtime: str = "runc") -> None:
+        return None
+
+    async def start(self, limits: SandboxLimits, input_tar: bytes | None) -> FakeSandbox:
+        if self.unavailable is not None:
+            raise EngineUnavailable(self.unavailable)
+        if self.start_s:
+            await asyncio.sleep(self.start_s)
+        sandbox = FakeSandbox(self, limits)
+        if input_tar:
+            await sandbox.put_files(input_tar)
+        self.started += 1
+        self.live.add(sandbox)
+        await sandbox._emit({"type": "ready", "python": "3.11 (fake)", "startup_ms": 0})
+        return sandbox
+
+    async def remove_leftovers(self) -> int:
+        return 0
+
+    async def close(self) -> None:
+        for sandbox in list(self.live):
+            with contextlib.suppress(Exception):
+                await sandbox.destroy()
+
+
+__all__ = [
+    "FakeBackend",
+    "FakeRun",
+    "FakeSandbox",
+    "image",
+    "result",
+    "stderr",
+    "stdout",
+]

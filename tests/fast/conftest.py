@@ -1,0 +1,37 @@
+"""The fast layer: the real code above the executor, on the fake sandbox backend (no Docker).
+The model server and agent factory are the same as the platform tests use."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from executor import Executor, PoolSettings, SandboxLimits
+from executor.fake_backend import FakeBackend
+from tests.platforms.conftest import clients, make_agent, model
+
+__all__ = ["clients", "make_agent", "model"]
+
+
+@pytest.fixture
+def fake_backend() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture
+def sandbox_limits() -> SandboxLimits:
+    """The fake executor's limits; a module whose runs must outlast a few clicks raises the
+    time limit by overriding this fixture."""
+    return SandboxLimits(timeout_s=2, interrupt_grace_s=0.2)
+
+
+@pytest.fixture
+async def fake_executor(
+    fake_backend: FakeBackend, sandbox_limits: SandboxLimits
+) -> AsyncIterator[Executor]:
+    async with Executor(
+        "fake", limits=sandbox_limits, backend=fake_backend, pool=PoolSettings(size=0)
+    ) as executor:
+        yield executor
+    assert not fake_backend.live, "a fake sandbox was left behind"
