@@ -5,6 +5,9 @@ call in the conversation's session, publishes charts and files, feeds a trimmed 
 and repeats until the model answers, within a step limit and a time budget. Without a
 model, a fenced code block or `/run ...` runs directly. Every turn ends with exactly one
 `Answer` or `Failure` event.
+
+Longer than most modules: the tool-calling loop and its failure handling read best
+as one piece (every path must end in exactly one Answer or Failure).
 """
 
 from __future__ import annotations
@@ -14,16 +17,16 @@ import base64
 import inspect
 import json
 import logging
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import openai
 
 from bot import logs
+from bot.conversations.registry import Turn
 from bot.events import (
     Answer,
     ArtifactsPublished,
@@ -35,6 +38,7 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
+from bot.fences import only_code
 from bot.history import History
 from bot.metrics import Metrics
 from bot.prompt import PYTHON_TOOL, system_prompt, tool_result
@@ -47,7 +51,6 @@ from storage.intake import Fetcher, IncomingFile, IntakeLimits, receive
 
 log = logging.getLogger(__name__)
 Emit = Callable[[TurnEvent], Awaitable[None] | None]
-FENCED = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 NO_MODEL = (
     "No model is configured, so I can only run code: send Python in a ``` block or as "
     "`/run <code>`. To chat in plain language, set OPENAI_API_KEY (and OPENAI_MODEL, or "
@@ -80,23 +83,6 @@ class AgentLimits:
     vision: bool = False
     """Show charts to the model as images (for models that accept image input)."""
     max_pictures: int = 4
-
-
-@dataclass(slots=True)
-class Turn:
-    """A running turn; `stop()` ends it early (the kernel keeps its state where it can)."""
-
-    conversation: str
-    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
-    model_call: asyncio.Task[Any] | None = None
-    user: str = ""
-    server: str = ""
-
-    def stop(self, agent: Agent) -> None:
-        self.stop_requested.set()
-        agent.executor.session(self.conversation).stop()
-        if self.model_call is not None:
-            self.model_call.cancel()
 
 
 class Agent:
@@ -359,8 +345,7 @@ def direct_code(text: str) -> str | None:
     stripped = text.strip()
     if stripped.startswith("/run"):
         return stripped.removeprefix("/run").strip() or None
-    match = FENCED.fullmatch(stripped)
-    return match.group(1) if match else None
+    return only_code(stripped)
 
 
 def _direct_summary(result: ExecutionResult) -> str:

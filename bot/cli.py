@@ -1,4 +1,7 @@
-"""The `cellmate` command: the composition root, where settings become services."""
+"""The `cellmate` command: the composition root, where settings become services.
+
+Longer than most modules: one parser and one small handler per subcommand.
+"""
 
 from __future__ import annotations
 
@@ -205,7 +208,7 @@ async def _chat_session(settings: Settings) -> int:
         services(settings, pool) as running,
         background(settings, running.storage),
     ):
-        console = Console(running.agent, sys.stdout, settings.data_dir / "exports")
+        console = Console(running.conversations, sys.stdout, settings.data_dir / "exports")
         if is_terminal():
             await run_interactive(console, _banner(settings))
         else:

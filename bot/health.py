@@ -34,7 +34,7 @@ class Health:
             )
             results["pool"] = self._pool()
             for name in self.platforms:
-                up = self.services.hub.connected.get(name, False)
+                up = self.services.connected.get(name, False)
                 results[name] = "ok" if up else "not connected"
             self._cached = (time.monotonic(), results)
             return results

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.platforms.access import Refused
+from bot.conversations.access import Refused
 
 HOUR = 3600.0
 DAY = 86400.0

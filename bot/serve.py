@@ -14,7 +14,6 @@ from typing import Any
 from aiohttp import web
 
 from bot.health import Health
-from bot.platforms.hub import Hub
 from bot.services import Services, background, services
 from bot.settings import Settings, SettingsError
 
@@ -39,17 +38,17 @@ def configured_platforms(settings: Settings) -> list[str]:
     return [name for name, on in configured if on]
 
 
-def front_ends(hub: Hub, settings: Settings) -> list[FrontEnd]:
+def front_ends(running: Services, settings: Settings) -> list[FrontEnd]:
     found = []
     if settings.discord.configured:
         from bot.platforms.on_discord import build_client, run_discord
 
-        client = build_client(hub, settings.discord)
+        client = build_client(running.conversations, settings.discord, running.connected)
         found.append(FrontEnd("Discord", lambda: run_discord(client), client.close))
     if settings.slack.configured:
         from bot.platforms.on_slack import add_http_route, build_slack, run_slack
 
-        slack = build_slack(hub, settings.slack)
+        slack = build_slack(running.conversations, settings.slack, running.connected)
 
         def route(app: web.Application) -> None:
             add_http_route(slack, app)
@@ -73,7 +72,7 @@ async def serve(settings: Settings, ready: Callable[[Services], None] | None = N
         loop.add_signal_handler(number, stopping.set)
     try:
         async with services(settings) as running:
-            fronts = front_ends(running.hub, settings)
+            fronts = front_ends(running, settings)
             health = Health(running, configured_platforms(settings))
 
             def extend(app: web.Application) -> None:
@@ -114,7 +113,7 @@ async def _run_until_stopped(
     if stopping.is_set():
         grace = running.settings.shutdown_grace_s
         print(f"Stopping: finishing running turns (up to {grace:g} s) ...", flush=True)
-        stopped = await running.hub.turns.drain(running.agent, grace)
+        stopped = await running.conversations.turns.drain(running.agent, grace)
         if stopped:
             print(f"Stopped {stopped} turn(s) that ran past the grace period.", flush=True)
     for front in fronts:

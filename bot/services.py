@@ -6,17 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from aiohttp import web
 
 from bot.agent import Agent, AgentLimits
+from bot.conversations import Conversations
 from bot.history import History
 from bot.http import Checks, create_app, start_server
 from bot.llm import build_client
 from bot.metrics import Metrics
-from bot.platforms.hub import Hub
 from bot.quotas import Quotas
 from bot.settings import Settings
 from bot.storage_setup import build_storage
@@ -34,8 +34,10 @@ class Services:
     agent: Agent
     storage: Storage
     settings: Settings
-    hub: Hub
+    conversations: Conversations
     metrics: Metrics
+    connected: dict[str, bool] = field(default_factory=dict)
+    """Platform name -> whether its connection is up, for /healthz."""
 
 
 @contextlib.asynccontextmanager
@@ -85,8 +87,8 @@ async def services(
                 metrics=metrics,
             )
             metrics.watch(executor)
-            hub = Hub(agent, admins=frozenset(settings.admins))
-            yield Services(agent, storage, settings, hub, metrics)
+            conversations = Conversations(agent, admins=frozenset(settings.admins))
+            yield Services(agent, storage, settings, conversations, metrics)
     finally:
         await storage.close()
         history.close()

@@ -4,6 +4,9 @@ Sandbox limits are `CELLMATE_SANDBOX_<FIELD>` for every field of `SandboxLimits`
 (e.g. `CELLMATE_SANDBOX_MEMORY_MB=2048`, `CELLMATE_SANDBOX_RUNTIME=runsc`); the pool and
 sessions are `CELLMATE_POOL_<FIELD>` for every field of `PoolSettings`; artifacts are
 `CELLMATE_STORAGE_<FIELD>`, and Azure Blob uses the `AZURE_*` names operators already know.
+
+Longer than most modules because it holds every section's settings; each section is
+small and the only reader of the environment stays in one place.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ ExecutorError(Exception)
 ├── ImageNotFound(ExecutorError, LookupError)           the sandbox image is not built
 ├── ImageBuildError(ExecutorError)                      the sandbox image could not be built
 ├── InvalidInput(ExecutorError, ValueError)             input files refused (name, size, count)
-└── SandboxError(ExecutorError, RuntimeError)           a sandbox failed to start or speak
+├── SandboxError(ExecutorError, RuntimeError)           a sandbox failed to start or speak
+└── SandboxBusy(ExecutorError, RuntimeError)            every slot taken and the line full
 """
 
 from __future__ import annotations

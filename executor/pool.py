@@ -31,7 +31,6 @@ class Lease:
     sandbox: Sandbox
     startup_ms: int
     """How long its kernel took to become ready (paid before the caller asked, if pooled)."""
-    waited_ms: int = 0
 
 
 class SandboxPool:
@@ -99,8 +98,6 @@ class SandboxPool:
                 returned = on_queued(position)
                 if inspect.isawaitable(returned):
                     await returned
-        loop = asyncio.get_running_loop()
-        asked = loop.time()
         self._waiting += 1
         self._wake.set()
         try:
@@ -116,7 +113,7 @@ class SandboxPool:
             self._waiting -= 1
         self._leased += 1
         self._wake.set()
-        return Lease(item.sandbox, item.startup_ms, round((loop.time() - asked) * 1000))
+        return Lease(item.sandbox, item.startup_ms)
 
     async def acquire_custom(self, limits: SandboxLimits) -> Lease:
         """A sandbox with other container limits than the pool's: started now, counted too."""

@@ -5,6 +5,9 @@ fence), shows the code being run and its output as it streams, and Ctrl-C stops 
 turn. From a pipe it reads messages separated by blank lines (a blank line inside a fenced
 block does not end a message), answers each in turn, and exits at the end of input.
 Commands: /reset, /files, /export, /attach PATH, /quit.
+
+Longer than most modules: the renderer and the console's own commands share the
+terminal's state (spinner, streams, line starts).
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from traceback import format_exception
 from typing import TextIO
 
-from bot.agent import Agent, Turn, UserMessage
+from bot.agent import UserMessage
+from bot.conversations import AccessRules, Admission, ConversationKey, Conversations, Person, Place
 from bot.events import (
     Answer,
     ArtifactsPublished,
@@ -40,7 +45,9 @@ from storage.intake import IncomingFile
 
 log = logging.getLogger(__name__)
 
-CONVERSATION = "console"
+# The console is one person's own conversation, as a DM is.
+CONVERSATION = ConversationKey("console", "dm", "console")
+ME = Person("console", Place("console"))
 MARK = {
     Status.OK: "✓",
     Status.ERROR: "✗",
@@ -66,9 +73,29 @@ class Renderer:
     def __init__(self, out: TextIO, interactive: bool) -> None:
         self.out = out
         self.interactive = interactive
+        self.stop_key: str | None = None
         self._at_line_start = True
         self._spinner: asyncio.Task[None] | None = None
         self._streams = {"stdout": TerminalText(), "stderr": TerminalText()}
+
+    async def queued(self, stop: str, text: str) -> None:
+        self.stop_key = stop
+        self._line(text)
+
+    async def start(self, stop: str) -> None:
+        self.stop_key = stop
+
+    async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
+        self._stop_spinner()
+        for notice in notices:
+            self._line(f"note: {notice}")
+        self.out.flush()
+
+    async def refused(self, text: str) -> None:
+        self._line(f"✗ {text}")
+
+    async def failed(self, text: str) -> None:
+        self._line(f"✗ {text}")
 
     def __call__(self, event: TurnEvent) -> None:
         self._stop_spinner()
@@ -96,7 +123,8 @@ class Renderer:
         elif isinstance(event, Notice):
             self._line(f"note: {event.text}")
         elif isinstance(event, Answer):
-            self._line(event.text)
+            if event.text:
+                self._line(event.text)
         elif isinstance(event, Failure):
             self._line(f"✗ {event.message}")
         self.out.flush()
@@ -153,12 +181,13 @@ class Renderer:
 
 
 class Console:
-    def __init__(self, agent: Agent, out: TextIO, exports: Path) -> None:
-        self.agent = agent
+    def __init__(self, conversations: Conversations, out: TextIO, exports: Path) -> None:
+        self.conversations = conversations
         self.out = out
         self.exports = exports
         self.attachments: list[IncomingFile] = []
-        self.turn: Turn | None = None
+        self.renderer: Renderer | None = None
+        self.door = Admission(AccessRules())
 
     async def handle(self, text: str, interactive: bool) -> bool:
         """Handle one message or command; False once the user asked to quit.
@@ -180,10 +209,13 @@ class Console:
         if command == "/help":
             self._say(HELP)
         elif command == "/reset":
-            await self.agent.reset(CONVERSATION)
-            self._say("Forgot the conversation and restarted the session.")
+            await self.conversations.reset(self.door, ME, CONVERSATION)
+            self._say(
+                "Forgot the conversation and restarted the session: its variables and its "
+                "files in /mnt/data are gone."
+            )
         elif command == "/files":
-            files = await self.agent.executor.session(CONVERSATION).list_files()
+            files = await self.conversations.files(self.door, ME, CONVERSATION)
             self._say(
                 "\n".join(f"{show_name(path)} ({human_size(size)})" for path, size in files)
                 or "No files in /mnt/data."
@@ -193,24 +225,24 @@ class Console:
         elif command == "/attach":
             self._attach(argument.strip())
         elif text.strip():
-            message = UserMessage(text, list(self.attachments), user="console")
+            message = UserMessage(text, list(self.attachments), user=ME.user)
             self.attachments.clear()
-            self.turn = Turn(CONVERSATION)
+            self.renderer = Renderer(self.out, interactive)
             try:
-                await self.agent.turn(
-                    CONVERSATION, message, Renderer(self.out, interactive), self.turn
-                )
+                await self.conversations.turn(self.door, ME, CONVERSATION, message, self.renderer)
             finally:
-                self.turn = None
+                self.renderer = None
         return True
 
     def stop(self) -> None:
-        if self.turn is not None:
-            self.turn.stop(self.agent)
+        if self.renderer is not None and self.renderer.stop_key is not None:
+            asyncio.get_running_loop().create_task(
+                self.conversations.stop(self.door, ME, self.renderer.stop_key)
+            )
             self._say("Stopping …")
 
     async def _export(self) -> None:
-        notebook = await self.agent.executor.session(CONVERSATION).export_notebook()
+        notebook = await self.conversations.export(self.door, ME, CONVERSATION)
         if notebook is None:
             self._say("Nothing to export yet: no code has run in this session.")
             return

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from bot.fences import fenced_blocks
+
 # Bidirectional controls can make shown text differ from the real text (the "Trojan Source"
 # trick); zero-width characters hide text. Both are shown as visible escapes.
 INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
@@ -104,7 +106,7 @@ def split_message(text: str, limit: int) -> list[str]:
 
 def code_blocks(text: str) -> str | None:
     """The code in a message: its fenced blocks joined, or the whole text if it has none."""
-    blocks = re.findall(r"```[^\n`]*\n(.*?)```", text, flags=re.DOTALL)
+    blocks = fenced_blocks(text)
     if blocks:
         return "\n\n".join(block.rstrip("\n") for block in blocks)
     inline = re.fullmatch(r"\s*`([^`]+)`\s*", text)

@@ -109,8 +109,8 @@ class TurnView:
             self.current.message = event.message
             if event.session_restarted:
                 self.notices.append(
-                    "The session was restarted, so earlier variables are gone "
-                    "(files in /mnt/data are kept)."
+                    "The session was restarted: this run had a new Python, without the "
+                    "earlier variables or the files in /mnt/data."
                 )
         elif isinstance(event, ArtifactsPublished):
             self.artifacts.extend(event.artifacts)

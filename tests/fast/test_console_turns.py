@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.agent import Agent
+from bot.conversations import Conversations
 from bot.platforms.console import Console, run_piped
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, image, stdout
@@ -69,7 +70,7 @@ class Chat:
 
     def __init__(self, agent: Agent, tmp_path: Path) -> None:
         self.out = Screen()
-        self.console = Console(agent, self.out, tmp_path / "exports")
+        self.console = Console(Conversations(agent), self.out, tmp_path / "exports")
 
     async def pipe(self, *messages: str) -> str:
         """Pipe in messages (separated by blank lines); what was printed for them."""
@@ -142,7 +143,7 @@ async def test_ctrl_c_stops_a_hanging_run_and_the_session_lives_on(
     assert "Stopping …" in out
     assert "The run was stopped on request." in out
     assert "■ killed" in out
-    assert console.console.turn is None
+    assert console.console.renderer is None
     again = await console.pipe("/run print(6 * 7)")
     assert "42\n" in again
     assert fake_backend.started == 1  # the same sandbox: the kernel kept its state
@@ -184,7 +185,10 @@ async def test_files_export_and_reset(
     notebook = json.loads(await asyncio.to_thread(path.read_text))
     assert [cell["source"].strip() for cell in notebook["cells"]][-1] == "keep()"
     reset = await console.pipe("/reset", "/files")
-    assert reset == "Forgot the conversation and restarted the session.\nNo files in /mnt/data.\n"
+    assert reset == (
+        "Forgot the conversation and restarted the session: its variables and its files in "
+        "/mnt/data are gone.\nNo files in /mnt/data.\n"
+    )
     assert not fake_backend.live  # the reset ended the sandbox
 
 

@@ -16,8 +16,8 @@ import pytest
 import yarl
 
 from bot.agent import Agent
-from bot.platforms.access import NOT_HERE, NOT_YOURS
-from bot.platforms.hub import Hub
+from bot.conversations import Conversations
+from bot.conversations.access import NOT_HERE, NOT_YOURS
 from bot.platforms.on_discord import build_client, run_discord
 from bot.settings import DiscordSettings
 from executor import Executor, SandboxLimits
@@ -42,7 +42,7 @@ PNG = base64.b64decode(
 SALES = b"month,sales\n1,10\n2,30\n3,20\n"
 CHART = "df = pd.read_csv('/mnt/data/sales.csv')\ndf.plot()"
 HANG = "wait_forever()"
-BUSY = "You already have a turn running. Wait for it to finish, or press Stop on it."
+QUEUED = "⏳ Queued: your previous request is still running."
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ async def start_bot(
         await server.start()
         agent = make_agent(fake_executor, model if use_model else None, tmp_path, timeout=5)
         chosen = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0)
-        client = build_client(Hub(agent), dataclasses.replace(chosen, **settings))
+        client = build_client(Conversations(agent), dataclasses.replace(chosen, **settings))
         # discord.py waits this long after the last GUILD_CREATE before READY; the test
         # server sends its one guild at once.
         client._connection.guild_ready_timeout = 0.05
@@ -140,7 +140,7 @@ async def _result(bot: Bot, interaction: Interaction, text: str) -> Message:
         )
     )
     assert isinstance(found, Message)
-    await bot.server.wait_for(lambda: not bot.client.gate.running)
+    await bot.server.wait_for(lambda: not bot.client.door.lines.busy)
     return found
 
 
@@ -312,7 +312,7 @@ async def test_a_user_outside_the_allowlist_is_refused_at_every_entry_point(
     ]
     for interaction in refused:
         assert await _told(bot, interaction) == NOT_HERE
-    assert bot.client.hub.turns  # Alice's run goes on
+    assert bot.client.conversations.turns  # Alice's run goes on
     assert bot.bot_messages(carol_dm) == []
     assert bot.bot_messages(thread_id) == [running]  # Carol's mention was ignored silently
     assert not any("carol" in code for code in fake_backend.runs)
@@ -338,7 +338,7 @@ async def test_conversation_commands_are_refused_to_others_and_allowed_to_a_mode
     assert await _told(bot, stop) == NOT_YOURS
     rerun = await bot.server.click(result, _button_id(result, "Re-run"), user=BOB)
     assert await _told(bot, rerun) == NOT_YOURS
-    assert bot.client.hub.turns
+    assert bot.client.conversations.turns
 
     await bot.server.click(running, _button_id(running, "Stop"), user=OWNER)
     messages = await bot.answer_in(thread_id, count=2)
@@ -349,22 +349,25 @@ async def test_conversation_commands_are_refused_to_others_and_allowed_to_a_mode
     await _result(bot, rerun, "42")
 
 
-async def test_a_second_message_while_the_first_turn_runs_is_refused(
+async def test_a_second_message_while_the_first_turn_runs_waits_its_turn(
     start_bot: Callable[..., Awaitable[Bot]], fake_backend: FakeBackend
 ) -> None:
-    """Today's behaviour: the user's second message is not queued; the bot says to wait."""
+    """The person's second message queues, visibly, and runs once the first has ended."""
     bot = await start_bot(use_model=False)
     dm = await bot.server.dm_channel(ALICE)
     await bot.server.post_message(dm, f"```py\n{HANG}\n```")
     running = await _running(bot, dm)
     await bot.server.post_message(dm, "```py\nprint(6 * 7)\n```")
-    refusal = await bot.server.wait_for(
-        lambda: next((m for m in bot.bot_messages(dm) if m.content == BUSY), None)
+    queued = await bot.server.wait_for(
+        lambda: next((m for m in bot.bot_messages(dm) if m.content == QUEUED), None)
     )
-    assert isinstance(refusal, Message)
+    assert isinstance(queued, Message)
+    assert _has_button(queued, "Stop")
     await bot.server.click(running, _button_id(running, "Stop"))
-    await bot.answer_in(dm, count=2)
-    assert [code.strip() for code in fake_backend.runs] == [HANG]
+    messages = await bot.answer_in(dm, count=2)
+    assert [code.strip() for code in fake_backend.runs] == [HANG, "print(6 * 7)"]
+    assert any("42" in m.content for m in messages)
+    assert not any(m.content == QUEUED for m in messages)  # the queued note became the run
 
 
 # ── errors ─────────────────────────────────────────────────────────────────────────────────

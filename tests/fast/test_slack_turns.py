@@ -15,9 +15,9 @@ import pytest
 from aiohttp import web
 
 from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.conversations.access import NOT_HERE, NOT_YOURS
 from bot.http import start_server
-from bot.platforms.access import NOT_HERE, NOT_YOURS
-from bot.platforms.hub import Hub
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
 from bot.platforms.on_slack.app import NO_CONVERSATION
 from bot.settings import SlackSettings
@@ -30,6 +30,7 @@ from tests.platforms.slack_server import (
     APP_TOKEN,
     BOB,
     BOT_TOKEN,
+    BOT_USER_ID,
     C_GENERAL,
     SIGNING_SECRET,
     Message,
@@ -44,7 +45,7 @@ PNG = base64.b64decode(
 SALES = b"month,sales\n1,10\n2,30\n3,20\n"
 CHART = "df = pd.read_csv('/mnt/data/sales.csv')\ndf.plot()"
 HANG = "wait_forever()"
-BUSY = "You already have a turn running. Wait for it to finish, or press Stop on it."
+QUEUED = "Queued: your previous request is still running."
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ async def start_bot(
             api_url=server.api_url,
             cooldown_s=0,
         )
-        slack = build_slack(Hub(agent), dataclasses.replace(chosen, **settings))
+        slack = build_slack(Conversations(agent), dataclasses.replace(chosen, **settings))
         await slack.connect()
         if mode == "socket":
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
@@ -143,7 +144,7 @@ async def _result(bot: Bot, text: str, count: int = 1) -> Message:
             for m in bot.server.channel_messages(C_GENERAL, by_bot=True)
             if text in m.text and _button(m, "cm_rerun")
         ]
-        return shown[-1] if len(shown) >= count and not bot.slack.gate.running else None
+        return shown[-1] if len(shown) >= count and not bot.slack.door.lines.busy else None
 
     found = await bot.server.wait_for(finished)
     assert isinstance(found, Message)
@@ -255,9 +256,68 @@ async def test_export_and_reset_act_on_the_users_latest_conversation(
     await bot.server.wait_for(lambda: len(bot.server.responses) >= 2)
     assert [r["text"] for r in bot.server.responses] == [
         "The notebook is in the conversation's thread.",
-        "Forgot our latest conversation here and restarted its Python session.",
+        "Forgot our latest conversation here and restarted its Python session: "
+        "its variables and its files in /mnt/data are gone.",
     ]
     assert not fake_backend.live
+
+
+# ── the same as on Discord ─────────────────────────────────────────────────────────────────
+
+
+async def test_editing_a_code_message_runs_it_again_in_its_thread(
+    start_bot: Callable[..., Awaitable[Bot]], fake_backend: FakeBackend
+) -> None:
+    bot = await start_bot(use_model=False)
+    asked, _ = await bot.server.post(C_GENERAL, "```keep()```", mention_bot=True)
+    await bot.answered(C_GENERAL, asked.ts)
+    await bot.server.edit(asked, f"<@{BOT_USER_ID}> ```print(6 * 7)```")
+    messages = await bot.answered(C_GENERAL, asked.ts, count=2)
+    assert [code.strip() for code in fake_backend.runs] == ["keep()", "print(6 * 7)"]
+    assert any("42" in m.text for m in messages)
+    assert fake_backend.started == 1  # the same session: the edit continues the conversation
+    plain, _ = await bot.server.post(C_GENERAL, "just words", thread_ts=asked.ts)
+    await bot.server.edit(plain, "still words")  # not code that ran: nothing runs again
+    await bot.answered(C_GENERAL, asked.ts, count=3)
+    assert len(fake_backend.runs) == 2
+
+
+async def test_files_lists_the_latest_conversations_files(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False)
+    await bot.server.slash("/files")
+    asked, _ = await bot.server.post(C_GENERAL, "```\nkeep()\n```", mention_bot=True)
+    await bot.answered(C_GENERAL, asked.ts)
+    await bot.server.slash("/files")
+    await bot.server.slash("/files", user=BOB)
+    await bot.server.wait_for(lambda: len(bot.server.responses) >= 3)
+    assert [r["text"] for r in bot.server.responses] == [
+        NO_CONVERSATION,
+        "`notes.txt` (2 bytes)",
+        NO_CONVERSATION,
+    ]
+
+
+async def test_run_in_a_dm_and_the_shortcut_in_a_thread_use_that_conversations_session(
+    start_bot: Callable[..., Awaitable[Bot]], fake_backend: FakeBackend
+) -> None:
+    bot = await start_bot(use_model=False)
+    dm = bot.server.dm_channel(ALICE)
+    asked, _ = await bot.server.post(dm, "```keep()```")
+    await bot.answered(dm, asked.ts)
+    await bot.server.slash("/run", "print(6 * 7)", channel=dm)
+    messages = await bot.answered(dm, asked.ts, count=2)
+    assert any("42" in m.text for m in messages)
+    assert fake_backend.started == 1
+    thread, _ = await bot.server.post(C_GENERAL, "```keep()```", mention_bot=True)
+    await bot.answered(C_GENERAL, thread.ts)
+    code, _ = await bot.server.post(C_GENERAL, "```print(6 * 7)```", thread_ts=thread.ts)
+    await bot.answered(C_GENERAL, thread.ts, count=2)
+    await bot.server.shortcut("cm_run_code", code)
+    messages = await bot.answered(C_GENERAL, thread.ts, count=3)
+    assert sum("42" in m.text for m in messages) == 2
+    assert fake_backend.started == 2  # one session for the DM, one for the thread
 
 
 # ── who may do what ────────────────────────────────────────────────────────────────────────
@@ -287,7 +347,7 @@ async def test_a_user_outside_the_allowlist_is_refused_at_every_entry_point(
     )
     assert told == [NOT_HERE] * 7
     assert bot.server.views == []
-    assert bot.slack.hub.turns  # Alice's run goes on
+    assert bot.slack.conversations.turns  # Alice's run goes on
     assert not any("bob" in code for code in fake_backend.runs)
     await bot.server.click(running, "cm_stop")
     await bot.answered(C_GENERAL, asked.ts)
@@ -311,7 +371,7 @@ async def test_conversation_commands_are_refused_to_others_and_allowed_to_an_adm
     assert sorted(r["text"] for r in bot.server.responses) == sorted(
         [NOT_YOURS, NOT_YOURS, NO_CONVERSATION, NO_CONVERSATION]
     )
-    assert bot.slack.hub.turns
+    assert bot.slack.conversations.turns
 
     await bot.server.click(running, "cm_stop", user=ADMIN)
     messages = await bot.answered(C_GENERAL, asked.ts)
@@ -320,33 +380,28 @@ async def test_conversation_commands_are_refused_to_others_and_allowed_to_an_adm
     await _result(bot, "42", count=2)
 
 
-async def test_a_second_message_while_the_first_turn_runs_is_refused(
+async def test_a_second_message_while_the_first_turn_runs_waits_its_turn(
     start_bot: Callable[..., Awaitable[Bot]], fake_backend: FakeBackend
 ) -> None:
-    """Today's behaviour: the user's second message is not queued; only they are told to
-    wait."""
+    """The person's second message queues, visibly, and runs once the first has ended."""
     bot = await start_bot(use_model=False)
     asked, _ = await bot.server.post(C_GENERAL, f"```\n{HANG}\n```", mention_bot=True)
     running = await _running(bot, C_GENERAL, asked.ts)
-    await bot.server.post(C_GENERAL, "```\nprint(6 * 7)\n```", thread_ts=asked.ts)
-    await bot.server.wait_for(lambda: bot.server.ephemeral)
-    assert [(e["user"], e["text"]) for e in bot.server.ephemeral] == [(ALICE, BUSY)]
+    await bot.server.post(C_GENERAL, "```print(6 * 7)```", thread_ts=asked.ts)
+    await bot.server.wait_for(
+        lambda: any(
+            QUEUED in m.text
+            for m in bot.server.channel_messages(C_GENERAL, thread_ts=asked.ts, by_bot=True)
+        )
+    )
+    assert bot.server.ephemeral == []
     await bot.server.click(running, "cm_stop")
-    messages = await bot.answered(C_GENERAL, asked.ts)
-    assert len(_answers(messages)) == 1
-    assert [code.strip() for code in fake_backend.runs] == [HANG]
+    messages = await bot.answered(C_GENERAL, asked.ts, count=2)
+    assert [code.strip() for code in fake_backend.runs] == [HANG, "print(6 * 7)"]
+    assert any("42" in m.text for m in messages)
 
 
-@pytest.mark.xfail(
-    reason=(
-        "CellmateSlack._message records a message's conversation in `latest` before "
-        "hub.starting admits the turn, so a mention refused as busy becomes the user's latest "
-        "conversation in the channel (never started, the user not a participant), and /export "
-        "and /reset answer NO_CONVERSATION although the user has a conversation there"
-    ),
-    strict=True,
-)
-async def test_export_after_a_mention_refused_as_busy_still_finds_the_users_conversation(
+async def test_export_after_a_queued_mention_finds_the_users_latest_conversation(
     start_bot: Callable[..., Awaitable[Bot]],
 ) -> None:
     bot = await start_bot(use_model=False)
@@ -354,11 +409,10 @@ async def test_export_after_a_mention_refused_as_busy_still_finds_the_users_conv
     await bot.answered(C_GENERAL, first.ts)
     await bot.server.post(C_GENERAL, f"```\n{HANG}\n```", thread_ts=first.ts)
     running = await _running(bot, C_GENERAL, first.ts)
-    await bot.server.post(C_GENERAL, "```\nprint(6 * 7)\n```", mention_bot=True)
-    await bot.server.wait_for(lambda: bot.server.ephemeral)
-    assert [e["text"] for e in bot.server.ephemeral] == [BUSY]
+    second, _ = await bot.server.post(C_GENERAL, "```\nprint(6 * 7)\n```", mention_bot=True)
     await bot.server.click(running, "cm_stop")
     await bot.answered(C_GENERAL, first.ts, count=2)
+    await bot.answered(C_GENERAL, second.ts)
     await bot.server.slash("/export")
     await bot.server.wait_for(lambda: bot.server.responses)
     assert [r["text"] for r in bot.server.responses] == [

@@ -16,8 +16,8 @@ import yarl
 from aiohttp import web
 
 from bot.agent import Agent
-from bot.platforms.access import NOT_YOURS, Participants
-from bot.platforms.hub import Hub
+from bot.conversations import Conversations
+from bot.conversations.access import NOT_YOURS, Participants
 from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
 from bot.quotas import Quotas, QuotaSettings
 from bot.settings import DiscordSettings
@@ -61,7 +61,7 @@ class Bot:
             if any(_has_button(m, "Stop") for m in messages):
                 return None
             answers = [m for m in messages if not m.content.startswith(("⏳", "**Code**"))]
-            idle = not self.client.hub.turns and not self.client.gate.running
+            idle = not self.client.conversations.turns and not self.client.door.lines.busy
             return messages if len(answers) >= count and idle else None
 
         return await self.server.wait_for(finished, within)  # type: ignore[return-value]
@@ -96,7 +96,7 @@ async def start_bot(
         await server.start()
         agent = make_agent(executor, model if use_model else None, tmp_path)
         chosen = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0)
-        client = build_client(Hub(agent), dataclasses.replace(chosen, **settings))
+        client = build_client(Conversations(agent), dataclasses.replace(chosen, **settings))
         task = asyncio.create_task(run_discord(client))
         started.append((server, client, task))
         await server.wait_ready()
@@ -211,7 +211,7 @@ async def test_run_with_code_with_the_modal_and_re_run(
     )
     assert isinstance(shown, Message)
 
-    await bot.server.wait_for(lambda: not bot.client.gate.running)
+    await bot.server.wait_for(lambda: not bot.client.door.lines.busy)
     rerun = await bot.server.click(bot.server.messages[result.id], _button_id(result, "Re-run"))
     again = await bot.server.wait_for(
         lambda: next((m for m in bot.server.interaction_messages(rerun) if "42" in m.content), None)
@@ -249,7 +249,7 @@ async def test_stop_interrupts_a_loop_and_the_session_lives_on(
     # Someone else cannot stop it.
     await bot.server.click(running, _button_id(running, "Stop"), user=BOB)
     await asyncio.sleep(0.5)
-    assert bot.client.hub.turns
+    assert bot.client.conversations.turns
     await bot.server.click(running, _button_id(running, "Stop"))
     messages = await bot.answer_in(dm)
     assert "⏹️ killed" in messages[0].content or "stopped" in messages[0].content.lower()
@@ -378,7 +378,7 @@ async def test_reset_export_files_and_the_run_code_menu_in_a_dm(
     await bot.server.wait_for(
         lambda: (
             any("No model is configured" in m.content for m in bot.bot_messages(dm))
-            and not bot.client.gate.running
+            and not bot.client.door.lines.busy
         )
     )
     menu = await bot.server.context_menu("Run code", code)
@@ -414,7 +414,7 @@ async def test_quotas_refuse_with_when_to_try_again_and_usage_is_for_admins(
     await bot.server.wait_for(
         lambda: (
             any("once 1" in m.content for m in bot.server.interaction_messages(first))
-            and not bot.client.gate.running
+            and not bot.client.door.lines.busy
         )
     )
     second = await bot.server.slash("run", {"code": "print('twice')"})
@@ -482,7 +482,7 @@ async def _run_result(bot: Bot, code: str) -> Message:
     result = first[0]  # type: ignore[index]
     await bot.server.wait_for(
         lambda: (
-            _has_button(bot.server.messages[result.id], "Re-run") and not bot.client.gate.running
+            _has_button(bot.server.messages[result.id], "Re-run") and not bot.client.door.lines.busy
         )
     )
     return bot.server.messages[result.id]
@@ -554,7 +554,7 @@ async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
     for interaction in refused:
         assert await _told(bot, interaction) == "Cellmate is not enabled here."
     await asyncio.sleep(0.5)
-    assert bot.client.hub.turns  # Alice's turn runs on
+    assert bot.client.conversations.turns  # Alice's turn runs on
     everything = [m.content for m in bot.server.messages.values() if m.author_id != CAROL]
     assert not any("carol" in text for text in everything)
     assert not any(c["type"] == 9 for c in bot.server.callbacks if c["interaction_id"] != opened.id)
@@ -587,7 +587,7 @@ async def test_conversation_commands_are_for_participants_and_moderators(
     stop = await bot.server.click(running, _button_id(running, "Stop"), user=BOB)
     assert await _told(bot, stop) == NOT_YOURS
     await asyncio.sleep(0.5)
-    assert bot.client.hub.turns
+    assert bot.client.conversations.turns
 
     # A moderator (Manage Messages) may stop it and look.
     await bot.server.click(running, _button_id(running, "Stop"), user=OWNER)
@@ -618,7 +618,7 @@ async def test_conversation_commands_are_for_participants_and_moderators(
 
     # After a restart (participants forgotten) the thread's first message still says whose
     # it is; Bob has to take part again.
-    bot.client.gate.participants = Participants()
+    bot.client.conversations.participants = Participants()
     again = await bot.server.slash("files", channel_id=thread_id)
     assert "notes.txt" in await _told(bot, again)
     forgotten = await bot.server.slash("export", channel_id=thread_id, user=BOB)

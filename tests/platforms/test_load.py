@@ -18,10 +18,10 @@ import pytest
 from aiohttp import web
 
 from bot.agent import Agent, AgentLimits
+from bot.conversations import Conversations
 from bot.history import History
 from bot.http import start_server
 from bot.metrics import Metrics
-from bot.platforms.hub import Hub
 from bot.platforms.on_slack import EVENTS_PATH, CellmateSlack, add_http_route, build_slack
 from bot.settings import SlackSettings
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
@@ -122,7 +122,7 @@ async def deploy(
             api_url=server.api_url,
             cooldown_s=0,
         )
-        slack = build_slack(Hub(agent), settings)
+        slack = build_slack(Conversations(agent), settings)
         await slack.connect()
         app = web.Application()
         add_http_route(slack, app)

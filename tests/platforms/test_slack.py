@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 
 from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.conversations.access import NOT_YOURS
 from bot.http import start_server
-from bot.platforms.access import NOT_YOURS
-from bot.platforms.hub import Hub
 from bot.platforms.on_slack import (
     EVENTS_PATH,
     CellmateSlack,
@@ -62,7 +62,7 @@ class Bot:
 
         def finished() -> list[Message] | None:
             messages = self.thread(channel, root)
-            if self.slack.gate.running or any(_button(m, "cm_stop") for m in messages):
+            if self.slack.door.lines.busy or any(_button(m, "cm_stop") for m in messages):
                 return None
             answers = [m for m in messages if not _is_progress(m) and not m.files]
             return messages if len(answers) >= count else None
@@ -110,7 +110,7 @@ async def start_bot(
             api_url=server.api_url,
             cooldown_s=0,
         )
-        slack = build_slack(Hub(agent), dataclasses.replace(chosen, **settings))
+        slack = build_slack(Conversations(agent), dataclasses.replace(chosen, **settings))
         await slack.connect()
         if mode == "socket":
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
@@ -197,7 +197,7 @@ async def test_run_with_text_with_the_modal_and_re_run(
         lambda: any("row 2" in m.text for m in bot.server.channel_messages(C_GENERAL, by_bot=True))
     )
 
-    await bot.server.wait_for(lambda: not bot.slack.gate.running)
+    await bot.server.wait_for(lambda: not bot.slack.door.lines.busy)
     result = bot.server.messages[(C_GENERAL, root.ts)]
     await bot.server.click(result, "cm_rerun")
     await bot.server.wait_for(
@@ -227,7 +227,7 @@ async def test_stop_interrupts_a_loop(start_bot: Callable[..., Awaitable[Bot]]) 
     assert isinstance(running, Message)
     await bot.server.click(running, "cm_stop", user=BOB)  # not theirs to stop
     await asyncio.sleep(0.5)
-    assert bot.slack.hub.turns
+    assert bot.slack.conversations.turns
     await bot.server.click(running, "cm_stop")
     messages = await bot.answered(C_GENERAL, asked.ts)
     assert "killed" in messages[0].text
@@ -336,18 +336,17 @@ async def test_run_slack_keeps_the_socket_mode_connection_state_for_health(
 ) -> None:
     server = SlackServer(mode="socket")
     await server.start()
-    hub = Hub(make_agent(executor, None, tmp_path))
     slack = build_slack(
-        hub,
+        Conversations(make_agent(executor, None, tmp_path)),
         SlackSettings(bot_token=BOT_TOKEN, app_token=APP_TOKEN, api_url=server.api_url),
     )
     running = asyncio.create_task(run_slack(slack))
     try:
         await server.wait_connected()
-        await server.wait_for(lambda: hub.connected.get("slack") is True)
+        await server.wait_for(lambda: slack.connected.get("slack") is True)
         await server.drop_socket()
         await server.wait_for(lambda: server.connections >= 2)  # the client came back
-        await server.wait_for(lambda: hub.connected.get("slack") is True)
+        await server.wait_for(lambda: slack.connected.get("slack") is True)
         asked, _ = await server.post(C_GENERAL, "```\nprint('still here')\n```", mention_bot=True)
         await server.wait_for(
             lambda: any(
@@ -434,12 +433,12 @@ async def test_a_replayed_request_runs_once_and_bad_timestamps_get_401(
     await bot.server.wait_for(
         lambda: any("ran 42" in m.text for m in bot.server.channel_messages(C_GENERAL, by_bot=True))
     )
-    await bot.server.wait_for(lambda: not bot.slack.hub.turns)
+    await bot.server.wait_for(lambda: not bot.slack.conversations.turns)
     # Sent again once the first run is over (so that it is not merely refused as busy).
     again = await bot.server.send_raw(body, headers)
     assert again.status in (200, 401)
     await asyncio.sleep(2)
-    await bot.server.wait_for(lambda: not bot.slack.hub.turns)
+    await bot.server.wait_for(lambda: not bot.slack.conversations.turns)
     runs = [m for m in bot.server.channel_messages(C_GENERAL, by_bot=True) if "ran 42" in m.text]
     assert len(runs) == 1
 
@@ -517,7 +516,7 @@ async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
     await asyncio.sleep(1)
     assert _ephemeral_to(bot, BOB).count("Cellmate is not enabled here.") == 7
     assert bot.server.views == []  # no /run editor was opened for him
-    assert bot.slack.hub.turns  # Alice's turn runs on
+    assert bot.slack.conversations.turns  # Alice's turn runs on
     assert not any(
         "bob was here" in m.text for m in bot.server.messages.values() if m.user == "U0BOT"
     )
@@ -570,7 +569,7 @@ async def test_conversation_commands_are_for_participants_and_admins(
     assert answers.count(NOT_YOURS) == 2
     assert answers.count(NO_CONVERSATION) == 2
     await asyncio.sleep(0.5)
-    assert bot.slack.hub.turns
+    assert bot.slack.conversations.turns
     assert (
         sum("alice 2" in m.text for m in bot.server.channel_messages(C_GENERAL, by_bot=True)) == 1
     )

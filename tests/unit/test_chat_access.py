@@ -3,21 +3,31 @@ operator configures them."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
-from bot.platforms.access import Gate, Participants
+from bot.agent import Agent
+from bot.conversations import ConversationKey, Conversations, Person, Place
+from bot.conversations.access import Participants
 from bot.platforms.on_discord.client import file_hosts as discord_hosts
 from bot.platforms.on_slack.app import file_hosts as slack_hosts
 from bot.settings import DiscordSettings, SettingsError, SlackSettings, load_settings
 
 
-def test_participants_and_moderators_may_act_and_others_not() -> None:
-    gate = Gate()
-    gate.participants.add("slack:T:C:1", "alice")
-    assert gate.may_act("slack:T:C:1", "alice")
-    assert not gate.may_act("slack:T:C:1", "bob")
-    assert not gate.may_act("slack:T:C:2", "alice")  # another conversation
-    assert gate.may_act("slack:T:C:1", "bob", moderator=True)
+async def test_participants_and_moderators_may_act_and_others_not() -> None:
+    conversations = Conversations(cast(Agent, None))
+    one, two = ConversationKey("slack", "T", "C", "1"), ConversationKey("slack", "T", "C", "2")
+    conversations.participants.add(one.id, "alice")
+
+    async def moderator() -> bool:
+        return True
+
+    alice, bob = Person("alice", Place("alice")), Person("bob", Place("bob"))
+    assert await conversations.may_act(alice, one)
+    assert not await conversations.may_act(bob, one)
+    assert not await conversations.may_act(alice, two)  # another conversation
+    assert await conversations.may_act(Person("bob", Place("bob"), moderator), one)
 
 
 def test_participants_forget_the_oldest_conversations_first() -> None:

@@ -13,6 +13,7 @@ from typing import Any, cast
 import pytest
 
 from bot.agent import Agent, Turn, UserMessage
+from bot.conversations import Conversations
 from bot.events import (
     Answer,
     ArtifactsPublished,
@@ -250,6 +251,8 @@ class FakeAgent:
     """Fails the first turn the way a bug below the console would, answers the next."""
 
     executor = FakeExecutor()
+    quotas = None
+    metrics = None
 
     def __init__(self) -> None:
         self.turns = 0
@@ -265,21 +268,20 @@ async def test_chat_lists_undecodable_names_and_survives_a_failing_message(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     out = io.StringIO()
-    console = Console(cast(Agent, FakeAgent()), out, tmp_path)
+    console = Console(Conversations(cast(Agent, FakeAgent())), out, tmp_path)
     assert await console.handle("/files", interactive=False)
     assert await console.handle("first", interactive=False)
     assert await console.handle("second", interactive=False)
     shown = out.getvalue()
     assert_terminal_safe(shown)
-    assert shown.splitlines() == [
-        "caf\\xe9\\xff.csv (3 B)",
-        "esc\\x1b[2J.txt (1 B)",
-        "✗ This message failed (RuntimeError); the chat goes on.",
-        "answered second",
-    ]
+    lines = shown.splitlines()
+    assert lines[:2] == ["caf\\xe9\\xff.csv (3 B)", "esc\\x1b[2J.txt (1 B)"]
+    assert lines[2].startswith("✗ Something went wrong while answering: cannot show caf")
+    assert lines[3:] == ["answered second"]
     # The log goes to the same terminal: the error is in it, cleaned.
-    [logged] = [record.getMessage() for record in caplog.records]
-    assert "RuntimeError: cannot show caf\\xe9\\xff.csv" in logged
+    [record] = [r for r in caplog.records if r.exc_info]
+    logged = TextFormatter().format(record)
+    assert "RuntimeError: cannot show caf" in logged
     assert_terminal_safe(logged)
 
 

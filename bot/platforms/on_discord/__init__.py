@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import discord
 
-from bot.platforms.hub import Hub
+from bot.conversations import Conversations
 from bot.platforms.on_discord.client import CellmateDiscord
 from bot.settings import DiscordSettings
 
 __all__ = ["CellmateDiscord", "build_client", "run_discord"]
 
 
-def build_client(hub: Hub, settings: DiscordSettings) -> CellmateDiscord:
+def build_client(
+    conversations: Conversations,
+    settings: DiscordSettings,
+    connected: dict[str, bool] | None = None,
+) -> CellmateDiscord:
     if settings.api_url:
         # discord.py keeps its REST base in a class attribute: one Discord API per process.
         discord.http.Route.BASE = settings.api_url.rstrip("/")
-    return CellmateDiscord(hub, settings)
+    return CellmateDiscord(conversations, settings, connected)
 
 
 async def run_discord(client: CellmateDiscord) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bot.fences import only_code
 from bot.platforms.markup import code_block, head, split_message, tail
 from bot.platforms.progress import TurnView, extra_files, link_line, shown_artifacts
 
@@ -59,7 +60,9 @@ def answer_messages(view: TurnView, upload_limit: int, max_files: int = 10) -> l
     long output attached."""
     lines = [f"ℹ️ {notice}" for notice in view.notices]
     if view.answer is not None:
-        lines.append(view.answer.strip() or "Done.")
+        # A direct run's answer is empty: its run report above is the whole answer.
+        if view.answer.strip() or not view.runs:
+            lines.append(view.answer.strip() or "Done.")
     else:
         lines.append(f"❌ {view.failure or 'The turn ended without an answer.'}")
     attached: list[tuple[str, bytes]] = []
@@ -89,7 +92,7 @@ def answer_messages(view: TurnView, upload_limit: int, max_files: int = 10) -> l
 
 def thread_name(text: str) -> str:
     """A thread title from the request: its first line, without code fences, ≤ 90 chars."""
-    for line in text.splitlines():
+    for line in (only_code(text) or text).splitlines():
         line = line.strip().strip("`").strip()
         if line:
             return line if len(line) <= 90 else line[:89] + "…"

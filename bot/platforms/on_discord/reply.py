@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import discord
@@ -142,29 +143,39 @@ def _token_gone(exc: discord.HTTPException) -> bool:
 
 
 class Reply:
-    """Renders one turn: a progress message at once, edited at most once a second, then
-    the answer. It is the turn's `emit`."""
+    """Renders one turn (the conversation service's `Reply`): a progress message at once,
+    edited at most once a second, then the answer."""
 
     def __init__(
         self,
         surface: Surface,
         upload_limit: int,
-        stop_view: Any = None,
-        done_view: Any = None,
+        buttons: Callable[[str, str], Any],
         interval: float = 1.0,
         max_files: int = 10,
     ) -> None:
         self.surface = surface
         self.max_files = max_files
         self.upload_limit = upload_limit
-        self.stop_view = stop_view
-        self.done_view = done_view
+        self.buttons = buttons
+        """(kind, key) -> a view with that button: "stop" or "rerun"."""
+        self.stop_view: Any = None
         self.view = TurnView()
         self.progress: Any = None
         self.pacer = Pacer(self._draw, interval)
 
-    async def start(self) -> None:
-        self.progress = await self.surface.send("⏳ Working on it…", view=self.stop_view)
+    async def queued(self, stop: str, text: str) -> None:
+        self.stop_view = self.buttons("stop", stop)
+        self.progress = await self.surface.send(f"⏳ {text}", view=self.stop_view)
+
+    async def start(self, stop: str) -> None:
+        self.stop_view = self.buttons("stop", stop)
+        if self.progress is None:
+            self.progress = await self.surface.send("⏳ Working on it…", view=self.stop_view)
+        else:
+            self.progress = await self.surface.edit(
+                self.progress, "⏳ Working on it…", self.stop_view
+            )
 
     def __call__(self, event: TurnEvent) -> None:
         self.view.apply(event)
@@ -177,14 +188,19 @@ class Reply:
         if text and self.progress is not None:
             self.progress = await self.surface.edit(self.progress, text, self.stop_view)
 
-    async def finish(self) -> None:
+    async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
         """The final progress state and the answer; exactly one answer, whatever fails."""
         await self.pacer.finish()
+        self.view.notices.extend(notices)
+        done_view = None if rerun is None else self.buttons("rerun", rerun)
         messages = answer_messages(self.view, self.upload_limit, self.max_files)
         log_text = progress_text(self.view)
         try:
+            if log_text and messages and not messages[0].content and not messages[0].files:
+                # A direct run: its progress message is the whole answer.
+                messages.pop(0)
             if log_text:
-                self.progress = await self.surface.edit(self.progress, log_text, self.done_view)
+                self.progress = await self.surface.edit(self.progress, log_text, done_view)
             else:
                 # No code ran: the progress message becomes the answer's first part.
                 first = messages.pop(0)
@@ -192,12 +208,19 @@ class Reply:
                     await self.surface.edit(self.progress, "💬 Answer below.", None)
                     messages.insert(0, first)
                 else:
-                    self.progress = await self.surface.edit(
-                        self.progress, first.content, self.done_view
-                    )
+                    self.progress = await self.surface.edit(self.progress, first.content, done_view)
         except discord.HTTPException:
             log.warning("could not update the progress message", exc_info=True)
         await self._send_answer(messages)
+
+    async def refused(self, text: str) -> None:
+        if self.progress is not None:
+            await self.surface.edit(self.progress, text, None)
+        else:
+            await self.surface.notify(text)
+
+    async def failed(self, text: str) -> None:
+        await self.surface.send(f"❌ {text}")
 
     async def _send_answer(self, messages: list[Outgoing]) -> None:
         for message in messages:

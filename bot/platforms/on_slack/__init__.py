@@ -9,7 +9,7 @@ from aiohttp import WSMessage, web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
-from bot.platforms.hub import Hub
+from bot.conversations import Conversations
 from bot.platforms.on_slack.app import CellmateSlack
 from bot.platforms.on_slack.replay import RequestCheck, Verdict
 from bot.settings import SlackSettings
@@ -20,8 +20,12 @@ EVENTS_PATH = "/slack/events"
 log = logging.getLogger(__name__)
 
 
-def build_slack(hub: Hub, settings: SlackSettings) -> CellmateSlack:
-    return CellmateSlack(hub, settings)
+def build_slack(
+    conversations: Conversations,
+    settings: SlackSettings,
+    connected: dict[str, bool] | None = None,
+) -> CellmateSlack:
+    return CellmateSlack(conversations, settings, connected)
 
 
 def add_http_route(slack: CellmateSlack, app: web.Application) -> None:
@@ -58,7 +62,7 @@ async def run_slack(slack: CellmateSlack) -> None:
         await asyncio.Event().wait()
         return
     handler = AsyncSocketModeHandler(slack.app, slack.settings.app_token)
-    connected = slack.hub.connected
+    connected = slack.connected
 
     # /healthz reports the Socket Mode connection: down when it closes, up on any message
     # (Slack greets every new connection with `hello`).

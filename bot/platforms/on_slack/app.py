@@ -1,16 +1,20 @@
-"""The Slack front end (slack_bolt, async): mentions and DMs answered in threads, /run,
-the "Run code" message shortcut, /reset, /export, and Stop / Re-run buttons.
+"""The Slack front end (slack_bolt, async): mentions, DMs and thread replies answered in
+threads, /run, /files, /reset, /export, the "Run code" message shortcut, Stop and Re-run,
+and edits of code messages; each translated into a call on the conversation service.
 
 Bolt acknowledges each request within Slack's 3 seconds and the turn runs afterwards.
 Slack redelivers events it thinks were missed; a message is handled once, by its channel
 and timestamp, however often (and by however many event types) it arrives.
+
+Longer than most modules: each Slack entry point is a short translation into a call on
+the conversation service, and they share the app's few lookups (threads, latest
+conversation per person).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import secrets
 from typing import Any
 
 import yarl
@@ -19,13 +23,12 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent import UserMessage
-from bot.platforms.access import NOT_HERE, NOT_YOURS, AccessRules, Gate, Place, Refused, Seen
-from bot.platforms.hub import Hub
+from bot.agent import UserMessage, direct_code
+from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
+from bot.conversations.access import NOT_HERE, AccessRules, Place
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
-from bot.platforms.turns import SHUTDOWN_NOTICE, RerunSpec, Running
 from bot.settings import SlackSettings
 from storage.intake import SLACK_FILE_HOSTS, IncomingFile, http_fetcher
 
@@ -34,17 +37,25 @@ log = logging.getLogger(__name__)
 HELP = (
     "Ask me anything Python can answer (share CSV or Excel files with the message to "
     "analyse them), or send code in a ``` block. I answer in a thread; keep talking there. "
-    "`/run` runs code directly, `/reset` starts over, `/export` gives the notebook."
+    "`/run` runs code directly, `/files` lists your files, `/reset` starts over, "
+    "`/export` gives the notebook."
 )
 RUN_MODAL = "cm_run_modal"
 NO_CONVERSATION = "You have no conversation with me in this channel yet: mention me to start one."
+FILES_LISTED = 50
 
 
 class CellmateSlack:
-    def __init__(self, hub: Hub, settings: SlackSettings) -> None:
-        self.hub = hub
-        self.agent = hub.agent
+    def __init__(
+        self,
+        conversations: Conversations,
+        settings: SlackSettings,
+        connected: dict[str, bool] | None = None,
+    ) -> None:
+        self.conversations = conversations
         self.settings = settings
+        self.connected = connected if connected is not None else {}
+        """Platform name -> whether its connection is up, for /healthz."""
         self.client = AsyncWebClient(
             token=settings.bot_token, base_url=settings.api_url or AsyncWebClient.BASE_URL
         )
@@ -55,7 +66,7 @@ class CellmateSlack:
             signing_secret=settings.signing_secret if http_mode else None,
             request_verification_enabled=http_mode,
         )
-        self.gate = Gate(
+        self.door = Admission(
             AccessRules(
                 servers=frozenset(settings.teams),
                 channels=frozenset(settings.channels),
@@ -64,11 +75,12 @@ class CellmateSlack:
                 cooldown_s=settings.cooldown_s,
             )
         )
-        self.seen = Seen()
         self.threads: dict[tuple[str, str], bool] = {}
         """(channel, thread ts) -> whether the bot takes part in that thread."""
-        self.latest: dict[tuple[str, str, str], str] = {}
-        """(team, channel, user) -> the user's latest conversation there, for /reset, /export."""
+        self.latest: dict[tuple[str, str, str], ConversationKey] = {}
+        """(team, channel, user) -> the user's latest conversation there, for commands."""
+        self.code_messages: dict[tuple[str, str], ConversationKey] = {}
+        """(channel, ts) of messages that were code run directly, for a re-run on edit."""
         self.bot_user = ""
         self.team = ""
         self.fetch = http_fetcher(
@@ -83,13 +95,14 @@ class CellmateSlack:
         identity = await self.client.auth_test()
         self.bot_user = str(identity["user_id"])
         self.team = str(identity.get("team_id") or "")
-        self.hub.connected["slack"] = True
+        self.connected["slack"] = True
 
     def _register(self) -> None:
         app = self.app
         app.event("app_mention")(self._on_mention)
         app.event("message")(self._on_message)
         app.command("/run")(self._on_run)
+        app.command("/files")(self._on_files)
         app.command("/reset")(self._on_reset)
         app.command("/export")(self._on_export)
         app.command("/usage")(self._on_usage)
@@ -104,9 +117,14 @@ class CellmateSlack:
         await self._message(event, body, mention=True)
 
     async def _on_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        if event.get("subtype") == "message_changed":
+            await self._edited(event, body)
+            return
         await self._message(event, body, mention=False)
 
-    async def _message(self, event: dict[str, Any], body: dict[str, Any], mention: bool) -> None:
+    async def _message(
+        self, event: dict[str, Any], body: dict[str, Any], mention: bool, edit: str = ""
+    ) -> None:
         if event.get("bot_id") or event.get("subtype") not in (None, "file_share"):
             return
         user = str(event.get("user") or "")
@@ -117,14 +135,15 @@ class CellmateSlack:
         dm = event.get("channel_type") == "im" or channel.startswith("D")
         text = unescape(str(event.get("text") or ""))
         tag = f"<@{self.bot_user}>"
-        if not mention and tag in text and not dm:
+        if not mention and tag in text and not dm and not edit:
             return  # its app_mention event handles it
-        if not (mention or dm or await self._in_thread(channel, thread_ts)):
+        if not (mention or dm or edit or await self._in_thread(channel, thread_ts)):
             return
         team = str(body.get("team_id") or event.get("team") or self.team)
-        if not self.gate.allows(Place(user, team, channel, dm=dm)):
+        person = Person(user, Place(user, team, channel, dm=dm), self._moderator(user))
+        if not self.door.allows(person.place):
             return
-        if not self.seen.first_time(f"{channel}:{ts}"):
+        if not self.door.seen.first_time(f"{channel}:{ts}{edit}"):
             return
         root = str(thread_ts or ts)
         self.threads[(channel, root)] = True
@@ -141,14 +160,32 @@ class CellmateSlack:
         if not text and not files:
             await thread.post(HELP)
             return
-        conversation = f"slack:{team}:{channel}:{root}"
-        self.latest[(team, channel, user)] = conversation
+        key = ConversationKey("slack", team, channel, root)
+        self.latest[(team, channel, user)] = key
+        if direct_code(text) is not None:
+            self.code_messages[(channel, ts)] = key
         message = UserMessage(text, files, user=user, server=team, fetch=self.fetch)
         await self._react(channel, ts, "eyes", add=True)
         try:
-            await self.run_turn(thread, conversation, message, user)
+            reply = self._reply(thread, user)
+            await self.conversations.turn(self.door, person, key, message, reply, quiet=True)
         finally:
             await self._react(channel, ts, "eyes", add=False)
+
+    async def _edited(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        """Editing a message of code that was run runs it again, in its conversation."""
+        changed = dict(event.get("message") or {})
+        channel = str(event.get("channel") or "")
+        ts = str(changed.get("ts") or "")
+        if (channel, ts) not in self.code_messages:
+            return
+        before = str((event.get("previous_message") or {}).get("text") or "")
+        if before == changed.get("text"):
+            return
+        changed.update(channel=channel, channel_type=event.get("channel_type"))
+        changed.pop("subtype", None)
+        edited_at = str((changed.get("edited") or {}).get("ts") or event.get("event_ts") or "")
+        await self._message(changed, body, mention=False, edit=f":edit:{edited_at}")
 
     async def _in_thread(self, channel: str, thread_ts: str | None) -> bool:
         """Whether a reply in this thread continues a conversation without a mention."""
@@ -176,225 +213,216 @@ class CellmateSlack:
         except SlackApiError as exc:  # a missing reaction scope must not cost the answer
             log.info("reaction %s failed: %s", name, exc.response.get("error"))
 
-    # ── turns ─────────────────────────────────────────────────────────────
+    def _reply(self, thread: SlackThread, owner: str) -> SlackReply:
+        return SlackReply(thread, owner, max_files=self.settings.files_per_answer)
 
-    async def run_turn(
-        self,
-        thread: SlackThread,
-        conversation: str,
-        message: UserMessage,
-        owner: str,
-        rerun: RerunSpec | None = None,
-        one_off: bool = False,
-    ) -> None:
-        """One turn with its reply, or one message saying why it cannot start."""
-        try:
-            with self.hub.starting(self.gate, owner, message.server, conversation) as entry:
-                await self._turn(thread, message, entry, rerun)
-        except Refused as exc:
-            await thread.tell(owner, str(exc))
-        finally:
-            if one_off:  # after the user's turn is released: cleaning up takes a moment
-                await self.agent.reset(conversation)
+    # ── people ────────────────────────────────────────────────────────────
 
-    async def _turn(
-        self, thread: SlackThread, message: UserMessage, entry: Running, rerun: RerunSpec | None
-    ) -> None:
-        done = None
-        if rerun is not None:
-            self.hub.turns.remember(entry.key, rerun)
-            done = ("cm_rerun", "Re-run", entry.key)
-        reply = SlackReply(
-            thread,
-            ("cm_stop", "Stop", entry.key),
-            done,
-            max_files=self.settings.files_per_answer,
+    def _person(self, user: str, team: str, channel: str) -> Person:
+        return Person(
+            user, Place(user, team, channel, dm=channel.startswith("D")), self._moderator(user)
         )
-        conversation = entry.turn.conversation
-        try:
-            progress = await reply.start()
-            if thread.thread_ts is None:
-                # A /run result starts its own thread: the answer and files go under it.
-                thread.thread_ts = progress
-            await self.agent.turn(conversation, message, reply, entry.turn)
-            if entry.shutdown:
-                reply.view.notices.append(SHUTDOWN_NOTICE)
-            await reply.finish()
-        except Exception as exc:
-            log.exception("turn failed in %s", conversation)
+
+    def _moderator(self, user: str) -> Any:
+        async def vouched() -> bool:
+            """Configured admins, and the workspace's admins and owners."""
+            if user in self.conversations.admins:
+                return True
             try:
-                await thread.post(f":x: Something went wrong while answering: {exc}")
+                found = await self.client.users_info(user=user)
             except SlackApiError:
-                log.exception("could not tell the user about the failure")
+                return False
+            profile = found.get("user") or {}
+            return bool(profile.get("is_admin") or profile.get("is_owner"))
 
-    async def start_run(
-        self, code: str, channel: str, user: str, team: str, thread_ts: str | None = None
-    ) -> None:
-        """/run, the modal, the shortcut and Re-run: code run directly in a one-off session."""
-        if not await self._admitted(user, team, channel, thread_ts):
-            return
-        await self.run_turn(
-            SlackThread(self.client, channel, thread_ts),
-            f"slack:run:{secrets.token_hex(8)}",
-            UserMessage(f"/run\n{code}", user=user, server=team),
-            user,
-            rerun=RerunSpec(code, None, team, user),
-            one_off=True,
-        )
+        return vouched
 
     async def _admitted(
-        self, user: str, team: str, channel: str, thread_ts: str | None = None, respond: Any = None
+        self, person: Person, channel: str, thread_ts: str | None = None, respond: Any = None
     ) -> bool:
-        """The admission check of every command, shortcut and button; a refused user is told
-        so (by `respond`, or in an ephemeral message)."""
-        if self.gate.allows(Place(user, team, channel, dm=channel.startswith("D"))):
+        """The admission check of every command, shortcut and button; a refused person is
+        told so (by `respond`, or in an ephemeral message)."""
+        if self.door.allows(person.place):
             return True
-        if respond is not None:
-            await respond(NOT_HERE, response_type="ephemeral", replace_original=False)
-        else:
-            await SlackThread(self.client, channel, thread_ts).tell(user, NOT_HERE)
+        await self._tell(person.user, channel, thread_ts, respond, NOT_HERE)
         return False
 
-    async def moderator(self, user: str) -> bool:
-        """Configured admins, and the workspace's admins and owners."""
-        if user in self.hub.admins:
-            return True
-        try:
-            found = await self.client.users_info(user=user)
-        except SlackApiError:
-            return False
-        profile = found.get("user") or {}
-        return bool(profile.get("is_admin") or profile.get("is_owner"))
+    async def _tell(
+        self, user: str, channel: str, thread_ts: str | None, respond: Any, text: str
+    ) -> None:
+        if respond is not None:
+            await respond(text, response_type="ephemeral", replace_original=False)
+        else:
+            await SlackThread(self.client, channel, thread_ts).tell(user, text)
 
-    async def _may_act(self, user: str, conversation: str | None, owner: str = "") -> bool:
-        """Whether `user` may act on a conversation (None: a one-off run of `owner`)."""
-        if user == owner or self.gate.may_act(conversation or "", user):
-            return True
-        return await self.moderator(user)
+    # ── direct runs ───────────────────────────────────────────────────────
 
-    # ── commands, shortcuts, buttons ──────────────────────────────────────
+    async def start_run(
+        self, code: str, person: Person, key: ConversationKey | None, thread_ts: str | None
+    ) -> None:
+        """/run, the modal, the shortcut, Re-run and edits: code run directly, in `key`'s
+        session (None: a one-off session whose answer starts its own thread)."""
+        place = person.place
+        channel, team = place.channel or "", place.server or self.team
+        if key is None:
+            key = ConversationKey.one_off("slack", team, channel)
+        elif not key.is_one_off:
+            thread_ts = key.thread
+            self.threads[(channel, thread_ts)] = True
+        message = UserMessage(f"/run\n{code}", user=person.user, server=team)
+        reply = self._reply(SlackThread(self.client, channel, thread_ts), person.user)
+        await self.conversations.turn(self.door, person, key, message, reply, rerun_code=code)
 
     async def _on_run(self, ack: Any, command: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
         code = unescape(str(command.get("text") or ""))
         channel, user = str(command["channel_id"]), str(command["user_id"])
         team = str(command.get("team_id") or self.team)
-        if code.strip():
-            await self.start_run(code_blocks(code) or code, channel, user, team)
+        person = self._person(user, team, channel)
+        if not await self._admitted(person, channel):
             return
-        if not await self._admitted(user, team, channel):
+        if code.strip():
+            await self.start_run(code_blocks(code) or code, person, self._here(person), None)
             return
         await client.views_open(trigger_id=command["trigger_id"], view=_run_modal(channel, team))
+
+    def _here(self, person: Person) -> ConversationKey | None:
+        """Where a slash command runs code: in a DM, the person's latest conversation there;
+        in a channel, a one-off session of its own."""
+        place = person.place
+        if not place.dm:
+            return None
+        return self.latest.get((place.server or self.team, place.channel or "", person.user))
 
     async def _on_modal(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         await ack()
         where = json.loads(view.get("private_metadata") or "{}")
         code = view["state"]["values"]["code"]["code"]["value"] or ""
-        user = str(body["user"]["id"])
-        await self.start_run(code, where["channel"], user, where.get("team", self.team))
+        person = self._person(
+            str(body["user"]["id"]), where.get("team", self.team), where["channel"]
+        )
+        if await self._admitted(person, where["channel"]):
+            await self.start_run(code, person, self._here(person), None)
 
     async def _on_run_code(self, ack: Any, shortcut: dict[str, Any]) -> None:
         await ack()
         message = shortcut.get("message") or {}
         channel = str((shortcut.get("channel") or {}).get("id") or "")
-        user = str(shortcut["user"]["id"])
         team = str((shortcut.get("team") or {}).get("id") or self.team)
+        person = self._person(str(shortcut["user"]["id"]), team, channel)
         root = str(message.get("thread_ts") or message.get("ts") or "") or None
+        if not await self._admitted(person, channel, root):
+            return
         code = code_blocks(unescape(str(message.get("text") or "")))
-        if not await self._admitted(user, team, channel, root):
-            return
         if code is None:
-            await SlackThread(self.client, channel, root).tell(user, "That message has no code.")
+            await SlackThread(self.client, channel, root).tell(
+                person.user, "That message has no code."
+            )
             return
-        await self.start_run(code, channel, user, team, thread_ts=root)
+        # The code runs in the conversation of the thread the message is in.
+        key = ConversationKey("slack", team, channel, root) if root else None
+        await self.start_run(code, person, key, root)
+
+    # ── conversation commands ─────────────────────────────────────────────
+
+    async def _command_conversation(
+        self, command: dict[str, Any], respond: Any
+    ) -> tuple[Person, ConversationKey] | None:
+        """The conversation a command acts on: the person's latest one in the channel, which
+        they may act on; None, with the person told why, otherwise."""
+        team = str(command.get("team_id") or self.team)
+        channel, user = str(command["channel_id"]), str(command["user_id"])
+        person = self._person(user, team, channel)
+        if not await self._admitted(person, channel, respond=respond):
+            return None
+        key = self.latest.get((team, channel, user))
+        if key is None:
+            await respond(NO_CONVERSATION, response_type="ephemeral")
+            return None
+        try:
+            await self.conversations.check(self.door, person, key)
+        except Refused as exc:
+            await respond(str(exc), response_type="ephemeral")
+            return None
+        return person, key
 
     async def _on_reset(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         await ack()
-        conversation = await self._own_conversation(command, respond)
-        if conversation is None:
+        found = await self._command_conversation(command, respond)
+        if found is None:
             return
-        await self.agent.reset(conversation)
+        await self.conversations.reset(self.door, *found)
         await respond(
-            "Forgot our latest conversation here and restarted its Python session.",
+            "Forgot our latest conversation here and restarted its Python session: "
+            "its variables and its files in /mnt/data are gone.",
             response_type="ephemeral",
         )
 
     async def _on_export(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         await ack()
-        conversation = await self._own_conversation(command, respond)
-        if conversation is None:
+        found = await self._command_conversation(command, respond)
+        if found is None:
             return
-        notebook = await self.agent.executor.session(conversation).export_notebook()
+        notebook = await self.conversations.export(self.door, *found)
         if notebook is None:
             await respond(
                 "Nothing to export yet: no code has run there.", response_type="ephemeral"
             )
             return
-        _, channel, root = conversation.rsplit(":", 2)
+        key = found[1]
         data = json.dumps(notebook, indent=1).encode()
-        await SlackThread(self.client, channel, root).upload([("session.ipynb", data)])
+        await SlackThread(self.client, key.channel, key.thread).upload([("session.ipynb", data)])
         await respond("The notebook is in the conversation's thread.", response_type="ephemeral")
+
+    async def _on_files(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
+        await ack()
+        found = await self._command_conversation(command, respond)
+        if found is None:
+            return
+        listed = await self.conversations.files(self.door, *found)
+        lines = [f"`{path}` ({size:,} bytes)" for path, size in listed[:FILES_LISTED]]
+        if len(listed) > FILES_LISTED:
+            lines.append(f"… and {len(listed) - FILES_LISTED} more")
+        await respond("\n".join(lines) or "No files in /mnt/data yet.", response_type="ephemeral")
 
     async def _on_usage(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         await ack()
-        user = str(command["user_id"])
         team = str(command.get("team_id") or self.team)
-        if not await self._admitted(user, team, str(command["channel_id"]), respond=respond):
+        person = self._person(str(command["user_id"]), team, str(command["channel_id"]))
+        if not await self._admitted(person, str(command["channel_id"]), respond=respond):
             return
-        if not await self.moderator(user):
+        assert person.vouched is not None
+        if not await person.vouched():
             await respond("Only admins can see usage.", response_type="ephemeral")
             return
-        await respond(self.hub.usage(team), response_type="ephemeral")
+        await respond(self.conversations.usage(team), response_type="ephemeral")
 
-    async def _own_conversation(self, command: dict[str, Any], respond: Any) -> str | None:
-        """The conversation /reset and /export act on: the user's latest one in the channel,
-        which they took part in; None, with the user told why, where there is none."""
-        team = str(command.get("team_id") or self.team)
-        channel, user = str(command["channel_id"]), str(command["user_id"])
-        if not await self._admitted(user, team, channel, respond=respond):
-            return None
-        conversation = self.latest.get((team, channel, user))
-        if conversation is None or not await self._may_act(user, conversation):
-            await respond(NO_CONVERSATION, response_type="ephemeral")
-            return None
-        return conversation
+    # ── buttons ───────────────────────────────────────────────────────────
 
     async def _on_stop(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
         key = str(body["actions"][0].get("value") or "")
-        running = self.hub.turns.get(key)
-        user = str(body["user"]["id"])
-        if not await self._admitted(user, _team(body, self.team), _channel(body), respond=respond):
-            return
-        if running is None:
-            await respond(
-                "That has already finished.", response_type="ephemeral", replace_original=False
-            )
-            return
-        if not await self._may_act(user, running.turn.conversation, running.owner):
-            await respond(NOT_YOURS, response_type="ephemeral", replace_original=False)
-            return
-        running.turn.stop(self.agent)
+        person = self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
+        try:
+            why_not = await self.conversations.stop(self.door, person, key)
+        except Refused as exc:
+            why_not = str(exc)
+        if why_not is not None:
+            await respond(why_not, response_type="ephemeral", replace_original=False)
 
     async def _on_rerun(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
-        spec = self.hub.turns.rerun(str(body["actions"][0].get("value") or ""))
-        user, channel = str(body["user"]["id"]), _channel(body)
-        if not await self._admitted(user, _team(body, self.team), channel, respond=respond):
-            return
-        if spec is None:
-            await respond(
-                "I no longer have that code (the bot restarted since); use /run again.",
-                response_type="ephemeral",
-                replace_original=False,
+        person = self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
+        try:
+            code, key = await self.conversations.rerun(
+                self.door, person, str(body["actions"][0].get("value") or "")
             )
-            return
-        if not await self._may_act(user, spec.conversation, spec.owner):
-            await respond(NOT_YOURS, response_type="ephemeral", replace_original=False)
+        except Refused as exc:
+            await respond(str(exc), response_type="ephemeral", replace_original=False)
             return
         message = body.get("message") or {}
         root = str(message.get("thread_ts") or message.get("ts") or "") or None
-        await self.start_run(spec.code, channel, user, spec.server, root)
+        await self.start_run(code, person, key, root)
 
 
 def file_hosts(settings: SlackSettings) -> tuple[str, ...]:

@@ -75,7 +75,9 @@ def answer_texts(view: TurnView, not_uploaded: list[Artifact], max_files: int = 
     counting those beyond `max_files`."""
     lines = [f":information_source: {escape(notice)}" for notice in view.notices]
     if view.answer is not None:
-        lines.append(to_mrkdwn(view.answer.strip() or "Done."))
+        # A direct run's answer is empty: its run report above is the whole answer.
+        if view.answer.strip() or not view.runs:
+            lines.append(to_mrkdwn(view.answer.strip() or "Done."))
     else:
         lines.append(f":x: {escape(view.failure or 'The turn ended without an answer.')}")
     if not_uploaded:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -58,28 +59,41 @@ class SlackThread:
 
 
 class SlackReply:
-    """Renders one turn into a thread; it is the turn's `emit`."""
+    """Renders one turn into a thread (the conversation service's `Reply`)."""
 
     def __init__(
         self,
         thread: SlackThread,
-        stop: tuple[str, str, str] | None,
-        done: tuple[str, str, str] | None,
+        owner: str,
         interval: float = EDIT_INTERVAL_S,
         max_files: int = 10,
     ) -> None:
         self.thread = thread
+        self.owner = owner
+        """Who asked: refusals are shown to them alone."""
         self.max_files = max_files
-        self.stop = stop
-        self.done = done
+        self.stop: tuple[str, str, str] | None = None
         self.view = TurnView()
         self.progress: str | None = None
         self.pacer = Pacer(self._draw, interval)
 
-    async def start(self) -> str:
-        text = ":hourglass_flowing_sand: Working on it…"
-        self.progress = await self.thread.post(text, blocks(text, [self.stop] if self.stop else []))
-        return self.progress
+    async def queued(self, stop: str, text: str) -> None:
+        self.stop = ("cm_stop", "Stop", stop)
+        await self._show(f":hourglass_flowing_sand: {text}")
+
+    async def start(self, stop: str) -> None:
+        self.stop = ("cm_stop", "Stop", stop)
+        await self._show(":hourglass_flowing_sand: Working on it…")
+
+    async def _show(self, text: str) -> None:
+        shown = blocks(text, [self.stop] if self.stop else [])
+        if self.progress is None:
+            self.progress = await self.thread.post(text, shown)
+            if self.thread.thread_ts is None:
+                # A /run result in a channel starts its own thread: the answer goes under it.
+                self.thread.thread_ts = self.progress
+        else:
+            await self.thread.update(self.progress, text, shown)
 
     def __call__(self, event: TurnEvent) -> None:
         self.view.apply(event)
@@ -93,8 +107,9 @@ class SlackReply:
             buttons = [self.stop] if self.stop else []
             await self.thread.update(self.progress, text, blocks(text, buttons))
 
-    async def finish(self) -> None:
+    async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
         await self.pacer.finish()
+        self.view.notices.extend(notices)
         files, missing = uploads(self.view, self.max_files)
         not_uploaded = list(missing)
         if files:
@@ -106,10 +121,10 @@ class SlackReply:
                 not_uploaded += _published(attached)
         texts = answer_texts(self.view, not_uploaded, self.max_files)
         final = progress_text(self.view)
-        buttons = [self.done] if self.done else []
+        buttons = [("cm_rerun", "Re-run", rerun)] if rerun is not None else []
         if self.progress is not None:
             # When no code ran, the progress message becomes the answer's first part.
-            shown = final or texts[0]
+            shown = final or (texts[0] if texts else "")
             try:
                 await self.thread.update(self.progress, shown, blocks(shown, buttons))
                 if not final:
@@ -117,7 +132,17 @@ class SlackReply:
             except SlackApiError:
                 log.warning("could not update the progress message", exc_info=True)
         for text in texts:
-            await self.thread.post(text)
+            if text.strip():
+                await self.thread.post(text)
+
+    async def refused(self, text: str) -> None:
+        if self.progress is not None:
+            await self.thread.update(self.progress, text, blocks(text, []))
+        else:
+            await self.thread.tell(self.owner, text)
+
+    async def failed(self, text: str) -> None:
+        await self.thread.post(f":x: {text}")
 
 
 def _published(artifacts: list[Artifact]) -> list[Artifact]:

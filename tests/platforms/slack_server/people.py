@@ -81,6 +81,17 @@ class People(WebApi):
         )
         return message, list(deliveries)
 
+    async def edit(self, message: Message, text: str, *, team: str = TEAM_ID) -> Delivery:
+        """The author edits their message; the bot gets the hidden `message_changed` event."""
+        previous = dict(message.raw)
+        message.edits.append(message.text)
+        message.text = text
+        message.blocks = rich_text(text)
+        message.extra["edited"] = {"user": message.user, "ts": self._next_ts()}
+        self._refresh(message)
+        event = self._change_event("message_changed", message, previous, message=message.raw)
+        return await self._deliver("events_api", self._event_callback(event, team))
+
     async def slash(
         self,
         command: str,

@@ -1,5 +1,5 @@
-"""Every running turn of the process: for Stop buttons, for draining on shutdown, and for
-the Re-run buttons of finished `/run` results."""
+"""Every running (or queued) turn of the process: for Stop buttons, for draining on shutdown,
+and for the Re-run buttons of finished direct runs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from bot.agent import Agent, Turn
-from bot.platforms.access import Refused
+from bot.conversations.access import Refused
+
+if TYPE_CHECKING:
+    from bot.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +28,23 @@ class Draining(Refused):
 
     def __init__(self) -> None:
         super().__init__("Cellmate is restarting and takes no new requests; try again in a minute.")
+
+
+@dataclass(slots=True)
+class Turn:
+    """A running turn; `stop()` ends it early (the kernel keeps its state where it can)."""
+
+    conversation: str
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    model_call: asyncio.Task[Any] | None = None
+    user: str = ""
+    server: str = ""
+
+    def stop(self, agent: Agent) -> None:
+        self.stop_requested.set()
+        agent.executor.session(self.conversation).stop()
+        if self.model_call is not None:
+            self.model_call.cancel()
 
 
 @dataclass(slots=True)

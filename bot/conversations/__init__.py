@@ -1,0 +1,31 @@
+"""Conversations: what every front end shares, written once.
+
+    Discord / Slack / console event ──> Person, ConversationKey, Reply
+                                          │
+                       Conversations (service): admission (allowlist, quotas, draining),
+                       each person's line (one turn at a time, later ones queued),
+                       running turns (Stop, Re-run), reset, export, files
+                                          │
+                                        Agent ──> executor, storage
+
+Front ends translate platform events into calls on `Conversations` and render the events
+of a turn through their `Reply`; they decide nothing about who may do what.
+"""
+
+from bot.conversations.access import AccessRules, Place, Refused
+from bot.conversations.keys import ConversationKey
+from bot.conversations.reply import Reply
+from bot.conversations.service import Admission, Conversations, NotHere, NotYours, Person
+
+__all__ = [
+    "AccessRules",
+    "Admission",
+    "ConversationKey",
+    "Conversations",
+    "NotHere",
+    "NotYours",
+    "Person",
+    "Place",
+    "Refused",
+    "Reply",
+]

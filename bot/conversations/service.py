@@ -1,0 +1,229 @@
+"""The conversation service: every front end's turns, stops, re-runs, resets, exports and file
+lists go through here, so the rules are written once.
+
+A front end translates a platform event into a call with a `Person` (who, from where, and
+the platform's word on whether they moderate), a `ConversationKey` and a `Reply`, and renders
+the reply's events. Admission (the platform's allowlist, quotas, draining), the one-turn-
+at-a-time line of each person, the running turns, and who may act on a conversation are here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bot.conversations.access import (
+    NOT_HERE,
+    NOT_YOURS,
+    AccessRules,
+    Participants,
+    Place,
+    Refused,
+    Seen,
+    allowed,
+)
+from bot.conversations.keys import ConversationKey
+from bot.conversations.lines import Lines
+from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Turns
+from bot.conversations.reply import Reply
+
+if TYPE_CHECKING:
+    from bot.agent import Agent, UserMessage
+
+log = logging.getLogger(__name__)
+
+ALREADY_FINISHED = "That has already finished."
+FORGOTTEN_CODE = "I no longer have that code (the bot restarted since); use /run again."
+
+
+class NotHere(Refused):
+    """The place or person is not on the front end's allowlist."""
+
+    def __init__(self) -> None:
+        super().__init__(NOT_HERE)
+
+
+class NotYours(Refused):
+    """The person may not act on that conversation."""
+
+    def __init__(self) -> None:
+        super().__init__(NOT_YOURS)
+
+
+@dataclass(frozen=True, slots=True)
+class Person:
+    user: str
+    place: Place
+    vouched: Callable[[], Awaitable[bool]] | None = None
+    """The platform's word that this person may act on any conversation here (a moderator,
+    or who started the conversation's thread); asked only when nothing else allows it."""
+
+
+class Admission:
+    """One front end's door: its allowlist, its people's lines, the events it has seen."""
+
+    def __init__(self, rules: AccessRules) -> None:
+        self.rules = rules
+        self.lines = Lines(rules.cooldown_s)
+        self.seen = Seen()
+
+    def allows(self, place: Place) -> bool:
+        return allowed(self.rules, place)
+
+
+class Conversations:
+    def __init__(self, agent: Agent, admins: frozenset[str] = frozenset()) -> None:
+        self.agent = agent
+        self.admins = admins
+        """User ids (any platform) that moderate everywhere and may see /usage."""
+        self.turns = Turns()
+        self.participants = Participants()
+
+    # ── turns ────────────────────────────────────────────────────────────
+
+    async def turn(
+        self,
+        door: Admission,
+        person: Person,
+        key: ConversationKey,
+        message: UserMessage,
+        reply: Reply,
+        *,
+        rerun_code: str | None = None,
+        quiet: bool = False,
+    ) -> None:
+        """One turn with its answer, or one message saying why it cannot run. `rerun_code`:
+        a direct run, offered for Re-run. `quiet`: a place off the allowlist gets no answer
+        (messages there are ignored; commands are told)."""
+        try:
+            self.admit(door, person, message.server)
+            with self.turns.running(key.id, person.user) as entry:
+                self.participants.add(key.id, person.user)
+
+                async def queued(text: str) -> None:
+                    await reply.queued(entry.key, text)
+
+                async with door.lines.turn(person.user, queued):
+                    if rerun_code is not None:
+                        conversation = None if key.is_one_off else key.id
+                        spec = RerunSpec(rerun_code, conversation, message.server, person.user)
+                        self.turns.remember(entry.key, spec)
+                    await reply.start(entry.key)
+                    await self.agent.turn(key.id, message, reply, entry.turn)
+                    notices = [SHUTDOWN_NOTICE] if entry.shutdown else []
+                    await reply.finish(entry.key if rerun_code is not None else None, notices)
+        except NotHere:
+            if not quiet:
+                await _safely(reply.refused(NOT_HERE))
+        except Refused as exc:
+            if self.agent.metrics is not None:
+                self.agent.metrics.refused(type(exc).__name__)
+            await _safely(reply.refused(str(exc)))
+        except Exception as exc:
+            log.exception("turn failed in %s", key.id)
+            await _safely(reply.failed(f"Something went wrong while answering: {exc}"))
+        finally:
+            if key.is_one_off:  # a one-off run's session ends with its turn
+                await self.agent.reset(key.id)
+
+    def admit(self, door: Admission, person: Person, server: str) -> None:
+        """The checks a turn passes before it may wait or start (the allowlist, quotas, not
+        while shutting down); front ends that must answer at once ask before acknowledging.
+        Raises a `Refused` whose message is for the person."""
+        if not door.allows(person.place):
+            raise NotHere
+        if not self.turns.accepting:
+            raise Draining
+        if self.agent.quotas is not None:
+            self.agent.quotas.check(person.user, server)
+
+    # ── acting on a conversation ─────────────────────────────────────────
+
+    async def may_act(self, person: Person, key: ConversationKey | None, owner: str = "") -> bool:
+        """Whether `person` may act on `key` (read its files, export, reset, stop or re-run):
+        its participants, the `owner` of a one-off run, the person of a DM, and moderators."""
+        if person.user == owner or person.user in self.admins:
+            return True
+        if key is not None and (
+            (key.is_dm and key.channel == person.user)
+            or self.participants.includes(key.id, person.user)
+        ):
+            return True
+        if person.vouched is not None and await person.vouched():
+            if key is not None:
+                self.participants.add(key.id, person.user)
+            return True
+        return False
+
+    async def check(
+        self, door: Admission, person: Person, key: ConversationKey | None, owner: str = ""
+    ) -> None:
+        """Raise NotHere or NotYours unless `person` may act on `key` from where they are."""
+        if not door.allows(person.place):
+            raise NotHere
+        if not await self.may_act(person, key, owner):
+            raise NotYours
+
+    async def stop(self, door: Admission, person: Person, stop_key: str) -> str | None:
+        """Stop a running or queued turn; None when stopped, else why not, for the person."""
+        if not door.allows(person.place):
+            raise NotHere
+        running = self.turns.get(stop_key)
+        if running is None:
+            return ALREADY_FINISHED
+        await self.check(
+            door, person, ConversationKey.parse(running.turn.conversation), running.owner
+        )
+        running.turn.stop(self.agent)
+        return None
+
+    async def rerun(
+        self, door: Admission, person: Person, rerun_key: str
+    ) -> tuple[str, ConversationKey | None]:
+        """The code of a finished direct run and the conversation it ran in (None: a one-off
+        run), for a person who may run it again."""
+        if not door.allows(person.place):
+            raise NotHere
+        spec = self.turns.rerun(rerun_key)
+        if spec is None:
+            raise Refused(FORGOTTEN_CODE)
+        key = None if spec.conversation is None else ConversationKey.parse(spec.conversation)
+        await self.check(door, person, key, spec.owner)
+        return spec.code, key
+
+    async def reset(self, door: Admission, person: Person, key: ConversationKey) -> None:
+        await self.check(door, person, key)
+        await self.agent.reset(key.id)
+
+    async def export(self, door: Admission, person: Person, key: ConversationKey) -> Any:
+        """The conversation's session as a notebook, or None when no code has run."""
+        await self.check(door, person, key)
+        return await self.agent.executor.session(key.id).export_notebook()
+
+    async def files(
+        self, door: Admission, person: Person, key: ConversationKey
+    ) -> list[tuple[str, int]]:
+        """The files in the conversation's /mnt/data, with their sizes."""
+        await self.check(door, person, key)
+        return await self.agent.executor.session(key.id).list_files()
+
+    def usage(self, server: str | None) -> str:
+        """The day's heaviest users, for admins."""
+        quotas = self.agent.quotas
+        if quotas is None:
+            return "Usage is not recorded: no quotas are configured (CELLMATE_QUOTA_*)."
+        top = quotas.top(server)
+        if not top:
+            return "Nobody has run code here in the last 24 hours."
+        lines = ["Top users, last 24 hours (runs, sandbox-seconds):"]
+        lines += [f"{i}. {u.who}: {u.runs} runs, {u.seconds:.0f} s" for i, u in enumerate(top, 1)]
+        return "\n".join(lines)
+
+
+async def _safely(telling: Awaitable[None]) -> None:
+    try:
+        await telling
+    except Exception:
+        log.exception("could not tell the person why their message got no answer")

@@ -1,0 +1,188 @@
+"""Discord's slash commands, the Run code menu, the /run editor, and the Stop and Re-run
+buttons: each one translated into a call on the conversation service."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any, cast
+
+import discord
+from discord import app_commands
+
+from bot.conversations import ConversationKey, Refused
+from bot.platforms.markup import code_blocks
+from bot.platforms.on_discord.reply import InteractionSurface
+
+if TYPE_CHECKING:
+    from bot.platforms.on_discord.client import CellmateDiscord
+
+NO_CONVERSATION = (
+    "There is no Cellmate conversation here: mention me in a channel to start a thread, "
+    "or send me a direct message."
+)
+BUTTON_LOOKS = {
+    "stop": ("Stop", discord.ButtonStyle.danger),
+    "rerun": ("Re-run", discord.ButtonStyle.secondary),
+}
+FILES_LISTED = 50
+
+
+def buttons(kind: str, key: str) -> discord.ui.View:
+    """A view with one turn button: "stop" or "rerun" for the turn `key`."""
+    view = discord.ui.View(timeout=None)
+    view.add_item(TurnButton(kind, key))
+    return view
+
+
+class TurnButton(
+    discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"cm:(?P<kind>stop|rerun):(?P<key>\w+)"
+):
+    """Stop on a running turn, Re-run on a finished direct run; found again by custom id."""
+
+    def __init__(self, kind: str, key: str) -> None:
+        label, style = BUTTON_LOOKS[kind]
+        super().__init__(discord.ui.Button(label=label, style=style, custom_id=f"cm:{kind}:{key}"))
+        self.kind = kind
+        self.key = key
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+    ) -> TurnButton:
+        return cls(match["kind"], match["key"])
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        client = cast("CellmateDiscord", interaction.client)
+        person = client.person(interaction)
+        try:
+            if self.kind == "stop":
+                why_not = await client.conversations.stop(client.door, person, self.key)
+                if why_not is None:
+                    await interaction.response.defer()
+                else:
+                    await _tell(interaction, why_not)
+                return
+            code, key = await client.conversations.rerun(client.door, person, self.key)
+        except Refused as exc:
+            await _tell(interaction, str(exc))
+            return
+        await client.start_run(interaction, code, key)
+
+
+class RunModal(discord.ui.Modal, title="Run Python"):
+    code: discord.ui.TextInput[RunModal] = discord.ui.TextInput(
+        label="Code",
+        style=discord.TextStyle.paragraph,
+        placeholder="import pandas as pd\n...",
+        max_length=4000,
+    )
+
+    def __init__(self, client: CellmateDiscord) -> None:
+        super().__init__(timeout=900)
+        self.client = client
+
+    async def on_submit(self, interaction: discord.Interaction) -> None:
+        await self.client.start_run(interaction, self.code.value)
+
+
+async def _tell(interaction: discord.Interaction, text: str) -> None:
+    if interaction.response.is_done():
+        await interaction.followup.send(text, ephemeral=True)
+    else:
+        await interaction.response.send_message(text, ephemeral=True)
+
+
+def register_commands(client: CellmateDiscord) -> None:
+    tree = client.tree
+    conversations = client.conversations
+
+    async def conversation(interaction: discord.Interaction) -> ConversationKey | None:
+        """The conversation a command acts on, for a person who may act on it (the
+        interaction then deferred); None, with the person told why, otherwise."""
+        from bot.platforms.on_discord.client import conversation_of
+
+        person = client.person(interaction)
+        if not await client.admitted(interaction, person):
+            return None
+        key = conversation_of(interaction)
+        if key is None:
+            await _tell(interaction, NO_CONVERSATION)
+            return None
+        try:
+            await conversations.check(client.door, person, key)
+        except Refused as exc:
+            await _tell(interaction, str(exc))
+            return None
+        await interaction.response.defer(thinking=True)
+        return key
+
+    @tree.command(name="run", description="Run Python in the sandbox, without the model")
+    @app_commands.describe(code="Python code; leave it out for a multi-line editor")
+    async def run(interaction: discord.Interaction, code: str | None = None) -> None:
+        if code is None or not code.strip():
+            if await client.admitted(interaction, client.person(interaction)):
+                await interaction.response.send_modal(RunModal(client))
+            return
+        await client.start_run(interaction, code_blocks(code) or code)
+
+    @tree.context_menu(name="Run code")
+    async def run_code(interaction: discord.Interaction, message: discord.Message) -> None:
+        code = code_blocks(message.content)
+        if code is None:
+            if await client.admitted(interaction, client.person(interaction)):
+                await _tell(interaction, "That message has no code.")
+            return
+        await client.start_run(interaction, code)
+
+    @tree.command(name="reset", description="Forget this conversation and restart its Python")
+    async def reset(interaction: discord.Interaction) -> None:
+        key = await conversation(interaction)
+        if key is None:
+            return
+        await conversations.reset(client.door, client.person(interaction), key)
+        await interaction.followup.send(
+            "Forgot this conversation and restarted its Python session: "
+            "its variables and its files in /mnt/data are gone."
+        )
+
+    @tree.command(name="export", description="This conversation's code and output as a notebook")
+    async def export(interaction: discord.Interaction) -> None:
+        key = await conversation(interaction)
+        if key is None:
+            return
+        notebook = await conversations.export(client.door, client.person(interaction), key)
+        if notebook is None:
+            await interaction.followup.send("Nothing to export yet: no code has run here.")
+            return
+        data = json.dumps(notebook, indent=1).encode()
+        await InteractionSurface(interaction).send(
+            "The session as a Jupyter notebook:", [("session.ipynb", data)]
+        )
+
+    @tree.command(name="files", description="The files in this conversation's /mnt/data")
+    async def files(interaction: discord.Interaction) -> None:
+        key = await conversation(interaction)
+        if key is None:
+            return
+        found = await conversations.files(client.door, client.person(interaction), key)
+        await interaction.followup.send(files_text(found))
+
+    @tree.command(name="usage", description="Who used Cellmate most in the last day (admins)")
+    @app_commands.default_permissions(manage_guild=True)
+    async def usage(interaction: discord.Interaction) -> None:
+        if not await client.admitted(interaction, client.person(interaction)):
+            return
+        admin = str(interaction.user.id) in conversations.admins
+        if not admin and not interaction.permissions.manage_guild:
+            await _tell(interaction, "Only admins can see usage.")
+            return
+        server = str(interaction.guild_id) if interaction.guild_id else None
+        await _tell(interaction, conversations.usage(server))
+
+
+def files_text(found: list[tuple[str, int]]) -> str:
+    lines = [f"`{path}` ({size:,} bytes)" for path, size in found[:FILES_LISTED]]
+    if len(found) > FILES_LISTED:
+        lines.append(f"… and {len(found) - FILES_LISTED} more")
+    return "\n".join(lines) or "No files in /mnt/data yet."
