@@ -7,9 +7,9 @@ import unicodedata
 from pathlib import Path
 from typing import TextIO
 
-from bot.platforms.markup import human_size
 from bot.terminal import clean, show_name
-from executor.models import ExecutionResult, RichResult, Status
+from bot.text import TERMINAL_MARK, human_size
+from executor.models import ExecutionResult, RichResult
 
 IMAGE_SUFFIXES = {
     "image/png": ".png",
@@ -21,13 +21,6 @@ IMAGE_SUFFIXES = {
 MAX_NAME_BYTES = 200
 UNSAFE_IN_NAMES = frozenset('/\\:*?"<>|')
 UNSHOWN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-STATUS_MARK = {
-    Status.OK: "✓",
-    Status.ERROR: "✗",
-    Status.TIMEOUT: "⏱",
-    Status.MEMORY: "✗",
-    Status.KILLED: "✗",
-}
 
 
 def save_outputs(result: ExecutionResult, out_dir: Path) -> dict[str, list[Path]]:
@@ -160,7 +153,7 @@ def print_result(
     for skipped in result.skipped_files:
         parts.append(f"not returned: {show_name(skipped.path)}: {show_name(skipped.reason)}\n")
     seconds = result.duration_ms / 1000
-    summary = f"{STATUS_MARK[result.status]} {result.status.value} in {seconds:.2f} s"
+    summary = f"{TERMINAL_MARK[result.status]} {result.status.value} in {seconds:.2f} s"
     summary += f" (sandbox ready in {result.startup_ms / 1000:.2f} s, {result.runtime})"
     parts.append(summary + (f": {result.message}" if result.message else "") + "\n")
     stream.write(clean("".join(parts)))

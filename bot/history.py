@@ -1,4 +1,8 @@
-"""Conversation history in SQLite: survives restarts, trimmed to a budget when read."""
+"""Conversation history in SQLite: survives restarts, trimmed to a budget when read.
+
+It is the model's transcript (what the agent sends and gets back), so it lives beside the
+agent; the conversation service reaches it only through `Agent.reset`.
+"""
 
 from __future__ import annotations
 

@@ -33,6 +33,32 @@ STORAGE_PREFIX = "CELLMATE_STORAGE_"
 DISCORD_PREFIX = "CELLMATE_DISCORD_"
 SLACK_PREFIX = "CELLMATE_SLACK_"
 QUOTA_PREFIX = "CELLMATE_QUOTA_"
+MODEL_NAMES = {
+    "api_key": "OPENAI_API_KEY",
+    "base_url": "OPENAI_BASE_URL",
+    "model": "OPENAI_MODEL",
+    "azure_endpoint": "AZURE_OPENAI_ENDPOINT",
+    "azure_api_key": "AZURE_OPENAI_API_KEY",
+    "api_version": "OPENAI_API_VERSION",
+    "timeout_s": "CELLMATE_LLM_TIMEOUT_S",
+    "max_retries": "CELLMATE_LLM_MAX_RETRIES",
+    "max_steps": "CELLMATE_AGENT_MAX_STEPS",
+    "turn_budget_s": "CELLMATE_AGENT_TURN_BUDGET_S",
+    "vision": "CELLMATE_LLM_VISION",
+}
+AZURE_NAMES = {
+    "connection_string": "AZURE_STORAGE_CONNECTION_STRING",
+    "container": "AZURE_BLOB_CONTAINER_NAME",
+    "account_name": "AZURE_STORAGE_ACCOUNT_NAME",
+    "account_key": "AZURE_STORAGE_ACCOUNT_KEY",
+}
+DISCORD_NAMES = {"token": "DISCORD_TOKEN", "api_url": "DISCORD_API_URL"}
+SLACK_NAMES = {
+    "bot_token": "SLACK_BOT_TOKEN",
+    "app_token": "SLACK_APP_TOKEN",
+    "signing_secret": "SLACK_SIGNING_SECRET",
+    "api_url": "SLACK_API_URL",
+}
 T = TypeVar("T")
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
@@ -204,7 +230,7 @@ class Settings:
     shutdown_grace_s: float = 30.0
     """On SIGTERM, how long running turns may take to finish before they are stopped."""
     log_format: typing.Literal["text", "json"] = "text"
-    log_level: str = "INFO"
+    log_level: typing.Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     sandbox_image: str = ""
     """Image for sandboxes; by default the content-hash tag of environments/jupyter."""
     instance: str = "default"
@@ -245,106 +271,49 @@ def load_settings(
     if env_file is not None and env_file.is_file():
         values.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
     values.update(os.environ if environ is None else environ)
-    sandbox = _section(SandboxLimits, SANDBOX_PREFIX, values)
-    pool = _section(PoolSettings, POOL_PREFIX, values)
-    storage = _section(StorageSettings, STORAGE_PREFIX, values)
-    discord = _section(
-        DiscordSettings,
-        DISCORD_PREFIX,
+    if values.get("CELLMATE_LOG_LEVEL"):
+        values["CELLMATE_LOG_LEVEL"] = values["CELLMATE_LOG_LEVEL"].upper()
+    return _section(
+        Settings,
+        "CELLMATE_",
         values,
-        named={"token": "DISCORD_TOKEN", "api_url": "DISCORD_API_URL"},
-    )
-    slack = _section(
-        SlackSettings,
-        SLACK_PREFIX,
-        values,
-        named={
-            "bot_token": "SLACK_BOT_TOKEN",
-            "app_token": "SLACK_APP_TOKEN",
-            "signing_secret": "SLACK_SIGNING_SECRET",
-            "api_url": "SLACK_API_URL",
+        sections={
+            "sandbox": _section(SandboxLimits, SANDBOX_PREFIX, values),
+            "pool": _section(PoolSettings, POOL_PREFIX, values),
+            "storage": _section(StorageSettings, STORAGE_PREFIX, values),
+            "azure": _section(AzureSettings, "", values, named=AZURE_NAMES),
+            "model": _section(ModelSettings, "", values, named=MODEL_NAMES),
+            "discord": _section(DiscordSettings, DISCORD_PREFIX, values, named=DISCORD_NAMES),
+            "slack": _section(SlackSettings, SLACK_PREFIX, values, named=SLACK_NAMES),
+            "quotas": _section(QuotaSettings, QUOTA_PREFIX, values),
         },
     )
-    azure = AzureSettings(
-        connection_string=values.get("AZURE_STORAGE_CONNECTION_STRING", ""),
-        container=values.get("AZURE_BLOB_CONTAINER_NAME", "") or "cellmate",
-        account_name=values.get("AZURE_STORAGE_ACCOUNT_NAME", ""),
-        account_key=values.get("AZURE_STORAGE_ACCOUNT_KEY", ""),
-    )
-    try:
-        return Settings(
-            sandbox=sandbox,
-            pool=pool,
-            storage=storage,
-            azure=azure,
-            discord=discord,
-            slack=slack,
-            quotas=_section(QuotaSettings, QUOTA_PREFIX, values),
-            admins=_parse("CELLMATE_ADMINS", values.get("CELLMATE_ADMINS", ""), tuple[str, ...]),
-            shutdown_grace_s=_parse(
-                "CELLMATE_SHUTDOWN_GRACE_S", values.get("CELLMATE_SHUTDOWN_GRACE_S", "30"), float
-            ),
-            log_format=_parse(
-                "CELLMATE_LOG_FORMAT",
-                values.get("CELLMATE_LOG_FORMAT", "") or "text",
-                typing.Literal["text", "json"],
-            ),
-            log_level=_parse(
-                "CELLMATE_LOG_LEVEL",
-                (values.get("CELLMATE_LOG_LEVEL", "") or "INFO").upper(),
-                typing.Literal["DEBUG", "INFO", "WARNING", "ERROR"],
-            ),
-            http_port=_parse("CELLMATE_HTTP_PORT", values.get("CELLMATE_HTTP_PORT", "8080"), int),
-            http_host=values.get("CELLMATE_HTTP_HOST", "") or "127.0.0.1",
-            model=ModelSettings(
-                api_key=values.get("OPENAI_API_KEY", ""),
-                base_url=values.get("OPENAI_BASE_URL", ""),
-                model=values.get("OPENAI_MODEL", "") or "gpt-4o-mini",
-                azure_endpoint=values.get("AZURE_OPENAI_ENDPOINT", ""),
-                azure_api_key=values.get("AZURE_OPENAI_API_KEY", ""),
-                api_version=values.get("OPENAI_API_VERSION", "") or "2024-10-21",
-                timeout_s=_parse(
-                    "CELLMATE_LLM_TIMEOUT_S", values.get("CELLMATE_LLM_TIMEOUT_S", "60"), float
-                ),
-                max_retries=_parse(
-                    "CELLMATE_LLM_MAX_RETRIES", values.get("CELLMATE_LLM_MAX_RETRIES", "2"), int
-                ),
-                max_steps=_parse(
-                    "CELLMATE_AGENT_MAX_STEPS", values.get("CELLMATE_AGENT_MAX_STEPS", "8"), int
-                ),
-                vision=_parse(
-                    "CELLMATE_LLM_VISION", values.get("CELLMATE_LLM_VISION", "false"), bool
-                ),
-                turn_budget_s=_parse(
-                    "CELLMATE_AGENT_TURN_BUDGET_S",
-                    values.get("CELLMATE_AGENT_TURN_BUDGET_S", "300"),
-                    float,
-                ),
-            ),
-            sandbox_image=values.get("CELLMATE_SANDBOX_IMAGE", ""),
-            instance=values.get("CELLMATE_INSTANCE", "default") or "default",
-            data_dir=Path(values.get("CELLMATE_DATA_DIR", ".data") or ".data"),
-            debian_mirror=values.get("CELLMATE_DEBIAN_MIRROR", "")
-            or "http://deb.debian.org/debian",
-        )
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from exc
 
 
 def _section(
-    kind: type[T], prefix: str, values: Mapping[str, str], named: Mapping[str, str] | None = None
+    kind: type[T],
+    prefix: str,
+    values: Mapping[str, str],
+    named: Mapping[str, str] | None = None,
+    sections: Mapping[str, Any] | None = None,
 ) -> T:
-    """A settings dataclass from `<prefix><FIELD>` variables (or the names in `named`)."""
+    """A settings dataclass from `<prefix><FIELD>` variables (or the names in `named`), with
+    its nested `sections` already built. An empty variable means the field's default, as
+    when it is not set at all: `.env.example` lists every name with an empty value."""
     hints = typing.get_type_hints(kind)
-    given: dict[str, Any] = {}
+    given: dict[str, Any] = dict(sections or {})
     for item in dataclasses.fields(kind):  # type: ignore[arg-type]
+        if item.name in given:
+            continue
         name = (named or {}).get(item.name) or prefix + item.name.upper()
-        if name in values:
-            given[item.name] = _parse(name, values[name].strip(), hints[item.name])
+        raw = values.get(name, "").strip()
+        if raw:
+            given[item.name] = _parse(name, raw, hints[item.name])
     try:
         return kind(**given)
     except ValueError as exc:
-        raise SettingsError(f"{exc} (check the {prefix}* settings)") from exc
+        which = f"{prefix}*" if prefix else ", ".join(sorted((named or {}).values()))
+        raise SettingsError(f"{exc} (check the {which} settings)") from exc
 
 
 def _parse(name: str, raw: str, kind: Any) -> Any:
@@ -364,6 +333,8 @@ def _parse(name: str, raw: str, kind: Any) -> Any:
             return float(raw)
         except ValueError:
             raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    if kind is Path:
+        return Path(raw)
     if kind == tuple[str, ...]:
         return tuple(part.strip() for part in raw.split(",") if part.strip())
     allowed = typing.get_args(kind)

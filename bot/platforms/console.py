@@ -38,9 +38,8 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
-from bot.platforms.markup import human_size
 from bot.terminal import TerminalText, clean, show_name
-from executor import Status
+from bot.text import human_size, run_status
 from storage.intake import IncomingFile
 
 log = logging.getLogger(__name__)
@@ -48,13 +47,6 @@ log = logging.getLogger(__name__)
 # The console is one person's own conversation, as a DM is.
 CONVERSATION = ConversationKey("console", "dm", "console")
 ME = Person("console", Place("console"))
-MARK = {
-    Status.OK: "✓",
-    Status.ERROR: "✗",
-    Status.TIMEOUT: "⏱",
-    Status.MEMORY: "✗",
-    Status.KILLED: "■",
-}
 HELP = (
     "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /export, "
     "/reset, /quit. Ctrl-C stops a running turn."
@@ -111,11 +103,7 @@ class Renderer:
             self._output(event)
         elif isinstance(event, ExecutionFinished):
             self._end_streams()
-            detail = f": {event.message}" if event.message else ""
-            self._line(
-                f"{MARK[event.status]} {event.status.value} "
-                f"in {event.duration_ms / 1000:.2f} s{detail}"
-            )
+            self._line(run_status(event.status, event.duration_ms, event.message, chat=False))
         elif isinstance(event, ArtifactsPublished):
             for item in event.artifacts:
                 where = item.link if item.status == "published" else f"not uploaded ({item.reason})"

@@ -33,13 +33,6 @@ def break_fences(text: str) -> str:
     return BACKTICK_RUN.sub(lambda match: ZWSP.join(match.group()), text)
 
 
-def human_size(size: int) -> str:
-    """Bytes as people read them: 512 B, 28.4 kB, 3.1 MB."""
-    if size < 1000:
-        return f"{size} B"
-    return f"{size / 1000:.1f} kB" if size < 1_000_000 else f"{size / 1e6:.1f} MB"
-
-
 def code_block(text: str, language: str = "") -> str:
     """`text` in a fenced block it cannot break out of."""
     body = break_fences(visible(text)).rstrip("\n")

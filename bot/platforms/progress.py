@@ -25,7 +25,7 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
-from bot.platforms.markup import human_size
+from bot.text import human_size, run_status
 from executor import Status
 from storage.artifacts import Artifact
 
@@ -33,14 +33,6 @@ log = logging.getLogger(__name__)
 
 OUTPUT_KEPT = 1_000_000
 """Characters of output kept per run for the attached output file; the rest is counted."""
-
-MARK = {
-    Status.OK: "✅",
-    Status.ERROR: "❌",
-    Status.TIMEOUT: "⏱️",
-    Status.MEMORY: "❌",
-    Status.KILLED: "⏹️",
-}
 
 
 @dataclass(slots=True)
@@ -73,8 +65,7 @@ class RunView:
     def summary(self) -> str:
         if self.status is None:
             return f"⏳ running for {time.monotonic() - self.started:.0f} s"
-        detail = f": {self.message}" if self.message else ""
-        return f"{MARK[self.status]} {self.status.value} in {self.duration_ms / 1000:.2f} s{detail}"
+        return run_status(self.status, self.duration_ms, self.message)
 
 
 @dataclass(slots=True)

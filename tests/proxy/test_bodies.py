@@ -318,9 +318,14 @@ MUTATIONS = st.one_of(
 )
 
 
+def _folded(key: str) -> str:
+    return key.replace("\u017f", "s").replace("\u212a", "k").lower()
+
+
 def _mutate(body: Obj, mutation: tuple[Any, ...]) -> None:
     kind = mutation[0]
-    host = next(v for k, v in body if k.lower() == "hostconfig" and isinstance(v, Obj))
+    # Found as Go's decoder finds it: a recased key (long s, Kelvin sign) still names it.
+    host = next(v for k, v in body if _folded(k) == "hostconfig" and isinstance(v, Obj))
     if kind == "recase":
         _, where, index, how = mutation
         target = body if where == "top" else host
