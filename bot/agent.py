@@ -26,6 +26,7 @@ from typing import Any, cast
 import openai
 
 from bot import logs
+from bot.conversations.access import Refused
 from bot.conversations.registry import Turn
 from bot.events import (
     Answer,
@@ -42,9 +43,8 @@ from bot.fences import only_code
 from bot.history import History
 from bot.metrics import Metrics
 from bot.prompt import PYTHON_TOOL, system_prompt, tool_result
-from bot.quotas import QuotaExceeded, Quotas
 from bot.run_outputs import artifact_sources
-from executor import ExecutionResult, Executor, ExecutorError, OutputEvent, Status
+from executor import ExecutionResult, Executor, ExecutorError, OutputEvent
 from storage.artifacts import Artifact, ArtifactLimits, publish
 from storage.base import Storage
 from storage.intake import Fetcher, IncomingFile, IntakeLimits, receive
@@ -97,7 +97,6 @@ class Agent:
         artifact_limits: ArtifactLimits | None = None,
         intake_limits: IntakeLimits | None = None,
         fetch: Fetcher | None = None,
-        quotas: Quotas | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.executor = executor
@@ -109,7 +108,6 @@ class Agent:
         self.artifact_limits = artifact_limits or ArtifactLimits()
         self.intake_limits = intake_limits or IntakeLimits()
         self.fetch = fetch
-        self.quotas = quotas
         self.metrics = metrics
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -118,7 +116,6 @@ class Agent:
     ) -> None:
         """Handle one message; turns of one conversation run one at a time, in order."""
         turn = turn or Turn(conversation)
-        turn.user, turn.server = message.user, message.server
         logs.conversation_id.set(conversation)
         logs.turn_id.set(uuid.uuid4().hex[:12])
         started = time.monotonic()
@@ -134,7 +131,7 @@ class Agent:
                 await self._turn(conversation, message, watched, turn)
             except ExecutorError as exc:
                 await _call(watched, Failure(f"The sandbox could not run the code: {exc}"))
-            except QuotaExceeded as exc:
+            except Refused as exc:  # a quota reached between two runs of the turn
                 await _call(watched, Failure(str(exc)))
         outcome = ending[0] if ending else "none"
         seconds = time.monotonic() - started
@@ -164,8 +161,9 @@ class Agent:
                 previews = await session.preview(intake.tabular)
         direct = direct_code(message.text)
         if direct is not None:
-            result, _ = await self._run(conversation, direct, emit, turn)
-            await _call(emit, Answer(_direct_summary(result)))
+            await self._run(conversation, direct, emit, turn)
+            # The run report (code, output, status) is the whole answer: no separate "Done.".
+            await _call(emit, Answer(""))
             return
         if self.client is None:
             await _call(emit, Answer(NO_MODEL))
@@ -293,8 +291,7 @@ class Agent:
         async def forward(event: OutputEvent) -> None:
             await _call(emit, OutputChunk(event))
 
-        if self.quotas is not None:
-            self.quotas.check(turn.user, turn.server)
+        turn.may_run()
         logs.run_id.set(uuid.uuid4().hex[:12])
         # A Stop pressed while the sandbox is still starting applies to this run as well.
         result = await self.executor.session(conversation).run(
@@ -302,8 +299,6 @@ class Agent:
         )
         seconds = result.duration_ms / 1000
         log.info("run finished: %s in %.2f s", result.status.value, seconds)
-        if self.quotas is not None:
-            self.quotas.record(turn.user, turn.server, seconds)
         if self.metrics is not None:
             self.metrics.run(result.status.value, seconds)
         await _call(
@@ -346,14 +341,6 @@ def direct_code(text: str) -> str | None:
     if stripped.startswith("/run"):
         return stripped.removeprefix("/run").strip() or None
     return only_code(stripped)
-
-
-def _direct_summary(result: ExecutionResult) -> str:
-    if result.status is Status.OK:
-        return result.message or "Done."
-    if result.error is not None:
-        return f"{result.error.name}: {result.error.value}".strip(": ")
-    return result.message
 
 
 def _user_content(text: str, files: list[str], previews: dict[str, str]) -> str:

@@ -113,7 +113,7 @@ async def _run_until_stopped(
     if stopping.is_set():
         grace = running.settings.shutdown_grace_s
         print(f"Stopping: finishing running turns (up to {grace:g} s) ...", flush=True)
-        stopped = await running.conversations.turns.drain(running.agent, grace)
+        stopped = await running.conversations.turns.drain(grace)
         if stopped:
             print(f"Stopped {stopped} turn(s) that ran past the grace period.", flush=True)
     for front in fronts:

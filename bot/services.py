@@ -13,11 +13,11 @@ from aiohttp import web
 
 from bot.agent import Agent, AgentLimits
 from bot.conversations import Conversations
+from bot.conversations.quotas import Quotas
 from bot.history import History
 from bot.http import Checks, create_app, start_server
 from bot.llm import build_client
 from bot.metrics import Metrics
-from bot.quotas import Quotas
 from bot.settings import Settings
 from bot.storage_setup import build_storage
 from executor import Executor, PoolSettings
@@ -83,11 +83,10 @@ async def services(
                     max_count=settings.storage.attachment_max_count,
                 ),
                 fetch=fetch,
-                quotas=quotas,
                 metrics=metrics,
             )
             metrics.watch(executor)
-            conversations = Conversations(agent, admins=frozenset(settings.admins))
+            conversations = Conversations(agent, admins=frozenset(settings.admins), quotas=quotas)
             yield Services(agent, storage, settings, conversations, metrics)
     finally:
         await storage.close()

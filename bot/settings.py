@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from dotenv import dotenv_values
 
-from bot.quotas import QuotaSettings
+from bot.conversations.quotas import QuotaSettings
 from executor.executor import PoolSettings
 from executor.image import default_tag
 from executor.limits import SandboxLimits

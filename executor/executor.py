@@ -5,18 +5,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 from executor.docker_backend import DockerBackend
 from executor.limits import SandboxLimits
-from executor.models import ExecutionResult, OutputEvent
+from executor.models import ExecutionResult
 from executor.notebook import run_notebook
 from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import SandboxBackend
 from executor.run import OutputCallback
-from executor.session import SessionManager, stream
+from executor.session import SessionManager
 
 log = logging.getLogger(__name__)
 
@@ -159,12 +159,6 @@ class Session:
             **overrides,
         )
 
-    def stream(
-        self, code: str | Sequence[str], **overrides: Any
-    ) -> AsyncIterator[OutputEvent | ExecutionResult]:
-        """Output events as they happen, and last the result."""
-        return stream(self._manager, self.key, _cells(code), **overrides)
-
     def stop(self) -> bool:
         """Interrupt the running code (the kernel keeps its state); False if nothing runs."""
         return self._manager.stop(self.key)
@@ -180,12 +174,8 @@ class Session:
 
     async def export_notebook(self) -> dict[str, Any] | None:
         """All cells run so far, with their outputs, as nbformat 4 JSON."""
-        notebook = await self._manager.export(self.key, "ipynb")
+        notebook = await self._manager.export(self.key)
         return notebook if isinstance(notebook, dict) else None
-
-    async def export_html(self) -> str | None:
-        html = await self._manager.export(self.key, "html")
-        return html if isinstance(html, str) else None
 
     async def preview(self, paths: Sequence[str]) -> dict[str, str]:
         """Schema previews of tabular files in /mnt/data (columns, types, first rows), read

@@ -227,11 +227,7 @@ class FakeSandbox:
             self._events.put_nowait(None)
 
     def _export(self, request: Mapping[str, Any]) -> Any:
-        notebook = self._notebook(self._cells)
-        if request.get("format") == "html":
-            cells = "".join(f"<pre>{code}</pre>" for code, _ in self._cells)
-            return f"<html><body>{cells}</body></html>"
-        return notebook
+        return self._notebook(self._cells)
 
     @staticmethod
     def _notebook(cells: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> dict[str, Any]:

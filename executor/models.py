@@ -6,7 +6,7 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -248,10 +248,6 @@ class OutputCollector:
             message=message,
             **fields,
         )
-
-    def extend(self, outputs: Iterable[Mapping[str, Any]]) -> None:
-        for output in outputs:
-            self.add(output)
 
 
 def _joined(value: Any) -> Any:

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 from executor.archive import build_input_tar
 from executor.errors import InvalidInput, SandboxError
 from executor.limits import SandboxLimits
-from executor.models import ExecutionResult, OutputCollector, OutputEvent, OutputFile, SkippedFile
+from executor.models import ExecutionResult, OutputCollector, OutputFile, SkippedFile
 from executor.notebook import MB, output_caps, skipped_notes
 from executor.pool import Lease, QueueCallback, SandboxPool
 from executor.run import (
@@ -274,10 +274,9 @@ class SessionManager:
             )
             return found.files[0].content if found.files else None
 
-    async def export(self, key: str, fmt: str) -> Any:
-        reply = await self._ask(
-            key, {"op": "export", "format": fmt}, "exported", "export the session"
-        )
+    async def export(self, key: str) -> Any:
+        """The session's notebook (nbformat 4 JSON), or None without a live session."""
+        reply = await self._ask(key, {"op": "export"}, "exported", "export the session")
         return None if reply is None else reply.get("content")
 
     async def preview(self, key: str, paths: Sequence[str]) -> dict[str, str]:
@@ -355,33 +354,6 @@ class SessionManager:
                 "(memory, CPU, runtime, network, sizes) are set for the executor"
             )
         return limits
-
-
-async def stream(
-    manager: SessionManager, key: str, cells: Sequence[str], **overrides: Any
-) -> AsyncIterator[OutputEvent | ExecutionResult]:
-    """Output events as they happen, then the result, as one async iterator."""
-    queue: asyncio.Queue[OutputEvent | ExecutionResult | BaseException] = asyncio.Queue()
-
-    async def produce() -> None:
-        try:
-            queue.put_nowait(await manager.run(key, cells, on_output=queue.put_nowait, **overrides))
-        except BaseException as exc:
-            queue.put_nowait(exc)
-
-    task = asyncio.create_task(produce())
-    try:
-        while True:
-            item = await queue.get()
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-            if isinstance(item, ExecutionResult):
-                return
-    finally:
-        if not task.done():
-            manager.stop(key)
-            await task
 
 
 def _safe_relative(path: str) -> bool:

@@ -106,15 +106,3 @@ async def publish(
         one(i, name, source) for i, (name, source) in enumerate(zip(names, sources, strict=True))
     ]
     return list(await asyncio.gather(*jobs))
-
-
-def summary(manifest: list[Artifact]) -> str:
-    """One line per artifact, for the console and for the model's context."""
-    lines = []
-    for item in manifest:
-        size = f"{item.size / 1000:.1f} kB" if item.size >= 1000 else f"{item.size} B"
-        if item.status == "published":
-            lines.append(f"{item.name} ({size}): {item.link}")
-        else:
-            lines.append(f"{item.name} ({size}): not uploaded ({item.status}: {item.reason})")
-    return "\n".join(lines)

@@ -8,15 +8,12 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.conversations.access import Refused
-
-if TYPE_CHECKING:
-    from bot.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +29,24 @@ class Draining(Refused):
 
 @dataclass(slots=True)
 class Turn:
-    """A running turn; `stop()` ends it early (the kernel keeps its state where it can)."""
+    """A running turn; `stop()` ends it early (the kernel keeps its state where it can).
+
+    The turn's runs watch `stop_requested` (the executor interrupts the kernel once it is
+    set, even while the run still waits for a sandbox), so stopping needs nothing else."""
 
     conversation: str
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     model_call: asyncio.Task[Any] | None = None
-    user: str = ""
-    server: str = ""
+    allowance: Callable[[], None] | None = None
+    """Raises a `Refused` when the person may not run more code now (a quota)."""
 
-    def stop(self, agent: Agent) -> None:
+    def may_run(self) -> None:
+        """Before each run of the turn: raise a `Refused` saying why it may not start."""
+        if self.allowance is not None:
+            self.allowance()
+
+    def stop(self) -> None:
         self.stop_requested.set()
-        agent.executor.session(self.conversation).stop()
         if self.model_call is not None:
             self.model_call.cancel()
 
@@ -106,7 +110,7 @@ class Turns:
     def rerun(self, key: str) -> RerunSpec | None:
         return self._reruns.get(key)
 
-    async def drain(self, agent: Agent, grace_s: float, stop_wait_s: float = 15.0) -> int:
+    async def drain(self, grace_s: float, stop_wait_s: float = 15.0) -> int:
         """Take no new turns; give running ones `grace_s` to finish, then stop them (their
         replies say why) and wait for those replies. Returns how many had to be stopped."""
         self.accepting = False
@@ -119,7 +123,7 @@ class Turns:
         log.warning("stopping %d turn(s) still running after %g s", len(left), grace_s)
         for entry in left:
             entry.shutdown = True
-            entry.turn.stop(agent)
+            entry.turn.stop()
         try:
             await asyncio.wait_for(self._idle.wait(), stop_wait_s)
         except TimeoutError:

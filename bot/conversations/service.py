@@ -26,8 +26,10 @@ from bot.conversations.access import (
 )
 from bot.conversations.keys import ConversationKey
 from bot.conversations.lines import Lines
-from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Turns
+from bot.conversations.quotas import Quotas
+from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Turn, Turns
 from bot.conversations.reply import Reply
+from bot.events import ExecutionFinished, TurnEvent
 
 if TYPE_CHECKING:
     from bot.agent import Agent, UserMessage
@@ -74,8 +76,12 @@ class Admission:
 
 
 class Conversations:
-    def __init__(self, agent: Agent, admins: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, agent: Agent, admins: frozenset[str] = frozenset(), quotas: Quotas | None = None
+    ) -> None:
         self.agent = agent
+        self.quotas = quotas
+        """Limits on runs per person and server; usage is recorded from each run's end."""
         self.admins = admins
         """User ids (any platform) that moderate everywhere and may see /usage."""
         self.turns = Turns()
@@ -111,7 +117,8 @@ class Conversations:
                         spec = RerunSpec(rerun_code, conversation, message.server, person.user)
                         self.turns.remember(entry.key, spec)
                     await reply.start(entry.key)
-                    await self.agent.turn(key.id, message, reply, entry.turn)
+                    emit = self._metered(reply, person.user, message.server, entry.turn)
+                    await self.agent.turn(key.id, message, emit, entry.turn)
                     notices = [SHUTDOWN_NOTICE] if entry.shutdown else []
                     await reply.finish(entry.key if rerun_code is not None else None, notices)
         except NotHere:
@@ -136,8 +143,25 @@ class Conversations:
             raise NotHere
         if not self.turns.accepting:
             raise Draining
-        if self.agent.quotas is not None:
-            self.agent.quotas.check(person.user, server)
+        if self.quotas is not None:
+            self.quotas.check(person.user, server)
+
+    def _metered(
+        self, reply: Reply, user: str, server: str, turn: Turn
+    ) -> Callable[[TurnEvent], Awaitable[None] | None]:
+        """The reply, with each run checked against the quotas before it starts (a turn may
+        run code several times) and its sandbox time recorded when it ends."""
+        quotas = self.quotas
+        if quotas is None:
+            return reply
+        turn.allowance = lambda: quotas.check(user, server)
+
+        def emit(event: TurnEvent) -> Awaitable[None] | None:
+            if isinstance(event, ExecutionFinished):
+                quotas.record(user, server, event.duration_ms / 1000)
+            return reply(event)
+
+        return emit
 
     # ── acting on a conversation ─────────────────────────────────────────
 
@@ -176,7 +200,7 @@ class Conversations:
         await self.check(
             door, person, ConversationKey.parse(running.turn.conversation), running.owner
         )
-        running.turn.stop(self.agent)
+        running.turn.stop()
         return None
 
     async def rerun(
@@ -211,7 +235,7 @@ class Conversations:
 
     def usage(self, server: str | None) -> str:
         """The day's heaviest users, for admins."""
-        quotas = self.agent.quotas
+        quotas = self.quotas
         if quotas is None:
             return "Usage is not recorded: no quotas are configured (CELLMATE_QUOTA_*)."
         top = quotas.top(server)

@@ -20,7 +20,7 @@ Requests (one JSON object per line on stdin):
      "notebook": false}
                                       run cells in order, stop at the first error
     {"op": "interrupt"}               send SIGINT to the kernel
-    {"op": "export", "id": "e1", "format": "ipynb" | "html"}
+    {"op": "export", "id": "e1"}      the session's notebook, as nbformat 4 JSON
     {"op": "preview", "id": "p1", "paths": ["sales.csv"]}
                                       schema previews of tabular files, read in a subprocess
     {"op": "shutdown"}                stop the kernel and exit
@@ -30,7 +30,7 @@ Events (one JSON object per line on stdout):
     {"type": "output", "id": "r1", "cell": 0, "output": {nbformat output}}
     {"type": "done", "id": "r1", "status": "ok|error|died", "changed": ["out.csv"],
      "dropped_results": 0, ...}
-    {"type": "exported", "id": "e1", "format": "html", "content": "..."}
+    {"type": "exported", "id": "e1", "format": "ipynb", "content": {notebook}}
     {"type": "previewed", "id": "p1", "previews": {"sales.csv": "..."}}
 """
 
@@ -340,15 +340,9 @@ class Runner:
             self.reap()
 
     def export(self, request: dict[str, Any]) -> None:
-        event: dict[str, Any] = {"type": "exported", "id": request.get("id", "")}
-        if request.get("format") == "html":
-            from nbconvert import HTMLExporter
-
-            content, _ = HTMLExporter().from_notebook_node(self.nb)
-            event.update(format="html", content=content)
-        else:
-            event.update(format="ipynb", content=self.nb)
-        self.emit(event)
+        self.emit(
+            {"type": "exported", "id": request.get("id", ""), "format": "ipynb", "content": self.nb}
+        )
 
     async def preview(self, request: dict[str, Any]) -> None:
         paths = [str(p) for p in request.get("paths", [])][:20]

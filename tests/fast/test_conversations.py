@@ -4,7 +4,7 @@ re-run, reset, export and files, and who may act, as a front end's `Reply` sees 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -22,12 +22,14 @@ from bot.conversations import (
     Refused,
 )
 from bot.conversations.lines import Lines
+from bot.conversations.quotas import QuotaExceeded, Quotas, QuotaSettings
 from bot.events import Answer, ExecutionFinished, Failure, TurnEvent
 from bot.history import History
 from executor import Executor, PoolSettings, Status
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from storage.local import LocalStorage
 from tests.conftest import SECRET
+from tests.platforms.openai_server import ScriptedModel, runs, says
 
 KEY = ConversationKey("slack", "T1", "C1", "1700000000.000100")
 ALICE = Person("alice", Place("alice", "T1", "C1"))
@@ -103,7 +105,7 @@ def test_keys_are_one_value_with_one_spelling() -> None:
 async def test_a_turn_gets_one_answer(service: Conversations) -> None:
     reply = Recorder()
     await service.turn(Admission(AccessRules()), ALICE, KEY, run("print(1)"), reply)
-    assert reply.shown == ["started", "answer: Done."]
+    assert reply.shown == ["started", "answer: "]  # the run report is the answer
     assert [e.status for e in reply.events if isinstance(e, ExecutionFinished)] == [Status.OK]
 
 
@@ -124,7 +126,7 @@ async def test_a_second_message_queues_behind_the_first_and_can_be_stopped(
     assert await service.stop(door, ALICE, first.stop_key) is None
     await asyncio.gather(running, waiting, stopped)
     assert first.shown[-1].startswith("answer: ")
-    assert second.shown[-1] == "answer: Done."
+    assert second.shown[-1] == "answer: "
     assert [e.status for e in second.events if isinstance(e, ExecutionFinished)] == [Status.OK]
     assert backend.runs.count("print(1)") == 1  # the stopped one never ran
 
@@ -203,10 +205,43 @@ async def test_direct_runs_offer_re_run_and_one_off_sessions_end(
     reply = Recorder()
     one_off = ConversationKey.one_off("slack", "T1", "C1")
     await service.turn(door, ALICE, one_off, run("print(1)"), reply, rerun_code="print(1)")
-    assert reply.shown[-1] == "answer: Done. [re-run]"
+    assert reply.shown[-1] == "answer:  [re-run]"
     assert one_off.id not in service.agent.executor.sessions.active  # its session is gone
     with pytest.raises(NotYours):
         await service.rerun(door, BOB, reply.stop_key)
     assert await service.rerun(door, ALICE, reply.stop_key) == ("print(1)", None)
     with pytest.raises(Refused, match="no longer have that code"):
         await service.rerun(door, ALICE, "unknown")
+
+
+async def test_a_quota_reached_between_two_runs_of_a_turn_ends_it_with_one_answer(
+    backend: FakeBackend,
+    make_agent: Callable[..., Agent],
+    model: ScriptedModel,
+    tmp_path: Path,
+) -> None:
+    """The second run of a model's turn is refused by the quota: the turn's one answer says
+    so, the first run's time is recorded, and the person's next message is refused at once."""
+    quotas = Quotas(tmp_path / "usage.sqlite3", QuotaSettings(user_runs_per_hour=1))
+    async with Executor("fake", backend=backend, pool=PoolSettings(size=0)) as executor:
+        service = Conversations(make_agent(executor, model, tmp_path), quotas=quotas)
+        model.script(runs("print(1)"), runs("print(1)"), says("never said"))
+        reply = Recorder()
+        door = Admission(AccessRules())
+        await service.turn(door, ALICE, KEY, UserMessage("twice", user="alice", server="T1"), reply)
+        assert reply.shown[-1].startswith("answer: failed: That would exceed your limit of 1 runs")
+        assert backend.runs == ["print(1)"]
+        assert "1. alice: 1 runs" in service.usage("T1")
+        again = Recorder()
+        await service.turn(door, ALICE, KEY, run("print(1)"), again)
+        assert again.shown == [f"refused: {again_refusal(quotas)}"]
+        assert backend.runs == ["print(1)"]
+    quotas.close()
+
+
+def again_refusal(quotas: Quotas) -> str:
+    try:
+        quotas.check("alice", "T1")
+    except QuotaExceeded as exc:
+        return str(exc)
+    raise AssertionError("the quota should refuse")

@@ -18,6 +18,7 @@ import yarl
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.access import NOT_HERE, NOT_YOURS
+from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.platforms.on_discord import build_client, run_discord
 from bot.settings import DiscordSettings
 from executor import Executor, SandboxLimits
@@ -55,6 +56,7 @@ def fake_backend() -> FakeBackend:
     return FakeBackend(
         {
             "print(6 * 7)": FakeRun(outputs=[stdout("42\n")]),
+            "print('once', 1)": FakeRun(outputs=[stdout("once 1\n")]),
             CHART: FakeRun(outputs=[stdout("plotted\n"), image(PNG)]),
             HANG: FakeRun(outputs=[stdout("waiting\n")], hang=True),
             "keep()": FakeRun(outputs=[stdout("kept\n")], files={"notes.txt": b"hi"}),
@@ -178,8 +180,13 @@ async def test_a_fenced_code_block_in_a_dm_runs_without_a_model(
     messages = await bot.answer_in(dm)
     assert "42" in messages[0].content
     assert "✅ ok" in messages[0].content
-    assert len(_answers(messages)) == 1
+    assert len(messages) == 1  # the run report is the whole answer
     assert [code.strip() for code in fake_backend.runs] == ["print(6 * 7)"]
+    rerun = await bot.server.click(messages[0], _button_id(messages[0], "Re-run"))
+    again = await _result(bot, rerun, "42")
+    assert again.id != messages[0].id
+    assert [code.strip() for code in fake_backend.runs] == ["print(6 * 7)"] * 2
+    assert fake_backend.started == 1  # in the DM's own session
 
 
 async def test_plain_text_without_a_model_says_how_to_run_code(
@@ -218,10 +225,10 @@ async def test_stop_ends_a_hanging_run_and_the_turn_answers_once(
     messages = await bot.answer_in(dm)
     assert "⏹️ killed" in messages[0].content
     assert "stopped on request" in messages[0].content
-    assert len(_answers(messages)) == 1
+    assert len(messages) == 1  # the run report is the whole answer
     await bot.server.post_message(dm, "```py\nprint(6 * 7)\n```")
     messages = await bot.answer_in(dm, count=2)
-    assert "42" in messages[-2].content
+    assert "42" in messages[-1].content
 
 
 async def test_stop_ends_a_hanging_run_command_and_leaves_re_run(
@@ -243,7 +250,7 @@ async def test_stop_ends_a_hanging_run_command_and_leaves_re_run(
     await bot.server.click(running, _button_id(running, "Stop"))
     stopped = await _result(bot, ran, "⏹️ killed")
     assert not _has_button(stopped, "Stop")
-    assert len(bot.server.interaction_messages(ran)) == 2  # the run, and its one answer
+    assert len(bot.server.interaction_messages(ran)) == 1  # the run report is its answer
 
 
 async def test_stop_while_the_model_thinks_ends_the_turn_with_one_answer(
@@ -342,7 +349,7 @@ async def test_conversation_commands_are_refused_to_others_and_allowed_to_a_mode
 
     await bot.server.click(running, _button_id(running, "Stop"), user=OWNER)
     messages = await bot.answer_in(thread_id, count=2)
-    assert "⏹️ killed" in messages[-2].content
+    assert "⏹️ killed" in messages[-1].content
     listed = await bot.server.slash("files", channel_id=thread_id, user=OWNER)
     assert await _told(bot, listed) == "`notes.txt` (2 bytes)"
     rerun = await bot.server.click(result, _button_id(result, "Re-run"), user=OWNER)
@@ -368,6 +375,38 @@ async def test_a_second_message_while_the_first_turn_runs_waits_its_turn(
     assert [code.strip() for code in fake_backend.runs] == [HANG, "print(6 * 7)"]
     assert any("42" in m.content for m in messages)
     assert not any(m.content == QUEUED for m in messages)  # the queued note became the run
+
+
+async def test_quotas_refuse_with_when_to_try_again_and_usage_is_for_admins(
+    start_bot: Callable[..., Awaitable[Bot]], tmp_path: Path
+) -> None:
+    bot = await start_bot(use_model=False)
+    limits = QuotaSettings(user_runs_per_hour=1)
+    bot.client.conversations.quotas = Quotas(tmp_path / "usage.sqlite3", limits)
+    first = await bot.server.slash("run", {"code": "print('once', 1)"})
+    await bot.server.wait_for(
+        lambda: (
+            any("once 1" in m.content for m in bot.server.interaction_messages(first))
+            and not bot.client.door.lines.busy
+        )
+    )
+    second = await bot.server.slash("run", {"code": "print('twice')"})
+    refusal = await bot.server.wait_for(
+        lambda: next((c for c in bot.server.callbacks if c["interaction_id"] == second.id), None)
+    )
+    assert isinstance(refusal, dict)
+    assert "limit of 1 runs per hour. Try again in 60 min" in refusal["data"]["content"]
+
+    denied = await bot.server.slash("usage")
+    answer = await bot.server.wait_for(
+        lambda: next((c for c in bot.server.callbacks if c["interaction_id"] == denied.id), None)
+    )
+    assert "Only admins" in answer["data"]["content"]  # type: ignore[index]
+    shown = await bot.server.slash("usage", user=OWNER)
+    usage = await bot.server.wait_for(
+        lambda: next((c for c in bot.server.callbacks if c["interaction_id"] == shown.id), None)
+    )
+    assert f"1. {ALICE}: 1 runs" in usage["data"]["content"]  # type: ignore[index]
 
 
 # ── errors ─────────────────────────────────────────────────────────────────────────────────
@@ -409,4 +448,4 @@ async def test_a_kernel_death_is_reported_in_the_one_answer(
     messages = await bot.answer_in(dm)
     assert "going down" in messages[0].content
     assert "killed" in messages[0].content
-    assert len(_answers(messages)) == 1
+    assert len(messages) == 1  # the run report is the whole answer

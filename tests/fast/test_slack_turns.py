@@ -186,8 +186,12 @@ async def test_a_fenced_code_block_in_a_dm_runs_without_a_model(
     asked, _ = await bot.server.post(dm, "```\nprint(6 * 7)\n```")
     messages = await bot.answered(dm, asked.ts)
     assert "42" in messages[0].text
-    assert len(_answers(messages)) == 1
+    assert len(messages) == 1  # the run report is the whole answer
     assert [code.strip() for code in fake_backend.runs] == ["print(6 * 7)"]
+    await bot.server.click(messages[0], "cm_rerun")
+    await bot.answered(dm, asked.ts, count=2)
+    assert [code.strip() for code in fake_backend.runs] == ["print(6 * 7)"] * 2
+    assert fake_backend.started == 1  # in the DM's own session
 
 
 async def test_run_shows_the_output_and_re_run_runs_it_again(
@@ -213,7 +217,7 @@ async def test_stop_ends_a_hanging_run_and_the_turn_answers_once(
     messages = await bot.answered(C_GENERAL, asked.ts)
     assert "killed" in messages[0].text
     assert "stopped on request" in messages[0].text
-    assert len(_answers(messages)) == 1
+    assert len(messages) == 1  # the run report is the whole answer
 
 
 async def test_stop_ends_a_hanging_run_command_and_leaves_re_run(
@@ -236,7 +240,7 @@ async def test_stop_ends_a_hanging_run_command_and_leaves_re_run(
     stopped = await _result(bot, "killed")
     assert stopped.ts == running.ts
     messages = await bot.answered(C_GENERAL, running.ts)
-    assert len(_answers(messages)) == 1
+    assert len(messages) == 1  # the run report is the whole answer
     await bot.server.wait_for(lambda: not fake_backend.live)  # a one-off run's sandbox goes
 
 
@@ -456,4 +460,4 @@ async def test_a_kernel_death_is_reported_in_the_one_answer(
     messages = await bot.answered(C_GENERAL, asked.ts)
     assert "going down" in messages[0].text
     assert "killed" in messages[0].text
-    assert len(_answers(messages)) == 1
+    assert len(messages) == 1  # the run report is the whole answer

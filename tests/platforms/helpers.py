@@ -34,3 +34,14 @@ def assert_no_sandbox_left(instance: str) -> None:
         assert live_sandboxes(client, instance) == [], "a sandbox was left behind"
     finally:
         client.close()
+
+
+def turns_ended(messages: list[tuple[str, bool]], report: str) -> int:
+    """How many turns these bot messages (text, and whether it has a Re-run button; in
+    order, file uploads left out) answer: each answer, and each finished direct run, whose
+    report (starting with `report`, with Re-run) is its whole answer."""
+    return sum(
+        1
+        for text, rerun in messages
+        if "⏳" not in text and ":hourglass" not in text and (rerun or not text.startswith(report))
+    )

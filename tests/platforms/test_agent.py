@@ -14,8 +14,10 @@ from bot.events import (
     Answer,
     ArtifactsPublished,
     CodeStarted,
+    ExecutionFinished,
+    OutputChunk,
 )
-from executor import Executor
+from executor import Executor, Status
 from storage.intake import IncomingFile
 from tests.agent_turns import final, tool_messages, turn
 from tests.platforms.openai_server import ScriptedModel, runs, says
@@ -84,10 +86,15 @@ async def test_without_a_model_code_still_runs(
 ) -> None:
     agent = make_agent(executor, None, tmp_path)
     events = await turn(agent, "c-none", "```python\nprint(sum(range(5)))\n```")
-    assert final(events) == Answer("Done.")
+    # The run report is the whole answer: no separate "Done.".
+    assert final(events) == Answer("")
     assert [e.code for e in events if isinstance(e, CodeStarted)] == ["print(sum(range(5)))\n"]
     again = await turn(agent, "c-none", "/run 1/0")
-    assert final(again) == Answer("ZeroDivisionError: division by zero")
+    assert final(again) == Answer("")
+    (ended,) = [e for e in again if isinstance(e, ExecutionFinished)]
+    assert ended.status is Status.ERROR
+    errors = [e.output.error for e in again if isinstance(e, OutputChunk) and e.output.error]
+    assert [error.name for error in errors] == ["ZeroDivisionError"]
     chat = await turn(agent, "c-none", "plot something nice")
     ending = final(chat)
     assert isinstance(ending, Answer)

@@ -99,7 +99,7 @@ async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
             sl.C_GENERAL, "```\nprint('from', 'slack')\n```", mention_bot=True
         )
         await discord_side.wait_for(lambda: discord_text(discord_side, "from discord"), 60)
-        await slack_side.wait_for(lambda: slack_text(slack_side, asked.ts, "Done."), 60)
+        await slack_side.wait_for(lambda: slack_text(slack_side, asked.ts, "from slack"), 60)
 
         async with aiohttp.ClientSession() as session:
             health = await get_json(session, f"http://127.0.0.1:{port}/healthz")

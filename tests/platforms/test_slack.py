@@ -29,7 +29,7 @@ from bot.platforms.on_slack import (
 from bot.platforms.on_slack.app import NO_CONVERSATION
 from bot.settings import SlackSettings
 from executor import Executor
-from tests.platforms.helpers import CHART_CODE, PNG, SALES
+from tests.platforms.helpers import CHART_CODE, PNG, SALES, turns_ended
 from tests.platforms.openai_server import ScriptedModel, runs, says
 from tests.platforms.slack_server import (
     ADMIN,
@@ -64,8 +64,10 @@ class Bot:
             messages = self.thread(channel, root)
             if self.slack.door.lines.busy or any(_button(m, "cm_stop") for m in messages):
                 return None
-            answers = [m for m in messages if not _is_progress(m) and not m.files]
-            return messages if len(answers) >= count else None
+            idle = not self.slack.conversations.turns
+            shown = [(m.text, _button(m, "cm_rerun")) for m in messages if not m.files]
+            ended = turns_ended(shown, "*Code*")
+            return messages if ended >= count and idle else None
 
         return await self.server.wait_for(finished, 60)  # type: ignore[return-value]
 

@@ -12,7 +12,8 @@ def test_clean_text_strips_ansi_and_lone_surrogates() -> None:
 
 def test_collector_folds_nbformat_outputs() -> None:
     collector = OutputCollector()
-    collector.extend(
+    _add_all(
+        collector,
         [
             {"output_type": "stream", "name": "stdout", "text": "a\n"},
             {"output_type": "stream", "name": "stderr", "text": ["warn", "ing\n"]},
@@ -33,7 +34,7 @@ def test_collector_folds_nbformat_outputs() -> None:
                 "evalue": "'x'",
                 "traceback": ["\x1b[0;31mKeyError\x1b[0m: 'x'"],
             },
-        ]
+        ],
     )
     assert collector.stdout == ["a\n"]
     assert collector.stderr == ["warning\n"]
@@ -49,8 +50,9 @@ def test_collector_folds_nbformat_outputs() -> None:
 
 def test_collector_ignores_malformed_outputs() -> None:
     collector = OutputCollector()
-    collector.extend(
-        [{"output_type": "display_data", "data": "not a bundle"}, {"output_type": "unknown"}, {}]
+    _add_all(
+        collector,
+        [{"output_type": "display_data", "data": "not a bundle"}, {"output_type": "unknown"}, {}],
     )
     assert collector.results == []
     assert collector.error is None
@@ -92,3 +94,8 @@ def test_collector_caps_text_in_bytes_without_splitting_a_character() -> None:
     assert collector.stdout == ["ééé"]
     assert [r.text for r in collector.results] == ["éééé"]
     assert collector.truncated
+
+
+def _add_all(collector: OutputCollector, outputs: list[dict[str, object]]) -> None:
+    for output in outputs:
+        collector.add(output)

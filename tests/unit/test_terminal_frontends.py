@@ -251,7 +251,6 @@ class FakeAgent:
     """Fails the first turn the way a bug below the console would, answers the next."""
 
     executor = FakeExecutor()
-    quotas = None
     metrics = None
 
     def __init__(self) -> None:

@@ -157,7 +157,8 @@ class CellmateDiscord(discord.Client):
             surface = ChannelSurface(channel, reference=message if edited else None)
         else:
             key, surface = await self._start_thread(message, text)
-        if direct_code(text) is not None:
+        code = direct_code(text)
+        if code is not None:
             self.code_messages[message.id] = key
         attachments = [
             IncomingFile(item.filename, item.size, url=item.url) for item in message.attachments
@@ -167,7 +168,7 @@ class CellmateDiscord(discord.Client):
             text, attachments, user=person.user, server=server, fetch=self.fetch
         )
         await self.conversations.turn(
-            self.door, person, key, user_message, self.reply(surface), quiet=True
+            self.door, person, key, user_message, self.reply(surface), rerun_code=code, quiet=True
         )
 
     async def _start_thread(

@@ -162,13 +162,16 @@ class CellmateSlack:
             return
         key = ConversationKey("slack", team, channel, root)
         self.latest[(team, channel, user)] = key
-        if direct_code(text) is not None:
+        code = direct_code(text)
+        if code is not None:
             self.code_messages[(channel, ts)] = key
         message = UserMessage(text, files, user=user, server=team, fetch=self.fetch)
         await self._react(channel, ts, "eyes", add=True)
         try:
             reply = self._reply(thread, user)
-            await self.conversations.turn(self.door, person, key, message, reply, quiet=True)
+            await self.conversations.turn(
+                self.door, person, key, message, reply, rerun_code=code, quiet=True
+            )
         finally:
             await self._react(channel, ts, "eyes", add=False)
 

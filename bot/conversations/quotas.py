@@ -4,7 +4,6 @@ survive restarts. A limit of 0 means no limit."""
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import threading
 import time
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.conversations.access import Refused
+from bot.text import human_duration
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -97,7 +97,7 @@ class Quotas:
                     wait = times[len(times) - runs_limit] + HOUR - now
                     raise QuotaExceeded(
                         f"That would exceed {whose} limit of {runs_limit} runs per hour. "
-                        f"Try again in {_duration(wait)}."
+                        f"Try again in {human_duration(wait)}."
                     )
             if seconds_limit:
                 spent = self._spent(column, who, now - DAY)
@@ -105,7 +105,7 @@ class Quotas:
                     wait = _until_below(spent, seconds_limit, now)
                     raise QuotaExceeded(
                         f"That would exceed {whose} limit of {seconds_limit:g} sandbox-seconds "
-                        f"per day. Try again in {_duration(wait)}."
+                        f"per day. Try again in {human_duration(wait)}."
                     )
 
     def record(self, user: str, server: str, seconds: float, now: float | None = None) -> None:
@@ -157,12 +157,3 @@ def _until_below(spent: list[tuple[float, float]], limit: float, now: float) -> 
         if total < limit:
             return at + DAY - now
     return DAY
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(1, math.ceil(seconds))
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{math.ceil(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"
