@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint typecheck unit build-image engine compose venv bench clean azurite
+.PHONY: run test check lint typecheck unit build-image engine compose venv bench clean azurite kube
 
 run: build-image
 	$(BIN)/cellmate start
@@ -29,6 +29,11 @@ build-image: venv engine
 
 engine:
 	bash scripts/ensure-docker.sh
+
+# A single-node Kubernetes (../shared/k8s-kit, or K8S_KIT) with the sandbox image loaded,
+# for the Kubernetes tests: `export CELLMATE_TEST_KUBECONFIG=$$(make -s kube | tail -1)`.
+kube: build-image
+	bash scripts/ensure-kubernetes.sh
 
 # Compose, to validate docker-compose.yml in the tests.
 compose:

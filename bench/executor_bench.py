@@ -1,4 +1,5 @@
-"""Executor latency and footprint: `python -m bench executor [--runtime runsc] [--quick]`.
+"""Executor latency and footprint:
+`python -m bench executor [--runtime runsc] [--backend kubernetes] [--samples N]`.
 
 Prints a table of median and p95 figures (milliseconds unless named otherwise), the machine
 and the settings, and as its last line one JSON object with the headline figures.
@@ -24,6 +25,8 @@ import docker
 from bot.settings import load_settings
 from executor import ExecutionResult, Executor, PoolSettings, SandboxLimits, Status
 from executor.docker_backend import INSTANCE_LABEL, connect
+from executor.kubernetes_backend import KubernetesBackend
+from executor.protocol import SandboxBackend
 
 INSTANCE = "bench"
 TRIVIAL = "x += 1; x"
@@ -63,9 +66,17 @@ async def until(predicate: Callable[[], bool]) -> None:
             await asyncio.sleep(0.05)
 
 
-async def measure(image: str, limits: SandboxLimits, samples: int, figures: Figures) -> None:
+async def measure(
+    image: str,
+    limits: SandboxLimits,
+    samples: int,
+    figures: Figures,
+    backend: Callable[[], SandboxBackend | None],
+) -> None:
     pool = PoolSettings(size=2, max_live=40, queue_limit=50)
-    async with Executor(image, limits=limits, instance=INSTANCE, pool=pool) as executor:
+    async with Executor(
+        image, limits=limits, backend=backend(), instance=INSTANCE, pool=pool
+    ) as executor:
         await until(lambda: executor.pool.ready == pool.size)
 
         warm = executor.session("follow-up")
@@ -99,13 +110,15 @@ async def measure(image: str, limits: SandboxLimits, samples: int, figures: Figu
             for _ in range(max(3, samples // 2)):
                 rounds += await asyncio.gather(*(timed(partial(s.run, TRIVIAL)) for s in sessions))
             figures.add(f"{count} sessions running at once", rounds, f"concurrent{count}")
-            if count == 10:
+            if count == 10 and not isinstance(executor.backend, KubernetesBackend):
                 figures.summary["idle_session_mib"] = round(idle_memory_mib(executor), 1)
             for s in sessions:
                 await s.close()
 
     cold = dataclasses.replace(pool, size=0)
-    async with Executor(image, limits=limits, instance=INSTANCE, pool=cold) as executor:
+    async with Executor(
+        image, limits=limits, backend=backend(), instance=INSTANCE, pool=cold
+    ) as executor:
         cold_runs = [
             await timed(partial(executor.session(f"cold-{i}").run, "x = 1; x"))
             for i in range(samples)
@@ -190,8 +203,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--samples", type=int, default=10, help="samples per figure (follow-ups: 5x)"
     )
+    parser.add_argument(
+        "--backend",
+        choices=["docker", "kubernetes"],
+        help="default: CELLMATE_EXECUTOR_BACKEND (kubernetes reads CELLMATE_KUBERNETES_*)",
+    )
     args = parser.parse_args(argv)
     settings = load_settings()
+    if args.backend:
+        settings = dataclasses.replace(settings, executor_backend=args.backend)
     limits = settings.sandbox
     if args.runtime:
         limits = dataclasses.replace(limits, runtime=args.runtime)
@@ -199,18 +219,30 @@ def main(argv: list[str]) -> int:
     print(f"machine: {machine()}")
     print(
         f"settings: runtime {limits.runtime}, memory {limits.memory_mb} MB, cpus {limits.cpus}, "
-        f"pool 2 ready, {args.samples} samples, image {settings.image}"
+        f"pool 2 ready, {args.samples} samples, image {settings.image}, "
+        f"backend {settings.executor_backend}"
+        + (f" (namespace {settings.kubernetes.namespace})" if settings.sandbox_backend() else "")
     )
     baseline(settings.image, limits.runtime, args.samples, figures)
-    asyncio.run(measure(settings.image, limits, args.samples, figures))
+    asyncio.run(
+        measure(
+            settings.image,
+            limits,
+            args.samples,
+            figures,
+            backend=lambda: dataclasses.replace(settings, sandbox=limits).sandbox_backend(),
+        )
+    )
     follow_up = figures.summary["follow_up_p50_ms"]
     figures.summary["speedup_vs_baseline"] = round(
         figures.summary["baseline_nbconvert_ms"] / follow_up, 1
     )
     figures.summary["runtime"] = limits.runtime
+    figures.summary["backend"] = settings.executor_backend
     print(f"{'figure':48} {'p50 ms':>9} {'p95 ms':>9} {'n':>5}")
     for name, p50, p95, count in figures.rows:
         print(f"{name:48} {p50:9.1f} {p95:9.1f} {count:5}")
-    print(f"{'idle session memory (MiB)':48} {figures.summary['idle_session_mib']:9.1f}")
+    if "idle_session_mib" in figures.summary:
+        print(f"{'idle session memory (MiB)':48} {figures.summary['idle_session_mib']:9.1f}")
     print(json.dumps(figures.summary))
     return 0

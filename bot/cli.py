@@ -247,7 +247,11 @@ async def _run_once(
     # One run needs one sandbox: no pool kept warm for a single command.
     pool = dataclasses.replace(settings.pool, size=0)
     async with Executor(
-        settings.image, limits=limits, instance=settings.instance, pool=pool
+        settings.image,
+        limits=limits,
+        backend=settings.sandbox_backend(),
+        instance=settings.instance,
+        pool=pool,
     ) as executor:
         return await executor.run_notebook([source], files=files)
 

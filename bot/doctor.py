@@ -19,8 +19,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.llm import build_client
 from bot.settings import Settings
 from bot.storage_setup import build_storage
-from executor import EngineUnavailable
+from executor import EngineUnavailable, ExecutorError
 from executor.docker_backend import connect
+from executor.kubernetes_backend import KubernetesBackend
 
 TIMEOUT_S = 15.0
 DISCORD_API = "https://discord.com/api/v10"
@@ -40,7 +41,7 @@ Check = Callable[[Settings], Awaitable[list[Finding]]]
 
 async def diagnose(settings: Settings) -> list[Finding]:
     findings: list[Finding] = [Finding("settings", True, "loaded (.env and the environment)")]
-    for check in (_docker, _storage, _model, _discord, _slack):
+    for check in (_sandboxes, _storage, _model, _discord, _slack):
         try:
             findings += await asyncio.wait_for(check(settings), TIMEOUT_S)
         except TimeoutError:
@@ -59,6 +60,72 @@ def report(findings: list[Finding], out: TextIO) -> int:
     failed = [f for f in findings if f.required and not f.ok]
     out.write("All required checks passed.\n" if not failed else f"{len(failed)} problem(s).\n")
     return 1 if failed else 0
+
+
+async def _sandboxes(settings: Settings) -> list[Finding]:
+    if settings.executor_backend == "kubernetes":
+        return await _kubernetes(settings)
+    return await _docker(settings)
+
+
+async def _kubernetes(settings: Settings) -> list[Finding]:
+    """The cluster answers and lets the bot do what sandboxes need (access reviews); the
+    namespace enforces the `restricted` level; and a sandbox Pod starts and gets ready,
+    which proves the image, the RuntimeClass and the admission policy together."""
+    backend = KubernetesBackend(settings.image, settings.kubernetes, instance=settings.instance)
+    namespace = settings.kubernetes.namespace
+    try:
+        try:
+            await backend.check(settings.sandbox.runtime)
+        except ExecutorError as exc:
+            return [
+                Finding(
+                    "cluster",
+                    False,
+                    str(exc),
+                    "apply deploy/kubernetes/ and check CELLMATE_KUBERNETES_*",
+                )
+            ]
+        found = [Finding("cluster", True, f"reachable; may run sandboxes in {namespace}")]
+        found.append(await _restricted(backend, namespace))
+        try:
+            sandbox = await backend.start(settings.sandbox, None)
+            try:
+                ready = await asyncio.wait_for(sandbox.receive(), TIMEOUT_S / 2)
+            finally:
+                await sandbox.destroy()
+            ok = ready is not None and ready.get("type") == "ready"
+            detail = f"{settings.image} started under {settings.sandbox.runtime}"
+            found.append(Finding("sandbox", ok, detail if ok else "started, but never ready"))
+        except (ExecutorError, TimeoutError) as exc:
+            found.append(
+                Finding(
+                    "sandbox",
+                    False,
+                    f"a sandbox Pod did not start: {exc or 'no answer'}",
+                    "load or push the image where the nodes pull from; check the RuntimeClass "
+                    "(CELLMATE_KUBERNETES_RUNTIME_CLASS_*)",
+                )
+            )
+        return found
+    finally:
+        await backend.close()
+
+
+async def _restricted(backend: KubernetesBackend, namespace: str) -> Finding:
+    try:
+        level = await backend.namespace_label("pod-security.kubernetes.io/enforce")
+    except ExecutorError as exc:
+        return Finding("policy", False, f"cannot read the namespace: {exc}", required=False)
+    if level == "restricted":
+        return Finding("policy", True, f"{namespace} enforces PodSecurity 'restricted'")
+    return Finding(
+        "policy",
+        False,
+        f"{namespace} enforces {level or 'no PodSecurity level'}",
+        "label it pod-security.kubernetes.io/enforce=restricted (deploy/kubernetes/ does)",
+        required=False,
+    )
 
 
 async def _docker(settings: Settings) -> list[Finding]:

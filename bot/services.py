@@ -59,6 +59,7 @@ async def services(
         async with Executor(
             settings.image,
             limits=settings.sandbox,
+            backend=settings.sandbox_backend(),
             instance=settings.instance,
             pool=pool or settings.pool,
         ) as executor:

@@ -24,7 +24,9 @@ from dotenv import dotenv_values
 from bot.conversations.quotas import QuotaSettings
 from executor.executor import PoolSettings
 from executor.image import default_tag
+from executor.kubernetes_backend import KubernetesBackend, KubernetesSettings
 from executor.limits import SandboxLimits
+from executor.protocol import SandboxBackend
 from storage.intake import file_hosts
 
 SANDBOX_PREFIX = "CELLMATE_SANDBOX_"
@@ -33,6 +35,7 @@ STORAGE_PREFIX = "CELLMATE_STORAGE_"
 DISCORD_PREFIX = "CELLMATE_DISCORD_"
 SLACK_PREFIX = "CELLMATE_SLACK_"
 QUOTA_PREFIX = "CELLMATE_QUOTA_"
+KUBERNETES_PREFIX = "CELLMATE_KUBERNETES_"
 MODEL_NAMES = {
     "api_key": "OPENAI_API_KEY",
     "base_url": "OPENAI_BASE_URL",
@@ -216,6 +219,9 @@ class SlackSettings:
 class Settings:
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
     pool: PoolSettings = field(default_factory=PoolSettings)
+    executor_backend: typing.Literal["docker", "kubernetes"] = "docker"
+    """Where sandboxes run: containers on the Docker engine, or Pods on a cluster."""
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     azure: AzureSettings = field(default_factory=AzureSettings)
     http_port: int = 8080
@@ -241,6 +247,12 @@ class Settings:
     @property
     def image(self) -> str:
         return self.sandbox_image or default_tag()
+
+    def sandbox_backend(self) -> SandboxBackend | None:
+        """The chosen executor backend; None for the executor's default (Docker)."""
+        if self.executor_backend == "kubernetes":
+            return KubernetesBackend(self.image, self.kubernetes, instance=self.instance)
+        return None
 
     @property
     def secrets(self) -> list[str]:
@@ -280,6 +292,7 @@ def load_settings(
         sections={
             "sandbox": _section(SandboxLimits, SANDBOX_PREFIX, values),
             "pool": _section(PoolSettings, POOL_PREFIX, values),
+            "kubernetes": _section(KubernetesSettings, KUBERNETES_PREFIX, values),
             "storage": _section(StorageSettings, STORAGE_PREFIX, values),
             "azure": _section(AzureSettings, "", values, named=AZURE_NAMES),
             "model": _section(ModelSettings, "", values, named=MODEL_NAMES),

@@ -53,8 +53,15 @@ class RunnerStream:
     (stream id, three zero bytes, big-endian length).
     """
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader | None = None,
+        frames: asyncio.Queue[tuple[int, bytes] | None] | None = None,
+    ) -> None:
+        """Frames come from `reader` (an engine's multiplexed stream) or, already split by
+        stream, from `frames` (None there ends the stream)."""
         self._reader = reader
+        self._frames = frames
         self._stdout = bytearray()
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
@@ -67,7 +74,7 @@ class RunnerStream:
 
     @property
     def ended(self) -> bool:
-        return self._ended or self._reader.at_eof()
+        return self._ended or (self._reader is not None and self._reader.at_eof())
 
     @property
     def stderr_tail(self) -> str:
@@ -127,6 +134,9 @@ class RunnerStream:
         return event
 
     async def _read_frame(self) -> tuple[int, bytes] | None:
+        if self._frames is not None:
+            return await self._frames.get()
+        assert self._reader is not None
         try:
             header = await self._reader.readexactly(8)
             payload = await self._reader.readexactly(int.from_bytes(header[4:8], "big"))

@@ -233,13 +233,17 @@ class Runner:
         self.received = int(head)
         return json.loads(payload)
 
-    async def start(self) -> None:
+    async def start(self, reader: asyncio.StreamReader) -> None:
         started = time.monotonic()
         prepare_writable_dirs()
         self.client.km = self.client.create_kernel_manager()
         await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
         await self.client.async_start_new_kernel_client()
         await self.client.kc.execute_interactive(KERNEL_SETUP, silent=True, store_history=False)
+        if os.environ.get("CELLMATE_RUNNER_AWAIT_HELLO") == "1":
+            # Where the host can attach only after the start (a Kubernetes Pod), what is
+            # written before it attached is lost: it says "hello" first.
+            await reader.readline()
         key = os.urandom(32)
         self.emit(
             {
@@ -378,7 +382,7 @@ class Runner:
 
     async def serve(self) -> None:
         reader = await stdin_reader()
-        await self.start()
+        await self.start(reader)
         reaper = asyncio.create_task(self.reap_loop())
         while True:
             line = await reader.readline()

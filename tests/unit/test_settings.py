@@ -108,6 +108,7 @@ def test_env_example_lists_every_setting_and_loads() -> None:
 
     from bot.settings import (
         DISCORD_PREFIX,
+        KUBERNETES_PREFIX,
         POOL_PREFIX,
         QUOTA_PREFIX,
         SANDBOX_PREFIX,
@@ -119,6 +120,7 @@ def test_env_example_lists_every_setting_and_loads() -> None:
         StorageSettings,
     )
     from executor.executor import PoolSettings
+    from executor.kubernetes_backend import KubernetesSettings
     from executor.limits import SandboxLimits
 
     example = Path(__file__).resolve().parents[2] / ".env.example"
@@ -130,6 +132,7 @@ def test_env_example_lists_every_setting_and_loads() -> None:
         (DISCORD_PREFIX, DiscordSettings),
         (SLACK_PREFIX, SlackSettings),
         (QUOTA_PREFIX, QuotaSettings),
+        (KUBERNETES_PREFIX, KubernetesSettings),
     ):
         for item in dataclasses.fields(section):
             if item.name in ("token", "api_url", "bot_token", "app_token", "signing_secret"):
@@ -137,6 +140,7 @@ def test_env_example_lists_every_setting_and_loads() -> None:
             assert prefix + item.name.upper() in text, item.name
     for name in (
         "CELLMATE_SANDBOX_IMAGE",
+        "CELLMATE_EXECUTOR_BACKEND",
         "CELLMATE_INSTANCE",
         "CELLMATE_DATA_DIR",
         "CELLMATE_HTTP_PORT",

@@ -1,0 +1,153 @@
+"""The Kubernetes backend against a real cluster: `CELLMATE_TEST_KUBECONFIG` names an admin
+kubeconfig (`.ci/run` starts ../shared/k8s-kit and sets it, with the sandbox image loaded).
+Without it these tests are reported as skipped, except in CI, where that is a failure.
+
+The manifests in deploy/kubernetes/ are applied as shipped, and the executor runs with the
+bot's own service account token, so the tests prove the RBAC they grant is enough."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import utils as k8s_utils
+from kubernetes.client.exceptions import ApiException
+
+from executor import Executor, PoolSettings, SandboxLimits, default_tag
+from executor.kubernetes_backend import (
+    INSTANCE_LABEL,
+    SANDBOX_LABEL,
+    KubernetesBackend,
+    KubernetesSettings,
+)
+
+KUBECONFIG = os.environ.get("CELLMATE_TEST_KUBECONFIG", "")
+MANIFESTS = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+NAMESPACE = "cellmate-sandboxes"
+BOT_NAMESPACE, BOT_ACCOUNT = "cellmate", "cellmate"
+TEST_INSTANCE = os.environ.get("CELLMATE_TEST_INSTANCE", "tests")
+NO_POOL = PoolSettings(size=0)
+RUNTIME_CLASSES = {"runc": "runc", "runsc": "gvisor"}
+"""The kit's RuntimeClass names."""
+
+
+@pytest.fixture(scope="session")
+def admin() -> Iterator[k8s.ApiClient]:
+    if not KUBECONFIG:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CELLMATE_TEST_KUBECONFIG is not set: .ci/run starts the cluster")
+        pytest.skip("no cluster: set CELLMATE_TEST_KUBECONFIG to an admin kubeconfig")
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=KUBECONFIG, client_configuration=configuration)
+    with k8s.ApiClient(configuration) as api:
+        yield api
+
+
+@pytest.fixture(scope="session")
+def deployed(admin: k8s.ApiClient) -> str:
+    """The shipped manifests, applied (all but the bot's Deployment, whose image is not in
+    the cluster); the sandbox namespace."""
+    for name in ("namespaces.yaml", "rbac.yaml", "networkpolicy.yaml", "runtimeclass.yaml"):
+        for document in yaml.safe_load_all((MANIFESTS / name).read_text()):
+            try:
+                k8s_utils.create_from_dict(admin, document)
+            except k8s_utils.FailToCreateError as exc:
+                if any(e.status != 409 for e in exc.api_exceptions):  # 409: already there
+                    raise
+    return NAMESPACE
+
+
+@pytest.fixture(scope="session")
+def bot_kubeconfig(
+    admin: k8s.ApiClient, deployed: str, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """A kubeconfig with the bot's service account token, for the cluster of the admin one."""
+    core = k8s.CoreV1Api(admin)
+    for _ in range(100):  # the token controller may take a moment after the account exists
+        try:
+            requested: Any = core.create_namespaced_service_account_token(
+                BOT_ACCOUNT, BOT_NAMESPACE, {"spec": {"expirationSeconds": 7200}}
+            )
+            break
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            time.sleep(0.1)
+    config = yaml.safe_load(Path(KUBECONFIG).read_text())
+    cluster = config["clusters"][0]
+    bot = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": "bot", "user": {"token": requested.status.token}}],
+        "contexts": [{"name": "bot", "context": {"cluster": cluster["name"], "user": "bot"}}],
+        "current-context": "bot",
+    }
+    path = tmp_path_factory.mktemp("kube") / "bot.kubeconfig"
+    path.write_text(yaml.safe_dump(bot))
+    return str(path)
+
+
+def bot_client(bot_kubeconfig: str) -> k8s.ApiClient:
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=bot_kubeconfig, client_configuration=configuration)
+    return k8s.ApiClient(configuration)
+
+
+def sandbox_pods(admin: k8s.ApiClient, instance: str = TEST_INSTANCE) -> list[str]:
+    selector = f"{SANDBOX_LABEL}=1,{INSTANCE_LABEL}={instance}"
+    pods = k8s.CoreV1Api(admin).list_namespaced_pod(NAMESPACE, label_selector=selector).items
+    return [str(pod.metadata.name) for pod in pods]
+
+
+@pytest.fixture(autouse=True)
+def no_sandbox_left_behind(admin: k8s.ApiClient, deployed: str) -> Iterator[None]:
+    yield
+    deadline = time.monotonic() + 60
+    while sandbox_pods(admin) and time.monotonic() < deadline:
+        time.sleep(0.2)  # deleted Pods take a moment to go
+    assert sandbox_pods(admin) == [], "a sandbox Pod was left behind"
+
+
+def settings(bot_kubeconfig: str) -> KubernetesSettings:
+    return KubernetesSettings(
+        namespace=NAMESPACE,
+        kubeconfig=bot_kubeconfig,
+        runtime_class_runc=RUNTIME_CLASSES["runc"],
+        runtime_class_runsc=RUNTIME_CLASSES["runsc"],
+        image_pull_policy="Never",  # loaded onto the node: the cluster has no registry
+    )
+
+
+@pytest.fixture(params=["runc", "runsc"])
+def runtime(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def make_executor(
+    bot_kubeconfig: str, runtime: str = "runc", instance: str = TEST_INSTANCE, **limits: Any
+) -> Executor:
+    backend = KubernetesBackend(default_tag(), settings(bot_kubeconfig), instance=instance)
+    chosen = SandboxLimits(runtime=runtime, **{"timeout_s": 20, **limits})  # type: ignore[arg-type]
+    return Executor(default_tag(), limits=chosen, backend=backend, pool=NO_POOL)
+
+
+@pytest.fixture
+async def executor(bot_kubeconfig: str) -> AsyncIterator[Executor]:
+    async with make_executor(bot_kubeconfig) as ex:
+        yield ex
+
+
+async def wait_until(predicate: Callable[[], bool], seconds: float = 60) -> None:
+    """Poll what has no event to wait on (the pool's counters, the cluster's Pods)."""
+    async with asyncio.timeout(seconds):
+        while not predicate():  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
