@@ -22,6 +22,7 @@ import base64
 import contextlib
 import logging
 import socket
+import tarfile
 import threading
 import time
 import uuid
@@ -51,6 +52,7 @@ CONTAINER = "sandbox"
 DATA_DIR = "/mnt/data"
 START_POLL_S = 0.1
 EXIT_REPORT_S = 10.0
+EXEC_SILENCE_S = 120.0
 STREAM_LOCK = threading.Lock()
 NEEDED = (
     ("pods", "", "create"),
@@ -255,7 +257,9 @@ class KubernetesSandbox:
 
     @property
     def alive(self) -> bool:
-        return not self._events.ended
+        # The pump ends with the attach stream: a Pod that went while nobody was reading
+        # its events is not alive either.
+        return self._pump.is_alive() and not self._events.ended
 
     @property
     def stderr_tail(self) -> str:
@@ -316,13 +320,15 @@ class KubernetesSandbox:
                 return read_output_tar(
                     ChunkReader(_stdout_chunks(running)), caps, unchanged, wanted
                 )
+            except (tarfile.TarError, EOFError) as exc:  # the stream ended early
+                raise SandboxError(f"could not read the sandbox's files: {exc}") from exc
             finally:
                 _close(running)
 
         return await _cluster(fetch)
 
     def _open_exec(self, command: list[str], stdin: bool) -> Any:
-        return open_stream(
+        running = open_stream(
             self._streams.connect_get_namespaced_pod_exec,
             self._name,
             self._namespace,
@@ -332,6 +338,10 @@ class KubernetesSandbox:
             stdout=True,
             stderr=True,
         )
+        # A command that stops answering (a lost connection, a stalled node) must not hold
+        # the run forever: a read that waits this long ends the stream.
+        running.sock.settimeout(EXEC_SILENCE_S)
+        return running
 
     def _exec(self, command: list[str], data: bytes | None = None) -> tuple[bytes, bytes]:
         running = self._open_exec(command, stdin=data is not None)

@@ -10,11 +10,6 @@ import nbformat
 import pytest
 
 from executor import Executor, InvalidInput, OutputEvent, Status
-from tests.executor_suite import (
-    DEAD_KERNELS,
-    a_dead_kernel_restarts_the_session_and_says_so,
-    a_stop_interrupts_and_keeps_state,
-)
 from tests.integration.conftest import TEST_INSTANCE
 
 pytestmark = pytest.mark.docker
@@ -63,7 +58,18 @@ async def test_output_streams_while_the_code_runs(executor: Executor) -> None:
 
 
 async def test_stop_interrupts_and_keeps_state(executor: Executor) -> None:
-    await a_stop_interrupts_and_keeps_state(executor)
+    session = executor.session("stoppable")
+    await session.run("kept = 'still here'")
+    running = asyncio.create_task(session.run("import time\nwhile True:\n    time.sleep(0.1)"))
+    await asyncio.sleep(1.5)
+    assert session.stop()
+    stopped = await running
+    assert stopped.status is Status.KILLED
+    assert stopped.message == "The run was stopped on request."
+    after = await session.run("kept")
+    assert after.results[-1].text == "'still here'"
+    assert not after.session_restarted
+    assert not session.stop()  # nothing runs now
 
 
 async def test_a_stop_set_before_the_run_starts_runs_nothing(executor: Executor) -> None:
@@ -111,11 +117,32 @@ async def test_timeout_in_a_session_keeps_state(executor: Executor) -> None:
     assert await value(executor, "slow", "n") == "7"
 
 
-@pytest.mark.parametrize(("code", "status", "reason"), DEAD_KERNELS)
+@pytest.mark.parametrize(
+    ("code", "status", "reason"),
+    [
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", Status.KILLED, "kernel died"),
+        ("import ctypes\nctypes.string_at(0)", Status.KILLED, "kernel died"),
+        (
+            "blocks = []\nwhile True:\n    blocks.append(bytearray(64 * 1024 * 1024))",
+            Status.MEMORY,
+            "ran out of memory",
+        ),
+    ],
+)
 async def test_a_dead_kernel_restarts_the_session_and_says_so(
     executor: Executor, code: str, status: Status, reason: str
 ) -> None:
-    await a_dead_kernel_restarts_the_session_and_says_so(executor, code, status, reason)
+    session = executor.session("fragile")
+    await session.run("precious = 1")
+    died = await session.run(code)
+    assert died.status is status
+    after = await session.run("'precious' in globals()")
+    assert after.session_restarted
+    assert reason in after.message
+    assert "earlier variables and files are gone" in after.message
+    assert after.results[-1].text == "False"
+    again = await session.run("1")
+    assert not again.session_restarted
 
 
 async def test_a_container_removed_from_outside_is_replaced(
@@ -186,7 +213,7 @@ async def test_a_link_written_by_code_is_never_followed(executor: Executor) -> N
     assert await session.get_file("passwd") is None
 
 
-async def test_export_as_notebook_and_html(executor: Executor) -> None:
+async def test_export_as_a_notebook(executor: Executor) -> None:
     session = executor.session("export")
     await session.run("a = 20")
     await session.run("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\na + 22")

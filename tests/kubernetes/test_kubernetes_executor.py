@@ -17,11 +17,6 @@ from bot.settings import Settings, load_settings
 from executor import Executor, PoolSettings, Status, default_tag
 from executor.kubernetes_backend import KubernetesBackend, pod_manifest
 from executor.limits import SandboxLimits
-from tests.executor_suite import (
-    DEAD_KERNELS,
-    a_dead_kernel_restarts_the_session_and_says_so,
-    a_stop_interrupts_and_keeps_state,
-)
 from tests.kubernetes.conftest import (
     NAMESPACE,
     TEST_INSTANCE,
@@ -104,10 +99,6 @@ async def test_a_notebook_run_returns_output_and_files_in_a_locked_down_pod(
     assert result.runtime == runtime
 
 
-async def test_a_session_keeps_state_and_a_stop_keeps_the_kernel(executor: Executor) -> None:
-    await a_stop_interrupts_and_keeps_state(executor)
-
-
 async def test_code_that_ignores_the_time_limit_is_killed_and_the_next_run_says_so(
     bot_kubeconfig: str,
 ) -> None:
@@ -125,26 +116,22 @@ async def test_code_that_ignores_the_time_limit_is_killed_and_the_next_run_says_
         assert "the previous run was stopped at the time limit" in after.message
 
 
-@pytest.mark.parametrize(("code", "status", "reason"), DEAD_KERNELS)
-async def test_a_dead_kernel_restarts_the_session_and_says_so(
-    executor: Executor, code: str, status: Status, reason: str
-) -> None:
-    await a_dead_kernel_restarts_the_session_and_says_so(executor, code, status, reason)
-
-
 async def test_a_pod_deleted_from_outside_gives_a_new_session_that_says_so(
     admin: k8s.ApiClient, executor: Executor
 ) -> None:
     session = executor.session("deleted")
     await session.run("precious = 1")
     (name,) = sandbox_pods(admin)
-    k8s.CoreV1Api(admin).delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
-    deadline = time.monotonic() + 30
+    k8s.CoreV1Api(admin).delete_namespaced_pod(name, NAMESPACE)
+    # With no grace period the object goes at once, and the kubelet stops the container a
+    # moment later: until then the session still answers, with its state.
+    deadline = time.monotonic() + 60
     result = await session.run("'precious' in globals()")
     while not result.session_restarted and time.monotonic() < deadline:
-        await asyncio.sleep(0.5)  # the attach stream closes a moment after the deletion
+        assert result.status in (Status.OK, Status.KILLED), result
+        await asyncio.sleep(0.5)
         result = await session.run("'precious' in globals()")
-    assert result.session_restarted
+    assert result.session_restarted, result
     assert result.results[-1].text == "False"
     assert "its sandbox had stopped" in result.message
 
