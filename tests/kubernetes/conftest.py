@@ -133,11 +133,15 @@ def runtime(request: pytest.FixtureRequest) -> str:
 
 
 def make_executor(
-    bot_kubeconfig: str, runtime: str = "runc", instance: str = TEST_INSTANCE, **limits: Any
+    bot_kubeconfig: str,
+    runtime: str = "runc",
+    instance: str = TEST_INSTANCE,
+    pool: PoolSettings = NO_POOL,
+    **limits: Any,
 ) -> Executor:
     backend = KubernetesBackend(default_tag(), settings(bot_kubeconfig), instance=instance)
     chosen = SandboxLimits(runtime=runtime, **{"timeout_s": 20, **limits})  # type: ignore[arg-type]
-    return Executor(default_tag(), limits=chosen, backend=backend, pool=NO_POOL)
+    return Executor(default_tag(), limits=chosen, backend=backend, pool=pool)
 
 
 @pytest.fixture

@@ -179,14 +179,7 @@ async def test_leftovers_of_this_instance_are_removed_and_others_are_spared(
 
 
 async def test_a_warm_pool_hands_out_ready_pods(bot_kubeconfig: str) -> None:
-    executor = make_executor(bot_kubeconfig)
-    executor = Executor(
-        default_tag(),
-        limits=executor.limits,
-        backend=executor.backend,
-        pool=PoolSettings(size=1, max_live=2),
-    )
-    async with executor:
+    async with make_executor(bot_kubeconfig, pool=PoolSettings(size=1, max_live=2)) as executor:
         await wait_until(lambda: executor.pool.ready == 1)
         result = await executor.session("warm").run("21 * 2")
         assert result.results[-1].text == "42"
