@@ -88,6 +88,17 @@ async def _kubernetes(settings: Settings) -> list[Finding]:
             ]
         found = [Finding("cluster", True, f"reachable; may run sandboxes in {namespace}")]
         found.append(await _restricted(backend, namespace))
+        found.append(
+            Finding("restarts", True, "sessions carry on when the bot restarts")
+            if backend.keeps_sessions
+            else Finding(
+                "restarts",
+                False,
+                "sessions end when the bot restarts",
+                "set CELLMATE_KUBERNETES_SESSION_SECRET (a long random value kept in a Secret)",
+                required=False,
+            )
+        )
         try:
             sandbox = await backend.start(settings.sandbox, None)
             try:

@@ -267,6 +267,7 @@ class Settings:
             self.azure.account_key,
             self.azure.connection_string,
             self.storage.link_secret,
+            self.kubernetes.session_secret,
         ]
         # A connection string's account key also appears on its own.
         for part in self.azure.connection_string.split(";"):

@@ -381,7 +381,7 @@ class DockerBackend:
             original.close()
         return container, raw
 
-    async def remove_leftovers(self) -> int:
+    async def remove_leftovers(self, keep: Collection[str] = ()) -> int:
         client = await self.client()
 
         def sweep() -> int:

@@ -14,7 +14,7 @@ from executor.limits import SandboxLimits
 from executor.models import ExecutionResult
 from executor.notebook import run_notebook
 from executor.pool import QueueCallback, SandboxPool
-from executor.protocol import SandboxBackend
+from executor.protocol import SandboxBackend, SessionKeeper
 from executor.run import OutputCallback
 from executor.session import SessionManager
 
@@ -43,7 +43,9 @@ class PoolSettings:
 
 class Executor:
     """Checks the engine and image on entry, removes leftovers of crashed runs, keeps a warm
-    pool, runs one-off notebooks and keyed sessions; on exit removes every sandbox."""
+    pool, runs one-off notebooks and keyed sessions; on exit removes every sandbox. With a
+    backend that keeps sessions (SessionKeeper), sessions' sandboxes outlive the process
+    instead: the next one of the same instance attaches to them again."""
 
     def __init__(
         self,
@@ -63,15 +65,24 @@ class Executor:
             self.pool, self.limits, settings.idle_timeout_s, settings.max_lifetime_s
         )
 
+    @property
+    def _keeper(self) -> SessionKeeper | None:
+        backend = self.backend
+        return backend if isinstance(backend, SessionKeeper) and backend.keeps_sessions else None
+
     async def __aenter__(self) -> Self:
         try:
             await self.backend.check(self.limits.runtime)
-            removed = await self.backend.remove_leftovers()
+            found = await self._keeper.recover() if self._keeper is not None else []
+            removed = await self.backend.remove_leftovers(keep={f.sandbox.id for f in found})
+            if found:
+                log.info("attached again to %d session(s) an earlier run left going", len(found))
             if removed:
                 log.warning("removed %d sandbox(es) left behind by an earlier run", removed)
         except BaseException:
             await self.backend.close()
             raise
+        self.sessions.adopt(found)
         self.pool.start()
         self.sessions.start()
         return self
@@ -85,19 +96,26 @@ class Executor:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """End every session and remove every sandbox this executor started."""
+        """End every session and remove every sandbox this executor started; with a backend
+        that keeps sessions, their sandboxes are left running for the next process."""
         try:
             await asyncio.shield(self._close())
         finally:
             await self.backend.close()
 
     async def _close(self) -> None:
-        await self.sessions.close_all()
+        keeper = self._keeper
+        kept = await self.sessions.close_all(keep=keeper is not None)
+        for sandbox in kept:
+            assert keeper is not None
+            await keeper.detach(sandbox)
+        if kept:
+            log.info("left %d session(s) running for the next start to attach to", len(kept))
         await self.pool.close()
         # A removal that failed while the engine was away (a restart) leaves a container or
         # volume behind; one sweep by this instance's labels catches those.
         try:
-            removed = await self.backend.remove_leftovers()
+            removed = await self.backend.remove_leftovers(keep={s.id for s in kept})
         except Exception as exc:  # the engine may be gone for good: nothing more to do
             log.warning("could not check for leftover sandboxes: %s", exc)
         else:

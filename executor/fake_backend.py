@@ -29,7 +29,7 @@ from typing import Any
 from executor.archive import ExtractedFiles, OutputCaps, read_output_tar
 from executor.errors import EngineUnavailable
 from executor.limits import SandboxLimits
-from executor.protocol import ExitState
+from executor.protocol import ExitState, Recovered, Sandbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,7 @@ class FakeSandbox:
         self._frozen = False
         self._exit: ExitState | None = None
         self.destroyed = False
+        self.session = ""
 
     @property
     def id(self) -> str:
@@ -130,6 +131,8 @@ class FakeSandbox:
                 for path in request.get("paths", [])
             }
             await self._emit({"type": "previewed", "id": request.get("id"), "previews": previews})
+        elif op == "claim":
+            self.session = str(request.get("session", ""))
         elif op == "shutdown":
             self._end()
 
@@ -171,6 +174,7 @@ class FakeSandbox:
         self._end()
         self.destroyed = True
         self._backend.live.discard(self)
+        self._backend.detached.discard(self)
 
     async def _run(self, request: Mapping[str, Any]) -> None:
         run_id = request.get("id")
@@ -252,8 +256,14 @@ class FakeSandbox:
 class FakeBackend:
     """Sandboxes that exist only in this process, running cells from `script`."""
 
-    def __init__(self, script: Script | None = None, *, start_s: float = 0.0) -> None:
+    def __init__(
+        self, script: Script | None = None, *, start_s: float = 0.0, keeps_sessions: bool = False
+    ) -> None:
         self.script: Script = script if script is not None else {}
+        self.keeps_sessions = keeps_sessions
+        """Whether sessions' sandboxes outlive an executor (SessionKeeper): the next
+        executor on this backend finds them again, as one on a cluster would."""
+        self.detached: set[FakeSandbox] = set()
         self.default = FakeRun()
         self.start_s = start_s
         self.runs: list[str] = []
@@ -291,11 +301,24 @@ class FakeBackend:
         await sandbox._emit({"type": "ready", "python": "3.11 (fake)", "startup_ms": 0})
         return sandbox
 
-    async def remove_leftovers(self) -> int:
-        return 0
+    async def remove_leftovers(self, keep: Collection[str] = ()) -> int:
+        gone = [s for s in self.detached if s.id not in keep]
+        for sandbox in gone:
+            self.detached.discard(sandbox)
+            await sandbox.destroy()
+        return len(gone)
+
+    async def recover(self) -> list[Recovered]:
+        found = [s for s in self.detached if s.session and s.alive]
+        self.detached.difference_update(found)
+        return [Recovered(sandbox, sandbox.session) for sandbox in found]
+
+    async def detach(self, sandbox: Sandbox) -> None:
+        if isinstance(sandbox, FakeSandbox):
+            self.detached.add(sandbox)
 
     async def close(self) -> None:
-        for sandbox in list(self.live):
+        for sandbox in list(self.live - self.detached):
             with contextlib.suppress(Exception):
                 await sandbox.destroy()
 

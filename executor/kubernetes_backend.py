@@ -20,14 +20,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
+import hashlib
+import hmac
+import json
 import logging
+import os
 import socket
 import tarfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from kubernetes import client as k8s
@@ -40,7 +45,7 @@ from websocket import ABNF
 from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_output_tar
 from executor.errors import EngineUnavailable, ImageNotFound, SandboxError
 from executor.limits import SandboxLimits
-from executor.protocol import ExitState
+from executor.protocol import ExitState, Recovered, Sandbox
 from executor.stdio import STDERR, STDOUT, RunnerStream
 
 log = logging.getLogger(__name__)
@@ -53,6 +58,9 @@ DATA_DIR = "/mnt/data"
 START_POLL_S = 0.1
 EXIT_REPORT_S = 10.0
 EXEC_SILENCE_S = 120.0
+RESUME_ANSWER_S = 15.0
+"""How long a runner attached again may take to answer `resume`, or to end a run that a
+lost process had started."""
 STREAM_LOCK = threading.Lock()
 NEEDED = (
     ("pods", "", "create"),
@@ -95,6 +103,11 @@ class KubernetesSettings:
     max_lifetime_s: int = 4 * 3600 + 600
     """The cluster ends any sandbox Pod after this long (activeDeadlineSeconds), even one
     that this process lost track of."""
+    session_secret: str = field(default="", repr=False)
+    """A secret that stays the same across restarts: each sandbox's key is made from it and
+    the Pod's name, so a restarted bot attaches to its sessions' Pods again (their variables
+    and files kept) instead of deleting them. Empty: a new secret per process, and sessions
+    end with it."""
 
     def runtime_class(self, runtime: str) -> str:
         return self.runtime_class_runsc if runtime == "runsc" else self.runtime_class_runc
@@ -138,6 +151,11 @@ def pod_manifest(
                     {"name": "OPENBLAS_NUM_THREADS", "value": threads},
                     {"name": "MKL_NUM_THREADS", "value": threads},
                     {"name": "CELLMATE_RUNNER_AWAIT_HELLO", "value": "1"},
+                    # A Pod has no per-file size limit of its own: the runner sets it.
+                    {
+                        "name": "CELLMATE_FILE_SIZE_BYTES",
+                        "value": str(limits.file_size_mb * 1024 * 1024),
+                    },
                 ],
                 "resources": {
                     "requests": {
@@ -237,14 +255,16 @@ class KubernetesSandbox:
         namespace: str,
         name: str,
         attach: Any,
+        key: bytes,
     ) -> None:
         self._api = api
         self._streams = streams
         self._namespace = namespace
         self._name = name
         self._attach = attach
+        self._key = key
         self._frames: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
-        self._events = RunnerStream(frames=self._frames)
+        self._events = RunnerStream(frames=self._frames, key=key)
         self._destroyed = False
         self._pump = threading.Thread(
             target=_pump, args=(attach, asyncio.get_running_loop(), self._frames), daemon=True
@@ -266,7 +286,33 @@ class KubernetesSandbox:
         return self._events.stderr_tail
 
     async def hello(self) -> None:
-        await self._write(b"hello\n")
+        """The runner's first line, with its key: written before any user code exists."""
+        await self._write(json.dumps({"op": "hello", "key": self._key.hex()}).encode() + b"\n")
+
+    async def resume(self) -> Recovered | None:
+        """Ask a runner this process did not start whose session it holds; a run that a lost
+        process started is interrupted and waited for. None: no answer, or no session."""
+        nonce = uuid.uuid4().hex
+        try:
+            async with asyncio.timeout(RESUME_ANSWER_S):
+                await self._write(self._events.resume_line(nonce))
+                answer = await self.receive()
+                if answer is None or not answer.get("session"):
+                    return None
+                if answer.get("busy"):
+                    await self.send({"op": "interrupt"})
+                    while (event := await self.receive()) is not None:
+                        if event.get("type") == "done":
+                            break
+                    else:
+                        return None
+        except (TimeoutError, SandboxError):
+            return None
+        return Recovered(sandbox=self, session=str(answer["session"]))
+
+    def detach(self) -> None:
+        """Stop reading the runner without stopping the Pod."""
+        _abort(self._attach)
 
     async def send(self, request: Mapping[str, Any]) -> None:
         await self._write(self._events.request_line(request))
@@ -313,7 +359,9 @@ class KubernetesSandbox:
             try:
                 running = self._open_exec(command, stdin=False)
             except ApiException as exc:
-                if exc.status == 404:
+                # The Pod is gone, or its container ended (gVisor ends the whole sandbox on
+                # a memory kill): nothing can be read from it any more.
+                if exc.status == 404 or "container not found" in str(exc.reason):
                     return ExtractedFiles()
                 raise
             try:
@@ -503,6 +551,15 @@ class KubernetesBackend:
         self.instance = instance
         self._client: k8s.ApiClient | None = None
         self._stream_client: k8s.ApiClient | None = None
+        self._secret = self.settings.session_secret.encode() or os.urandom(32)
+
+    @property
+    def keeps_sessions(self) -> bool:
+        return bool(self.settings.session_secret)
+
+    def key_for(self, name: str) -> bytes:
+        """The runner key of the Pod `name`: only a process with the secret can make it."""
+        return hmac.new(self._secret, b"cellmate-sandbox " + name.encode(), hashlib.sha256).digest()
 
     @property
     def labels(self) -> dict[str, str]:
@@ -574,7 +631,9 @@ class KubernetesBackend:
         try:
             await _cluster(self._wait_running, api, name, limits.startup_timeout_s)
             attach = await _cluster(self._attach, name)
-            sandbox = KubernetesSandbox(api, self.streams(), self.namespace, name, attach)
+            sandbox = KubernetesSandbox(
+                api, self.streams(), self.namespace, name, attach, self.key_for(name)
+            )
             await sandbox.hello()
             if input_tar:
                 await sandbox.put_files(input_tar)
@@ -615,17 +674,45 @@ class KubernetesBackend:
             stderr=True,
         )
 
-    async def remove_leftovers(self) -> int:
+    async def _pods(self) -> list[Any]:
         api = await self.api()
         selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
+        found: Any = await _cluster(
+            functools.partial(api.list_namespaced_pod, self.namespace, label_selector=selector)
+        )
+        return list(found.items)
 
-        def sweep() -> int:
-            pods: list[Any] = api.list_namespaced_pod(self.namespace, label_selector=selector).items
-            for pod in pods:
-                _delete(api, self.namespace, pod.metadata.name)
-            return len(pods)
+    async def remove_leftovers(self, keep: Collection[str] = ()) -> int:
+        api = await self.api()
+        names = [pod.metadata.name for pod in await self._pods()]
+        gone = [name for name in names if name not in keep]
+        for name in gone:
+            await _cluster(_delete, api, self.namespace, name)
+        return len(gone)
 
-        return await _cluster(sweep)
+    async def recover(self) -> list[Recovered]:
+        api = await self.api()
+        running = [p.metadata.name for p in await self._pods() if p.status.phase == "Running"]
+
+        async def one(name: str) -> Recovered | None:
+            try:
+                attach = await _cluster(self._attach, name)
+            except SandboxError:
+                return None
+            sandbox = KubernetesSandbox(
+                api, self.streams(), self.namespace, name, attach, self.key_for(name)
+            )
+            found = await sandbox.resume()
+            if found is None:
+                sandbox.detach()
+            return found
+
+        found = await asyncio.gather(*(one(name) for name in running))
+        return [item for item in found if item is not None]
+
+    async def detach(self, sandbox: Sandbox) -> None:
+        if isinstance(sandbox, KubernetesSandbox):
+            sandbox.detach()
 
     async def close(self) -> None:
         for client in (self._client, self._stream_client):

@@ -138,6 +138,15 @@ class SandboxPool:
             raise
         return Lease(sandbox, startup_ms)
 
+    def adopt(self, sandbox: Sandbox) -> Lease:
+        """Count a sandbox an earlier process started (a session found again) as leased."""
+        self._leased += 1
+        return Lease(sandbox, 0)
+
+    def discard(self, sandbox: Sandbox) -> None:
+        """Destroy a sandbox this pool never counted, in the background."""
+        self._discard(sandbox)
+
     def release(self, sandbox: Sandbox) -> None:
         """Give a leased sandbox back: it is destroyed in the background."""
         self._leased -= 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from executor.archive import ExtractedFiles, OutputCaps
 from executor.limits import SandboxLimits
@@ -67,7 +67,35 @@ class SandboxBackend(Protocol):
     async def start(self, limits: SandboxLimits, input_tar: bytes | None) -> Sandbox:
         """Create a sandbox, put the input files into /mnt/data, and start its runner."""
 
-    async def remove_leftovers(self) -> int:
-        """Remove sandboxes that an earlier process left behind; return how many."""
+    async def remove_leftovers(self, keep: Collection[str] = ()) -> int:
+        """Remove sandboxes that an earlier process left behind, but those whose id is in
+        `keep`; return how many."""
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A session's sandbox that an earlier process of this instance left running."""
+
+    sandbox: Sandbox
+    session: str
+    """The key of the session it holds."""
+
+
+@runtime_checkable
+class SessionKeeper(Protocol):
+    """A backend whose sandboxes can outlive the process: on exit the executor leaves its
+    sessions' sandboxes running (detached), and the next process of the same instance finds
+    them again, so a restart of the bot keeps every conversation's variables and files."""
+
+    @property
+    def keeps_sessions(self) -> bool:
+        """Whether a later process could attach to them again (it can make their keys)."""
+
+    async def recover(self) -> list[Recovered]:
+        """Attach again to this instance's sandboxes that hold a session and answer as their
+        runner; the rest are left for remove_leftovers."""
+
+    async def detach(self, sandbox: Sandbox) -> None:
+        """Let go of a sandbox without stopping it."""

@@ -26,6 +26,7 @@ from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, OutputCollector, OutputFile, SkippedFile
 from executor.notebook import MB, output_caps, skipped_notes
 from executor.pool import Lease, QueueCallback, SandboxPool
+from executor.protocol import Recovered, Sandbox
 from executor.run import (
     OutputCallback,
     RunOutcome,
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 REMEMBERED_ENDINGS = 10_000
 REQUEST_TIMEOUT_S = 60.0
+RESUMED_NOTE = (
+    "The bot restarted since the last run; this session carried on, with its variables and files."
+)
 MAX_CHANGED_PATHS = 20_000
 """As many changed paths as the runner lists; more can only come from a forged event."""
 
@@ -68,6 +72,8 @@ class SessionManager:
         self._locks: dict[str, asyncio.Lock] = {}
         self._stops: dict[str, asyncio.Event] = {}
         self._endings: OrderedDict[str, str] = OrderedDict()
+        self._resumed: set[str] = set()
+        """Sessions found again after a restart whose next run has not said so yet."""
         self._reaper: asyncio.Task[None] | None = None
 
     @property
@@ -146,6 +152,9 @@ class SessionManager:
             message = (
                 f"This is a new session ({ending}); earlier variables and files are gone. {message}"
             ).strip()
+        elif key in self._resumed:
+            self._resumed.discard(key)
+            message = f"{RESUMED_NOTE} {message}".strip()
         return collector.result(
             status,
             message,
@@ -189,7 +198,20 @@ class SessionManager:
         lease = await self.pool.acquire(on_queued)
         now = time.monotonic()
         live = self._live[key] = _Live(lease=lease, created=now, last_used=now)
+        # The runner keeps whose session it holds, for a later process to find it again.
+        await lease.sandbox.send({"op": "claim", "session": key})
         return live, self._endings.pop(key, None)
+
+    def adopt(self, found: Sequence[Recovered]) -> None:
+        """Take on sessions an earlier process left running: their next run says so."""
+        now = time.monotonic()
+        for item in found:
+            if item.session in self._live:  # two Pods claim one session: keep the first
+                self.pool.discard(item.sandbox)
+                continue
+            lease = self.pool.adopt(item.sandbox)
+            self._live[item.session] = _Live(lease=lease, created=now, last_used=now)
+            self._resumed.add(item.session)
 
     def _relieve(self) -> None:
         """Others wait for a sandbox while idle sessions hold them all: free one per waiter."""
@@ -218,6 +240,7 @@ class SessionManager:
 
     def _drop(self, key: str, reason: str | None) -> None:
         live = self._live.pop(key, None)
+        self._resumed.discard(key)
         if live is None:
             return
         if reason is not None:
@@ -337,14 +360,28 @@ class SessionManager:
             elif not live.lease.sandbox.alive:
                 await self._end(key, "its sandbox had stopped")
 
-    async def close_all(self) -> None:
+    async def close_all(self, keep: bool = False) -> list[Sandbox]:
+        """End every session; with `keep`, stop their runs (the kernels keep their state)
+        and return their sandboxes instead of ending them, for a later process to adopt."""
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        kept: list[Sandbox] = []
         for key in list(self._live):
             self.stop(key)
-            await self._end(key, None)
+            if keep:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.limits.interrupt_grace_s + 5):
+                        await self._lock(key).acquire()  # the stopped run has ended
+                live = self._live.pop(key, None)
+                if live is not None and live.lease.sandbox.alive:
+                    kept.append(live.lease.sandbox)
+                elif live is not None:
+                    self.pool.release(live.lease.sandbox)
+            else:
+                await self._end(key, None)
+        return kept
 
     def _run_limits(self, overrides: Mapping[str, Any]) -> SandboxLimits:
         limits = dataclasses.replace(self.limits, **overrides) if overrides else self.limits

@@ -14,6 +14,7 @@ import hmac
 import json
 import logging
 import re
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -57,18 +58,21 @@ class RunnerStream:
         self,
         reader: asyncio.StreamReader | None = None,
         frames: asyncio.Queue[tuple[int, bytes] | None] | None = None,
+        key: bytes | None = None,
     ) -> None:
         """Frames come from `reader` (an engine's multiplexed stream) or, already split by
-        stream, from `frames` (None there ends the stream)."""
+        stream, from `frames` (None there ends the stream). `key`: the key the host gave
+        the runner in its hello, when it chose one."""
         self._reader = reader
         self._frames = frames
         self._stdout = bytearray()
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._ended = False
-        self._key: bytes | None = None
+        self._key = key
         self._received = 0
         self._sent = 0
+        self._resuming: str | None = None
         self.refused = 0
         """Lines that were not sealed by the runner (forged, replayed or damaged)."""
 
@@ -111,7 +115,17 @@ class RunnerStream:
         self._sent += 1
         return seal(self._key, self._sent, payload)
 
+    def resume_line(self, nonce: str) -> bytes:
+        """A `resume` request from a host that attaches again (see the runner): its numbers
+        start above any an earlier host used, and only the answer to it opens the runner's."""
+        assert self._key is not None
+        self._sent = time.time_ns()
+        self._resuming = nonce
+        return self.request_line({"op": "resume", "nonce": nonce})
+
     def _event(self, line: bytes) -> dict[str, Any] | None:
+        if self._key is not None and self._resuming is not None:
+            return self._resumed(self._key, line, self._resuming)
         if self._key is not None:
             opened = unseal(self._key, line, self._received)
             if opened is None:
@@ -131,6 +145,22 @@ class RunnerStream:
             key = event.pop("key", None)
             if isinstance(key, str) and KEY_PATTERN.fullmatch(key):
                 self._key = bytes.fromhex(key)
+        return event
+
+    def _resumed(self, key: bytes, line: bytes, nonce: str) -> dict[str, Any] | None:
+        opened = unseal(key, line, 0)
+        if opened is None:
+            return None  # sealed before this host attached, or not sealed at all
+        seq, payload = opened
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            return None
+        if not isinstance(event, dict) or event.get("type") != "resumed":
+            return None
+        if event.get("nonce") != nonce:
+            return None
+        self._received, self._resuming = seq, None
         return event
 
     async def _read_frame(self) -> tuple[int, bytes] | None:

@@ -23,6 +23,8 @@ Requests (one JSON object per line on stdin):
     {"op": "export", "id": "e1"}      the session's notebook, as nbformat 4 JSON
     {"op": "preview", "id": "p1", "paths": ["sales.csv"]}
                                       schema previews of tabular files, read in a subprocess
+    {"op": "claim", "session": "k"}   remember whose session this sandbox holds
+    {"op": "resume", "nonce": "n"}    a host attached again: answer who holds this sandbox
     {"op": "shutdown"}                stop the kernel and exit
 
 Events (one JSON object per line on stdout):
@@ -32,6 +34,14 @@ Events (one JSON object per line on stdout):
      "dropped_results": 0, ...}
     {"type": "exported", "id": "e1", "format": "ipynb", "content": {notebook}}
     {"type": "previewed", "id": "p1", "previews": {"sales.csv": "..."}}
+    {"type": "resumed", "nonce": "n", "session": "k", "busy": false}
+
+Where the host attaches after the start (CELLMATE_RUNNER_AWAIT_HELLO=1), it writes a first
+line before `ready`: `hello`, or `{"op": "hello", "key": "<64 hex digits>"}` to choose the
+key (one it can derive again); `ready` is then sealed and carries no key. A host that
+attaches again later knows the key but not the sequence numbers: it seals a `resume` with a
+higher number than any before (a clock in nanoseconds) and a fresh nonce, and takes the
+sealed `resumed` that repeats its nonce as the start of the runner's numbering.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ import hashlib
 import hmac
 import json
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -208,6 +219,8 @@ class Runner:
         self.helpers: set[int] = set()
         """Processes the runner itself started (previews), which it waits for itself."""
         self.key: bytes | None = None
+        self.session = ""
+        """Whose session the host said this sandbox holds, for it to find again later."""
         self.sent = 0
         self.received = 0
 
@@ -240,19 +253,22 @@ class Runner:
         await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
         await self.client.async_start_new_kernel_client()
         await self.client.kc.execute_interactive(KERNEL_SETUP, silent=True, store_history=False)
+        ready = {
+            "type": "ready",
+            "python": sys.version.split()[0],
+            "startup_ms": round((time.monotonic() - started) * 1000),
+        }
         if os.environ.get("CELLMATE_RUNNER_AWAIT_HELLO") == "1":
             # Where the host can attach only after the start (a Kubernetes Pod), what is
-            # written before it attached is lost: it says "hello" first.
-            await reader.readline()
+            # written before it attached is lost: it says hello first, and may bring the
+            # key, which it can then make again to attach once more after a restart.
+            given = hello_key(await reader.readline())
+            if given is not None:
+                self.key = given
+                self.emit(ready)
+                return
         key = os.urandom(32)
-        self.emit(
-            {
-                "type": "ready",
-                "python": sys.version.split()[0],
-                "startup_ms": round((time.monotonic() - started) * 1000),
-                "key": key.hex(),
-            }
-        )
+        self.emit({**ready, "key": key.hex()})
         self.key = key
 
     async def run(self, request: dict[str, Any]) -> None:
@@ -411,6 +427,18 @@ class Runner:
             elif op == "preview":
                 self.side_tasks.add(task := asyncio.create_task(self.preview(request)))
                 task.add_done_callback(self.side_tasks.discard)
+            elif op == "claim":
+                self.session = str(request.get("session", ""))[:1000]
+            elif op == "resume":
+                busy = self.running is not None and not self.running.done()
+                self.emit(
+                    {
+                        "type": "resumed",
+                        "nonce": str(request.get("nonce", ""))[:100],
+                        "session": self.session,
+                        "busy": busy,
+                    }
+                )
             elif op == "shutdown":
                 break
         reaper.cancel()
@@ -493,6 +521,16 @@ async def kernel_exit_code(client: NotebookClient) -> int | None:
     return None
 
 
+def hello_key(line: bytes) -> bytes | None:
+    """The key in a hello line (`{"op": "hello", "key": "<64 hex digits>"}`), if any."""
+    try:
+        hello = json.loads(line)
+        key = bytes.fromhex(hello["key"]) if hello.get("op") == "hello" else b""
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return key if len(key) == 32 else None
+
+
 async def stdin_reader() -> asyncio.StreamReader:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
@@ -514,8 +552,17 @@ def ignore(signum: int, frame: Any) -> None:
     one keeps SIGINT (which Python handles) from ending the runner too."""
 
 
+def limit_file_size() -> None:
+    """Where the engine sets no file size limit (a Kubernetes Pod), the runner sets it for
+    itself and every process after it, before any user code; none can raise it again."""
+    size = os.environ.get("CELLMATE_FILE_SIZE_BYTES", "")
+    if size.isdigit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(size), int(size)))
+
+
 def main() -> None:
     make_unreadable()
+    limit_file_size()
     signal.signal(signal.SIGINT, ignore)
     # Events go to a private copy of stdout; whatever else writes to descriptor 1 (the
     # kernel's children inherit it) goes nowhere.

@@ -88,3 +88,48 @@ async def test_notebook_mode(executor: Executor) -> None:
     assert ran.status is Status.OK
     assert ran.stdout == "hi\n"
     assert ran.results[-1].text == "42"
+
+
+async def test_with_a_backend_that_keeps_sessions_a_restart_carries_them_on() -> None:
+    """The executor's side of re-attaching after a bot restart: sessions' sandboxes are left
+    running and adopted by the next executor (its first run says so), pooled ones are not,
+    and a session that is closed, or stopped mid-run, behaves as before."""
+    backend = FakeBackend(
+        {"sleep()": FakeRun(hang=True), "print('hi')": FakeRun(outputs=[stdout("hi\n")])},
+        keeps_sessions=True,
+    )
+    limits = SandboxLimits(timeout_s=5, interrupt_grace_s=0.2)
+
+    def executor() -> Executor:
+        return Executor("fake", limits=limits, backend=backend, pool=PoolSettings(size=1))
+
+    async with executor() as first:
+        await first.session("a").run("print('hi')")
+        await first.session("b").run("print('hi')")
+        busy = asyncio.create_task(first.session("c").run("sleep()"))
+        await asyncio.sleep(0.1)
+        kept = {s.id for s in backend.live if s.session}
+    stopped = await busy
+    assert stopped.message == "The run was stopped on request."
+    assert len(kept) == 3
+    assert {s.id for s in backend.live} == kept  # the pooled sandbox went
+
+    async with executor() as second:
+        assert sorted(second.sessions.active) == ["a", "b", "c"]
+        again = await second.session("a").run("print('hi')")
+        assert again.stdout == "hi\n"
+        assert again.message.startswith("The bot restarted since the last run")
+        assert not again.session_restarted
+        assert "restarted" not in (await second.session("a").run("print('hi')")).message
+        await second.session("b").close()
+        fresh = await second.session("d").run("print('hi')")
+        assert "restarted" not in fresh.message
+    assert {s.session for s in backend.live} == {"a", "c", "d"}
+
+    # A backend that cannot make the keys again (no persistent secret) ends them all.
+    backend.keeps_sessions = False
+    async with executor() as third:
+        assert third.sessions.active == []
+        assert {s.session for s in backend.live} <= {""}  # only the pool's
+        assert (await third.session("a").run("print('hi')")).stdout == "hi\n"
+    assert not backend.live

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import docker
 import pytest
@@ -53,3 +53,18 @@ async def executor(runtime: str, docker_client: docker.DockerClient) -> AsyncIte
     # No pool: each run starts exactly the sandbox it needs, which keeps the suite lean.
     async with Executor(default_tag(), limits=limits, instance=TEST_INSTANCE, pool=NO_POOL) as ex:
         yield ex
+
+
+Pooled = Callable[..., Executor]
+"""Makes an executor on the test's runtime with a warm pool: `pooled(size=2, max_live=4)`."""
+
+
+@pytest.fixture
+def pooled(runtime: str) -> Pooled:
+    def make(**pool: int) -> Executor:
+        limits = SandboxLimits(runtime=runtime)  # type: ignore[arg-type]
+        return Executor(
+            default_tag(), limits=limits, instance=TEST_INSTANCE, pool=PoolSettings(**pool)
+        )
+
+    return make

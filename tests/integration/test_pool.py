@@ -8,15 +8,10 @@ from collections.abc import Callable
 import docker
 import pytest
 
-from executor import Executor, PoolSettings, SandboxBusy, SandboxLimits, Status, default_tag
-from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
+from executor import SandboxBusy, Status
+from tests.integration.conftest import Pooled, live_sandboxes
 
 pytestmark = pytest.mark.docker
-
-
-def pooled(runtime: str, **pool: int) -> Executor:
-    limits = SandboxLimits(runtime=runtime)  # type: ignore[arg-type]
-    return Executor(default_tag(), limits=limits, instance=TEST_INSTANCE, pool=PoolSettings(**pool))
 
 
 async def wait_until(predicate: Callable[[], bool], seconds: float = 60) -> None:
@@ -26,8 +21,8 @@ async def wait_until(predicate: Callable[[], bool], seconds: float = 60) -> None
             await asyncio.sleep(0.1)
 
 
-async def test_the_pool_fills_and_never_hands_a_sandbox_out_twice(runtime: str) -> None:
-    async with pooled(runtime, size=2, max_live=4) as executor:
+async def test_the_pool_fills_and_never_hands_a_sandbox_out_twice(pooled: Pooled) -> None:
+    async with pooled(size=2, max_live=4) as executor:
         pool = executor.pool
         await wait_until(lambda: pool.ready == 2)
         leases = await asyncio.gather(*(pool.acquire() for _ in range(4)))
@@ -41,8 +36,8 @@ async def test_the_pool_fills_and_never_hands_a_sandbox_out_twice(runtime: str) 
         pool.release(again.sandbox)
 
 
-async def test_when_full_callers_queue_with_their_position_then_get_busy(runtime: str) -> None:
-    async with pooled(runtime, size=0, max_live=1, queue_limit=1) as executor:
+async def test_when_full_callers_queue_with_their_position_then_get_busy(pooled: Pooled) -> None:
+    async with pooled(size=0, max_live=1, queue_limit=1) as executor:
         pool = executor.pool
         held = await pool.acquire()
         positions: list[int] = []
@@ -59,8 +54,8 @@ async def test_when_full_callers_queue_with_their_position_then_get_busy(runtime
         pool.release(second.sandbox)
 
 
-async def test_a_session_and_notebook_runs_start_from_the_pool(runtime: str) -> None:
-    async with pooled(runtime, size=2, max_live=4) as executor:
+async def test_a_session_and_notebook_runs_start_from_the_pool(pooled: Pooled) -> None:
+    async with pooled(size=2, max_live=4) as executor:
         await wait_until(lambda: executor.pool.ready == 2)
         result = await executor.session("warm").run("1 + 1")
         assert result.status is Status.OK
@@ -70,9 +65,9 @@ async def test_a_session_and_notebook_runs_start_from_the_pool(runtime: str) -> 
 
 
 async def test_shutdown_removes_every_sandbox(
-    runtime: str, docker_client: docker.DockerClient
+    pooled: Pooled, docker_client: docker.DockerClient
 ) -> None:
-    async with pooled(runtime, size=2, max_live=6) as executor:
+    async with pooled(size=2, max_live=6) as executor:
         await wait_until(lambda: executor.pool.ready == 2)
         await executor.session("one").run("x = 1")
         busy = asyncio.create_task(executor.session("two").run("import time\ntime.sleep(60)"))
@@ -83,8 +78,8 @@ async def test_shutdown_removes_every_sandbox(
     assert live_sandboxes(docker_client) == []
 
 
-async def test_an_idle_session_makes_room_when_every_sandbox_is_taken(runtime: str) -> None:
-    async with pooled(runtime, size=0, max_live=1) as executor:
+async def test_an_idle_session_makes_room_when_every_sandbox_is_taken(pooled: Pooled) -> None:
+    async with pooled(size=0, max_live=1) as executor:
         first = executor.session("first")
         await first.run("x = 1")
         second = await executor.session("second").run("y = 2\ny")
@@ -97,8 +92,10 @@ async def test_an_idle_session_makes_room_when_every_sandbox_is_taken(runtime: s
         assert again.error.name == "NameError"
 
 
-async def test_a_waiting_session_gets_the_sandbox_an_idle_one_no_longer_uses(runtime: str) -> None:
-    async with pooled(runtime, size=0, max_live=1) as executor:
+async def test_a_waiting_session_gets_the_sandbox_an_idle_one_no_longer_uses(
+    pooled: Pooled,
+) -> None:
+    async with pooled(size=0, max_live=1) as executor:
         busy = asyncio.create_task(executor.session("busy").run("import time\ntime.sleep(1)"))
         await wait_until(lambda: executor.pool.live == 1)
         waiting = asyncio.create_task(executor.session("waiting").run("'got one'"))

@@ -117,19 +117,34 @@ def no_sandbox_left_behind(admin: k8s.ApiClient, deployed: str) -> Iterator[None
     assert sandbox_pods(admin) == [], "a sandbox Pod was left behind"
 
 
-def settings(bot_kubeconfig: str) -> KubernetesSettings:
+def settings(bot_kubeconfig: str, session_secret: str = "") -> KubernetesSettings:
     return KubernetesSettings(
         namespace=NAMESPACE,
         kubeconfig=bot_kubeconfig,
         runtime_class_runc=RUNTIME_CLASSES["runc"],
         runtime_class_runsc=RUNTIME_CLASSES["runsc"],
         image_pull_policy="Never",  # loaded onto the node: the cluster has no registry
+        session_secret=session_secret,
     )
 
 
-@pytest.fixture(params=["runc", "runsc"])
-def runtime(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+ON_GVISOR_TOO = {
+    "test_code_that_tries_to_kill_the_runner",
+    "test_forged_events_are_ignored",
+    "test_the_runner_cannot_be_read_and_its_events_cannot_be_forged",
+    "test_no_network",
+    "test_memory_bomb",
+}
+"""The Docker integration tests, run again here, whose outcome can differ under gVisor; the
+rest run on runc only (the cluster and the runner are the same on both)."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "runtime" not in metafunc.fixturenames:
+        return
+    shared = metafunc.function.__module__.startswith("tests.integration.")
+    both = not shared or metafunc.function.__name__ in ON_GVISOR_TOO
+    metafunc.parametrize("runtime", list(RUNTIME_CLASSES) if both else ["runc"])
 
 
 def make_executor(
@@ -137,16 +152,19 @@ def make_executor(
     runtime: str = "runc",
     instance: str = TEST_INSTANCE,
     pool: PoolSettings = NO_POOL,
+    session_secret: str = "",
     **limits: Any,
 ) -> Executor:
-    backend = KubernetesBackend(default_tag(), settings(bot_kubeconfig), instance=instance)
+    backend = KubernetesBackend(
+        default_tag(), settings(bot_kubeconfig, session_secret), instance=instance
+    )
     chosen = SandboxLimits(runtime=runtime, **{"timeout_s": 20, **limits})  # type: ignore[arg-type]
     return Executor(default_tag(), limits=chosen, backend=backend, pool=pool)
 
 
 @pytest.fixture
-async def executor(bot_kubeconfig: str) -> AsyncIterator[Executor]:
-    async with make_executor(bot_kubeconfig) as ex:
+async def executor(bot_kubeconfig: str, runtime: str) -> AsyncIterator[Executor]:
+    async with make_executor(bot_kubeconfig, runtime) as ex:
         yield ex
 
 
@@ -155,3 +173,13 @@ async def wait_until(predicate: Callable[[], bool], seconds: float = 60) -> None
     async with asyncio.timeout(seconds):
         while not predicate():  # noqa: ASYNC110
             await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+def pooled(bot_kubeconfig: str, runtime: str) -> Callable[..., Executor]:
+    """As the Docker suite's `pooled`: an executor with a warm pool of Pods."""
+
+    def make(**pool: int) -> Executor:
+        return make_executor(bot_kubeconfig, runtime, pool=PoolSettings(**pool))
+
+    return make

@@ -217,6 +217,9 @@ async def test_doctor_checks_the_cluster_the_policy_and_a_real_sandbox(
     assert as_bot["cluster"][0], as_bot
     assert not as_bot["policy"][0]  # the bot may not read namespaces: a note, not a failure
     assert as_bot["sandbox"][0], as_bot
+    assert as_bot["restarts"] == (False, "sessions end when the bot restarts")
+    keeping = await findings(chosen(bot_kubeconfig, CELLMATE_KUBERNETES_SESSION_SECRET="s" * 64))
+    assert keeping["restarts"] == (True, "sessions carry on when the bot restarts")
     missing = await findings(chosen(bot_kubeconfig, CELLMATE_SANDBOX_IMAGE="cellmate-sandbox:none"))
     assert missing["sandbox"][0] is False
     assert "cannot run the sandbox image cellmate-sandbox:none" in missing["sandbox"][1]

@@ -38,6 +38,7 @@ def test_the_pod_meets_the_restricted_level_and_holds_no_credentials() -> None:
         "OPENBLAS_NUM_THREADS",
         "MKL_NUM_THREADS",
         "CELLMATE_RUNNER_AWAIT_HELLO",
+        "CELLMATE_FILE_SIZE_BYTES",
     }
     assert (container["stdin"], container["tty"]) == (True, False)
     assert "runtimeClassName" not in spec  # runc: the cluster's default

@@ -66,6 +66,57 @@ async def test_requests_are_sealed_once_the_key_is_known() -> None:
     assert second == seal(KEY, 2, b'{"op": "run"}')
 
 
+async def test_a_key_given_in_the_hello_seals_ready_and_an_unsealed_key_is_ignored() -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(
+        frame(
+            json.dumps({"type": "ready", "key": os.urandom(32).hex()}).encode()
+            + b"\n"
+            + sealed(1, {"type": "ready", "python": "3.11"})
+        )
+    )
+    reader.feed_eof()
+    stream = RunnerStream(reader, key=KEY)
+    assert await stream.receive() == {"type": "ready", "python": "3.11"}
+    assert await stream.receive() is None
+
+
+def resumed(nonce: str, session: str = "c1") -> dict[str, Any]:
+    return {"type": "resumed", "nonce": nonce, "session": session, "busy": False}
+
+
+async def test_attaching_again_trusts_only_the_sealed_answer_to_its_own_nonce() -> None:
+    """A second host knows the key but not the numbers: only the sealed `resumed` that
+    repeats its fresh nonce starts them; lines from before, forged, replayed or lower
+    ones do not count."""
+    reader = asyncio.StreamReader()
+    stream = RunnerStream(reader, key=KEY)
+    request = stream.resume_line("n2")
+    _, seq, payload = request.rstrip(b"\n").split(b" ", 2)
+    assert json.loads(payload) == {"op": "resume", "nonce": "n2"}
+    assert request == seal(KEY, int(seq), payload)
+    assert int(seq) > 10**18  # above any number an earlier host can have used
+    done = {"type": "done", "id": "r1", "status": "ok"}
+    reader.feed_data(
+        frame(
+            sealed(40, done)  # written before this host asked
+            + json.dumps(resumed("n2", "someone-else")).encode()
+            + b"\n"  # not sealed
+            + sealed(41, resumed("n2", "other"), key=os.urandom(32))  # another key
+            + sealed(42, resumed("n1", "old"))  # an answer to an earlier host
+            + sealed(43, resumed("n2"))
+            + sealed(43, done)  # replayed number
+            + sealed(44, done)
+        )
+    )
+    reader.feed_eof()
+    assert await stream.receive() == resumed("n2")
+    assert await stream.receive() == done
+    assert await stream.receive() is None
+    following = stream.request_line({"op": "run"})
+    assert following.split(b" ")[1] == str(int(seq) + 1).encode()
+
+
 def test_the_sandbox_runs_as_the_configured_user_under_its_own_init() -> None:
     volume, container = sandbox_specs("image", "name", SandboxLimits(), {})
     assert container["user"] == "61000:61000"

@@ -1,0 +1,104 @@
+"""A bot restart keeps live sessions on Pods: with a session secret that stays the same, the
+next process attaches to its sessions' Pods again (variables and files kept, and its first
+run says so); without that secret, or with another one, it cannot speak to them and removes
+them. Pooled Pods, which hold no session, never outlive the process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+
+import pytest
+from kubernetes import client as k8s
+
+from executor import Executor, PoolSettings, Status
+from executor.kubernetes_backend import KubernetesSandbox
+from tests.kubernetes.conftest import make_executor, sandbox_pods, wait_until
+
+pytestmark = pytest.mark.kubernetes
+
+SECRET = secrets.token_hex(32)
+RESUMED = "The bot restarted since the last run"
+
+
+async def crash(executor: Executor) -> None:
+    """What a killed bot process leaves: its Pods running, nothing deleted or told."""
+    tasks = [executor.pool._refill, executor.sessions._reaper, *executor.pool._tasks]
+    for task in tasks:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    for live in executor.sessions._live.values():
+        assert isinstance(live.lease.sandbox, KubernetesSandbox)
+        live.lease.sandbox.detach()
+    await executor.backend.close()
+
+
+async def test_sessions_carry_on_across_a_restart_and_only_with_the_secret(
+    bot_kubeconfig: str, admin: k8s.ApiClient, runtime: str
+) -> None:
+    async with make_executor(
+        bot_kubeconfig, runtime, pool=PoolSettings(size=1), session_secret=SECRET
+    ) as first:
+        await wait_until(lambda: first.pool.ready == 1)
+        a = await first.session("conv-a").run(
+            "x = 41\nopen('kept.txt', 'w').write('still here')\nprint('set')"
+        )
+        assert a.status is Status.OK, a.message
+        b = await first.session("conv-b").run("y = 'b'\nprint('set')")
+        assert b.status is Status.OK, b.message
+        kept = {live.lease.sandbox.id for live in first.sessions._live.values()}
+    await wait_until(lambda: set(sandbox_pods(admin)) == kept)  # the pooled Pod went
+
+    async with make_executor(bot_kubeconfig, runtime, session_secret=SECRET) as second:
+        assert sorted(second.sessions.active) == ["conv-a", "conv-b"]
+        again = await second.session("conv-a").run("print(x + 1, open('kept.txt').read())")
+        assert again.status is Status.OK, again.message
+        assert again.stdout == "42 still here\n"
+        assert again.message.startswith(RESUMED)
+        assert not again.session_restarted
+        other = await second.session("conv-b").run("print(y, 'x' in dir())")
+        assert other.stdout == "b False\n"  # each Pod came back to its own conversation
+        follow_up = await second.session("conv-a").run("print(x)")
+        assert follow_up.stdout == "41\n"
+        assert RESUMED not in follow_up.message
+    assert set(sandbox_pods(admin)) == kept
+
+    # A process with another secret cannot make the Pods' keys, gets no answer it can
+    # trust from them, and removes them: the sessions start afresh.
+    another = secrets.token_hex(32)
+    async with make_executor(bot_kubeconfig, runtime, session_secret=another) as third:
+        assert third.sessions.active == []
+        assert sandbox_pods(admin) == []
+        fresh = await third.session("conv-a").run("print('x' in dir())")
+        assert fresh.stdout == "False\n"
+        assert RESUMED not in fresh.message
+        await third.session("conv-a").close()
+
+
+async def test_a_session_whose_bot_crashed_mid_run_carries_on_interrupted(
+    bot_kubeconfig: str, admin: k8s.ApiClient
+) -> None:
+    lost = make_executor(bot_kubeconfig, session_secret=SECRET, timeout_s=120)
+    await lost.__aenter__()
+    await lost.session("conv-c").run("x = 'before'")
+    running = asyncio.create_task(
+        lost.session("conv-c").run("import time\nx = 'during'\ntime.sleep(600)")
+    )
+    await asyncio.sleep(3)  # the sleep has started
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    await crash(lost)
+    assert len(sandbox_pods(admin)) == 1
+
+    async with make_executor(bot_kubeconfig, session_secret=SECRET) as restarted:
+        assert restarted.sessions.active == ["conv-c"]
+        result = await restarted.session("conv-c").run("print(x)")
+        assert result.status is Status.OK, result.message
+        assert result.stdout == "during\n"  # the sleep was interrupted, the state kept
+        assert result.message.startswith(RESUMED)
+        await restarted.session("conv-c").close()
+    await wait_until(lambda: sandbox_pods(admin) == [])
