@@ -19,7 +19,8 @@ from bot.http import Checks, create_app, start_server
 from bot.llm import build_client
 from bot.metrics import Metrics
 from bot.settings import Settings
-from bot.storage_setup import build_storage
+from bot.storage_setup import build_storage, link_secret
+from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings
 from storage.artifacts import ArtifactLimits
 from storage.base import Storage
@@ -62,6 +63,8 @@ async def services(
             backend=settings.sandbox_backend(),
             instance=settings.instance,
             pool=pool or settings.pool,
+            workspaces=workspaces(settings, storage),
+            workspace_settings=settings.workspace,
         ) as executor:
             agent = Agent(
                 executor,
@@ -95,6 +98,14 @@ async def services(
         quotas.close()
         if client is not None:
             await client.close()
+
+
+def workspaces(settings: Settings, storage: Storage) -> StoredWorkspaces | None:
+    """Sessions' workspaces, sealed, in the artifact storage (unless turned off)."""
+    if not settings.workspace.enabled:
+        return None
+    retention = timedelta(days=settings.workspace.retention_days)
+    return StoredWorkspaces(storage, link_secret(settings), retention)
 
 
 @contextlib.asynccontextmanager

@@ -27,6 +27,7 @@ from executor.image import default_tag
 from executor.kubernetes_backend import KubernetesBackend, KubernetesSettings
 from executor.limits import SandboxLimits
 from executor.protocol import SandboxBackend
+from executor.workspace import WorkspaceSettings
 from storage.intake import file_hosts
 
 SANDBOX_PREFIX = "CELLMATE_SANDBOX_"
@@ -36,6 +37,7 @@ DISCORD_PREFIX = "CELLMATE_DISCORD_"
 SLACK_PREFIX = "CELLMATE_SLACK_"
 QUOTA_PREFIX = "CELLMATE_QUOTA_"
 KUBERNETES_PREFIX = "CELLMATE_KUBERNETES_"
+WORKSPACE_PREFIX = "CELLMATE_WORKSPACE_"
 MODEL_NAMES = {
     "api_key": "OPENAI_API_KEY",
     "base_url": "OPENAI_BASE_URL",
@@ -223,6 +225,7 @@ class Settings:
     """Where sandboxes run: containers on the Docker engine, or Pods on a cluster."""
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
+    workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)
     azure: AzureSettings = field(default_factory=AzureSettings)
     http_port: int = 8080
     http_host: str = "127.0.0.1"
@@ -295,6 +298,7 @@ def load_settings(
             "pool": _section(PoolSettings, POOL_PREFIX, values),
             "kubernetes": _section(KubernetesSettings, KUBERNETES_PREFIX, values),
             "storage": _section(StorageSettings, STORAGE_PREFIX, values),
+            "workspace": _section(WorkspaceSettings, WORKSPACE_PREFIX, values),
             "azure": _section(AzureSettings, "", values, named=AZURE_NAMES),
             "model": _section(ModelSettings, "", values, named=MODEL_NAMES),
             "discord": _section(DiscordSettings, DISCORD_PREFIX, values, named=DISCORD_NAMES),

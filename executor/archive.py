@@ -62,12 +62,38 @@ def build_input_tar(
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, content in files.items():
-            info = tarfile.TarInfo(validate_input_name(name))
-            info.size = len(content)
-            info.mode = 0o644
-            info.uid, info.gid = uid, gid
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(content))
+            _add_file(tar, validate_input_name(name), content, uid, gid)
+    return buffer.getvalue()
+
+
+def _add_file(tar: tarfile.TarFile, name: str, content: bytes, uid: int, gid: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(content)
+    info.mode = 0o644
+    info.uid, info.gid = uid, gid
+    info.mtime = int(time.time())
+    tar.addfile(info, io.BytesIO(content))
+
+
+def build_workspace_tar(
+    files: Mapping[str, bytes], uid: int = SANDBOX_UID, gid: int = SANDBOX_GID
+) -> bytes:
+    """A tar of a saved workspace's files, in their folders under /mnt/data: every part of
+    every path is checked as an input file name is (the caller has capped count and size)."""
+    buffer = io.BytesIO()
+    folders: set[str] = set()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, content in sorted(files.items()):
+            parts = [validate_input_name(part) for part in path.split("/")]
+            for depth in range(1, len(parts)):
+                folder = "/".join(parts[:depth])
+                if folder not in folders:
+                    folders.add(folder)
+                    info = tarfile.TarInfo(folder)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    info.uid, info.gid = uid, gid
+                    tar.addfile(info)
+            _add_file(tar, "/".join(parts), content, uid, gid)
     return buffer.getvalue()
 
 

@@ -6,7 +6,8 @@ ExecutorError(Exception)
 ├── ImageBuildError(ExecutorError)                      the sandbox image could not be built
 ├── InvalidInput(ExecutorError, ValueError)             input files refused (name, size, count)
 ├── SandboxError(ExecutorError, RuntimeError)           a sandbox failed to start or speak
-└── SandboxBusy(ExecutorError, RuntimeError)            every slot taken and the line full
+├── SandboxBusy(ExecutorError, RuntimeError)            every slot taken and the line full
+└── WorkspaceError(ExecutorError)                       a workspace not saved, found or read
 """
 
 from __future__ import annotations
@@ -38,3 +39,7 @@ class SandboxError(ExecutorError, RuntimeError):
 
 class SandboxBusy(ExecutorError, RuntimeError):
     """Every sandbox slot is in use and the waiting line is full; try again later."""
+
+
+class WorkspaceError(ExecutorError):
+    """A session's workspace could not be saved, found or read (the store says why)."""

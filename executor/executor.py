@@ -17,6 +17,7 @@ from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import SandboxBackend, SessionKeeper
 from executor.run import OutputCallback
 from executor.session import SessionManager
+from executor.workspace import WorkspaceSettings, WorkspaceStore
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,11 @@ class Executor:
         backend: SandboxBackend | None = None,
         instance: str = "default",
         pool: PoolSettings | None = None,
+        workspaces: WorkspaceStore | None = None,
+        workspace_settings: WorkspaceSettings | None = None,
     ) -> None:
+        """`workspaces`: where a session's workspace is saved when it ends (but on a reset),
+        and restored from into the next session of the same key."""
         self.limits = limits or SandboxLimits()
         self.backend: SandboxBackend = backend or DockerBackend(image, instance=instance)
         settings = pool or PoolSettings()
@@ -62,7 +67,12 @@ class Executor:
             self.backend, self.limits, settings.size, settings.max_live, settings.queue_limit
         )
         self.sessions = SessionManager(
-            self.pool, self.limits, settings.idle_timeout_s, settings.max_lifetime_s
+            self.pool,
+            self.limits,
+            settings.idle_timeout_s,
+            settings.max_lifetime_s,
+            workspaces=workspaces,
+            workspace_settings=workspace_settings,
         )
 
     @property

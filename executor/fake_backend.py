@@ -19,6 +19,7 @@ import asyncio
 import base64
 import contextlib
 import io
+import json
 import re
 import tarfile
 import uuid
@@ -53,6 +54,12 @@ class FakeRun:
     """With kernel_dies: the kernel was killed for memory."""
     delay_s: float = 0.0
     """Time between outputs, for tests of streaming and progress."""
+    assigns: Mapping[str, str] = field(default_factory=dict)
+    """Variables the cell sets in the kernel (name -> printed value)."""
+    unsaveable: Sequence[str] = ()
+    """Variables the cell sets that a workspace snapshot cannot save (open connections)."""
+    shows: str | None = None
+    """Prints this variable's value, or raises NameError when the kernel has none."""
 
 
 Script = Mapping[str, FakeRun] | Callable[[str], FakeRun | None]
@@ -98,6 +105,8 @@ class FakeSandbox:
         self._exit: ExitState | None = None
         self.destroyed = False
         self.session = ""
+        self.variables: dict[str, str] = {}
+        self.unsaveable: set[str] = set()
 
     @property
     def id(self) -> str:
@@ -131,6 +140,25 @@ class FakeSandbox:
                 for path in request.get("paths", [])
             }
             await self._emit({"type": "previewed", "id": request.get("id"), "previews": previews})
+        elif op == "snapshot":
+            saved = {k: v for k, v in self.variables.items() if k not in self.unsaveable}
+            await self._emit(
+                {
+                    "type": "snapshot",
+                    "id": request.get("id"),
+                    "variables": base64.b64encode(json.dumps(saved).encode()).decode(),
+                    "saved": sorted(saved),
+                    "skipped": {name: "an open connection" for name in sorted(self.unsaveable)},
+                    "cells": [code for code, _ in self._cells],
+                }
+            )
+        elif op == "restore":
+            restored = json.loads(base64.b64decode(str(request.get("variables", ""))) or b"{}")
+            self.variables.update(restored)
+            self._cells.extend((str(code), []) for code in request.get("cells", []))
+            await self._emit(
+                {"type": "restored", "id": request.get("id"), "restored": sorted(restored)}
+            )
         elif op == "claim":
             self.session = str(request.get("session", ""))
         elif op == "shutdown":
@@ -194,7 +222,19 @@ class FakeSandbox:
             for path in step.removed:
                 self.files.pop(path, None)
             self.files.update(step.files)
+            self.variables.update(step.assigns)
+            self.unsaveable.update(step.unsaveable)
+            self.variables.update({name: "<connection>" for name in step.unsaveable})
             error = step.error
+            if step.shows is not None:
+                if step.shows in self.variables:
+                    shown = stdout(f"{self.variables[step.shows]}\n")
+                    kept.append(shown)
+                    await self._emit(
+                        {"type": "output", "id": run_id, "cell": index, "output": shown}
+                    )
+                else:
+                    error = ("NameError", f"name '{step.shows}' is not defined")
             if step.hang:
                 await self._interrupted.wait()
                 if step.ignore_interrupt:

@@ -9,21 +9,22 @@ message). Runs on one key queue in order; different keys run in parallel.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from executor.archive import build_input_tar
-from executor.errors import InvalidInput, SandboxError
+from executor.archive import OutputCaps, build_input_tar, build_workspace_tar
+from executor.errors import InvalidInput, SandboxError, WorkspaceError
 from executor.limits import SandboxLimits
-from executor.models import ExecutionResult, OutputCollector, OutputFile, SkippedFile
+from executor.models import ExecutionResult, OutputCollector, OutputFile, SkippedFile, Status
 from executor.notebook import MB, output_caps, skipped_notes
 from executor.pool import Lease, QueueCallback, SandboxPool
 from executor.protocol import Recovered, Sandbox
@@ -35,11 +36,22 @@ from executor.run import (
     new_collector,
     truncation_note,
 )
+from executor.workspace import (
+    Workspace,
+    WorkspaceSettings,
+    WorkspaceStore,
+    pack,
+    restored_note,
+    unpack,
+)
 
 log = logging.getLogger(__name__)
 
 REMEMBERED_ENDINGS = 10_000
 REQUEST_TIMEOUT_S = 60.0
+STOPPED_BEFORE_START = "The run was stopped before it started; nothing ran."
+WORKSPACE_TIMEOUT_S = 150.0
+"""Saving a workspace: the variables pickled in the kernel, then the files read."""
 RESUMED_NOTE = (
     "The bot restarted since the last run; this session carried on, with its variables and files."
 )
@@ -62,7 +74,13 @@ class SessionManager:
         idle_timeout_s: float = 900.0,
         max_lifetime_s: float = 4 * 3600.0,
         reap_interval_s: float = 15.0,
+        workspaces: WorkspaceStore | None = None,
+        workspace_settings: WorkspaceSettings | None = None,
     ) -> None:
+        self.workspaces = workspaces
+        """Where a session's workspace goes when it ends for any reason but a reset, to be
+        restored into the next session of the same key; None: sessions end with nothing kept."""
+        self.workspace_settings = workspace_settings or WorkspaceSettings()
         self.pool = pool
         self.limits = limits
         self.idle_timeout_s = idle_timeout_s
@@ -71,9 +89,14 @@ class SessionManager:
         self._live: dict[str, _Live] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._stops: dict[str, asyncio.Event] = {}
+        self._waiting_stops: dict[str, set[asyncio.Event]] = {}
+        """Stop events of runs that wait for the key's lock or a sandbox."""
         self._endings: OrderedDict[str, str] = OrderedDict()
         self._resumed: set[str] = set()
         """Sessions found again after a restart whose next run has not said so yet."""
+        self._saving: dict[str, asyncio.Task[None]] = {}
+        self._workspace_notes: dict[str, str] = {}
+        """What the next run's message says about a workspace restored (or not)."""
         self._reaper: asyncio.Task[None] | None = None
 
     @property
@@ -98,33 +121,62 @@ class SessionManager:
         **overrides: Any,
     ) -> ExecutionResult:
         limits = self._run_limits(overrides)
-        async with self._lock(key):
-            live, ending = await self._session(key, on_queued)
-            stop = self._stops[key] = stop or asyncio.Event()
-            collector = new_collector(limits)
-            sandbox = live.lease.sandbox
-            try:
-                try:
-                    outcome = await execute(
-                        sandbox, cells, limits, collector, on_output=on_output, stop=stop
+        stop = stop or asyncio.Event()
+        # Until the run starts, a stop for the key ends its wait (behind another run, or for
+        # a sandbox) and nothing runs.
+        waiting = self._waiting_stops.setdefault(key, set())
+        waiting.add(stop)
+        try:
+            async with self._lock(key):
+                found = await _unless_stopped(self._session(key, on_queued), stop)
+                if found is None:
+                    return new_collector(limits).result(
+                        Status.KILLED, STOPPED_BEFORE_START, runtime=limits.runtime
                     )
-                except SandboxError:
-                    if collector.stdout or collector.results:
-                        raise
-                    # The sandbox vanished before the code started: nothing ran, so run it in
-                    # a new session instead of failing.
-                    await self._end(key, "its sandbox had stopped")
-                    live, ending = await self._session(key, on_queued)
-                    sandbox = live.lease.sandbox
-                    outcome = await execute(
-                        sandbox, cells, limits, collector, on_output=on_output, stop=stop
-                    )
-            finally:
-                self._stops.pop(key, None)
-            live.last_used = time.monotonic()
-            result = await self._result(key, live, outcome, collector, limits, ending)
+                waiting.discard(stop)
+                result = await self._run_on(key, found, cells, limits, on_output, on_queued, stop)
+        finally:
+            waiting.discard(stop)
+            if not waiting:
+                self._waiting_stops.pop(key, None)
         self._relieve()
         return result
+
+    async def _run_on(
+        self,
+        key: str,
+        found: tuple[_Live, str | None],
+        cells: Sequence[str],
+        limits: SandboxLimits,
+        on_output: OutputCallback | None,
+        on_queued: QueueCallback | None,
+        stop: asyncio.Event,
+    ) -> ExecutionResult:
+        """Run cells in the key's live session (its lock held)."""
+        live, ending = found
+        self._stops[key] = stop
+        collector = new_collector(limits)
+        sandbox = live.lease.sandbox
+        try:
+            try:
+                outcome = await execute(
+                    sandbox, cells, limits, collector, on_output=on_output, stop=stop
+                )
+            except SandboxError:
+                if collector.stdout or collector.results:
+                    raise
+                # The sandbox vanished before the code started: nothing ran, so run it in
+                # a new session instead of failing.
+                await self._end(key, "its sandbox had stopped")
+                live, ending = await self._session(key, on_queued)
+                sandbox = live.lease.sandbox
+                outcome = await execute(
+                    sandbox, cells, limits, collector, on_output=on_output, stop=stop
+                )
+        finally:
+            self._stops.pop(key, None)
+        live.last_used = time.monotonic()
+        return await self._result(key, live, outcome, collector, limits, ending)
 
     async def _result(
         self,
@@ -148,10 +200,15 @@ class SessionManager:
         truncated = outcome.truncated or collector.truncated
         dropped = outcome.dropped_results + collector.dropped
         message = truncation_note(message, truncated, limits, dropped)
-        if ending:
+        workspace = self._workspace_notes.pop(key, None)
+        if ending and workspace:
+            message = f"This is a new session ({ending}). {workspace} {message}".strip()
+        elif ending:
             message = (
                 f"This is a new session ({ending}); earlier variables and files are gone. {message}"
             ).strip()
+        elif workspace:
+            message = f"{workspace} {message}".strip()
         elif key in self._resumed:
             self._resumed.discard(key)
             message = f"{RESUMED_NOTE} {message}".strip()
@@ -200,6 +257,8 @@ class SessionManager:
         live = self._live[key] = _Live(lease=lease, created=now, last_used=now)
         # The runner keeps whose session it holds, for a later process to find it again.
         await lease.sandbox.send({"op": "claim", "session": key})
+        if self.workspaces is not None:
+            await self._restore(key, lease.sandbox)
         return live, self._endings.pop(key, None)
 
     def adopt(self, found: Sequence[Recovered]) -> None:
@@ -232,13 +291,15 @@ class SessionManager:
         _, oldest = min(idle)
         log.info("ending idle session %s to make room", oldest)
         # No await between choosing and ending: the session cannot start a run in between.
-        self._drop(oldest, "it was idle while another conversation needed a sandbox")
+        self._drop(oldest, "it was idle while another conversation needed a sandbox", save=True)
         return True
 
-    async def _end(self, key: str, reason: str | None) -> None:
-        self._drop(key, reason)
+    async def _end(self, key: str, reason: str | None, save: bool = False) -> None:
+        self._drop(key, reason, save)
 
-    def _drop(self, key: str, reason: str | None) -> None:
+    def _drop(self, key: str, reason: str | None, save: bool = False) -> None:
+        """End a session; with `save` (it ended though its kernel was fine), its workspace is
+        saved first, in the background, and the sandbox released after."""
         live = self._live.pop(key, None)
         self._resumed.discard(key)
         if live is None:
@@ -248,21 +309,142 @@ class SessionManager:
             self._endings.move_to_end(key)
             while len(self._endings) > REMEMBERED_ENDINGS:
                 self._endings.popitem(last=False)
-        self.pool.release(live.lease.sandbox)
+        sandbox = live.lease.sandbox
+        if save and self.workspaces is not None and sandbox.alive:
+            task = asyncio.create_task(self._save_then_release(key, sandbox))
+            self._saving[key] = task
+            task.add_done_callback(lambda done: self._forget_saving(key, done))
+            return
+        self.pool.release(sandbox)
+
+    def _forget_saving(self, key: str, task: asyncio.Task[None]) -> None:
+        if self._saving.get(key) is task:
+            del self._saving[key]
+
+    async def _save_then_release(self, key: str, sandbox: Sandbox) -> None:
+        try:
+            await self._save(key, sandbox)
+        finally:
+            self.pool.release(sandbox)
+
+    async def _save(self, key: str, sandbox: Sandbox) -> None:
+        """Save the session's workspace; a failure is kept for the next run to mention."""
+        assert self.workspaces is not None
+        limits = self.workspace_settings
+        try:
+            async with asyncio.timeout(WORKSPACE_TIMEOUT_S):
+                variables_cap = min(limits.max_variables_mb, limits.max_mb) * MB
+                reply = await _ask_sandbox(
+                    sandbox,
+                    {"op": "snapshot", "max_bytes": variables_cap},
+                    "snapshot",
+                    WORKSPACE_TIMEOUT_S,
+                )
+                if reply is None or reply.get("error"):
+                    why = "no answer" if reply is None else reply["error"]
+                    raise WorkspaceError(f"the variables could not be saved ({why})")
+                variables = base64.b64decode(str(reply.get("variables", "")))
+                room = max(0, limits.max_mb * MB - len(variables))
+                found = await sandbox.get_files(
+                    OutputCaps(
+                        max_files=limits.max_files,
+                        max_file_bytes=room,
+                        max_total_bytes=room,
+                        max_depth=self.limits.max_output_depth,
+                    )
+                )
+                skipped = {str(k): str(v) for k, v in dict(reply.get("skipped", {})).items()}
+                for note in found.skipped:
+                    skipped[note.path] = note.reason
+                if found.not_listed:
+                    skipped["other files"] = f"{found.not_listed} more, past the workspace cap"
+                workspace = Workspace(
+                    created=time.time(),
+                    variables=variables,
+                    saved=tuple(str(name) for name in reply.get("saved", [])),
+                    skipped=skipped,
+                    cells=tuple(str(cell) for cell in reply.get("cells", [])),
+                    files={f.path: f.content for f in found.files},
+                )
+                await self.workspaces.save(key, pack(workspace))
+        except (WorkspaceError, SandboxError, TimeoutError, ValueError) as exc:
+            why = str(exc) or "it took too long"
+            log.warning("could not save the workspace of session %s: %s", key, why)
+            self._workspace_notes[key] = (
+                f"Your workspace could not be saved when the last session ended ({why}); "
+                "earlier variables and files are gone."
+            )
+            # An older workspace would be restored in its place: it is not what the user had.
+            with contextlib.suppress(WorkspaceError):
+                await self.workspaces.delete(key)
+
+    async def _restore(self, key: str, sandbox: Sandbox) -> None:
+        """Bring the key's saved workspace into its new sandbox, and note what came back."""
+        assert self.workspaces is not None
+        pending = self._saving.get(key)
+        if pending is not None:
+            await asyncio.wait([pending])
+        if key in self._workspace_notes:  # the save failed: nothing to restore
+            return
+        limits = self.workspace_settings
+        try:
+            data = await self.workspaces.load(key)
+            if data is None:
+                return
+            workspace = unpack(data, limits.max_files, limits.max_mb * MB + 1_000_000)
+            if workspace.files:
+                await sandbox.put_files(
+                    build_workspace_tar(workspace.files, self.limits.uid, self.limits.gid)
+                )
+            reply = await _ask_sandbox(
+                sandbox,
+                {
+                    "op": "restore",
+                    "variables": base64.b64encode(workspace.variables).decode(),
+                    "cells": list(workspace.cells),
+                },
+                "restored",
+            )
+            if reply is None or reply.get("error"):
+                why = "no answer" if reply is None else str(reply["error"])
+                failed = {name: why for name in workspace.saved}
+                restored: list[str] = []
+            else:
+                failed = {str(k): str(v) for k, v in dict(reply.get("failed", {})).items()}
+                restored = [str(name) for name in reply.get("restored", [])]
+            self._workspace_notes[key] = restored_note(workspace, restored, failed)
+        except (WorkspaceError, SandboxError, InvalidInput, TimeoutError) as exc:
+            log.warning("could not restore the workspace of session %s: %s", key, exc)
+            self._workspace_notes[key] = (
+                f"Your saved workspace could not be restored ({exc or 'it took too long'}); "
+                "this session starts empty."
+            )
 
     def stop(self, key: str) -> bool:
-        """Interrupt the key's running run; False when nothing runs."""
-        stop = self._stops.get(key)
-        if stop is None:
-            return False
-        stop.set()
-        return True
+        """Interrupt the key's running run, and end the runs that wait to start (nothing of
+        them runs); False when nothing runs or waits."""
+        events = set(self._waiting_stops.get(key, ()))
+        running = self._stops.get(key)
+        if running is not None:
+            events.add(running)
+        for event in events:
+            event.set()
+        return bool(events)
 
     async def close(self, key: str) -> None:
         """End the key's session on request (the next run starts afresh without a note)."""
         async with self._lock(key):
             await self._end(key, None)
             self._endings.pop(key, None)
+            self._workspace_notes.pop(key, None)
+            pending = self._saving.pop(key, None)
+            if pending is not None:
+                await asyncio.wait([pending])
+            if self.workspaces is not None:
+                try:
+                    await self.workspaces.delete(key)
+                except WorkspaceError as exc:
+                    log.warning("could not delete the workspace of session %s: %s", key, exc)
 
     async def put_files(self, key: str, files: Mapping[str, bytes]) -> None:
         tar = build_input_tar(
@@ -325,19 +507,15 @@ class SessionManager:
             live = self._live.get(key)
             if live is None:
                 return None
-            sandbox = live.lease.sandbox
-            request_id = uuid.uuid4().hex[:12]
-            await sandbox.send({**request, "id": request_id})
             try:
-                async with asyncio.timeout(REQUEST_TIMEOUT_S):
-                    while (event := await sandbox.receive()) is not None:
-                        if event.get("type") == reply_type and event.get("id") == request_id:
-                            return event
+                reply = await _ask_sandbox(live.lease.sandbox, request, reply_type)
             except TimeoutError:
                 raise SandboxError(
                     f"the sandbox did not {doing} within {REQUEST_TIMEOUT_S:g} s"
                 ) from None
-            raise SandboxError(f"the sandbox stopped before it could {doing}")
+            if reply is None:
+                raise SandboxError(f"the sandbox stopped before it could {doing}")
+            return reply
 
     async def _reap_loop(self) -> None:
         while True:
@@ -351,11 +529,13 @@ class SessionManager:
                 continue
             if now - live.last_used >= self.idle_timeout_s:
                 await self._end(
-                    key, f"the previous one was idle for {_duration(self.idle_timeout_s)}"
+                    key, f"the previous one was idle for {_duration(self.idle_timeout_s)}", True
                 )
             elif now - live.created >= self.max_lifetime_s:
                 await self._end(
-                    key, f"the previous one reached its {_duration(self.max_lifetime_s)} lifetime"
+                    key,
+                    f"the previous one reached its {_duration(self.max_lifetime_s)} lifetime",
+                    True,
                 )
             elif not live.lease.sandbox.alive:
                 await self._end(key, "its sandbox had stopped")
@@ -370,17 +550,24 @@ class SessionManager:
         kept: list[Sandbox] = []
         for key in list(self._live):
             self.stop(key)
-            if keep:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.limits.interrupt_grace_s + 5):
-                        await self._lock(key).acquire()  # the stopped run has ended
-                live = self._live.pop(key, None)
-                if live is not None and live.lease.sandbox.alive:
-                    kept.append(live.lease.sandbox)
-                elif live is not None:
-                    self.pool.release(live.lease.sandbox)
-            else:
+            if not keep and self.workspaces is None:
                 await self._end(key, None)
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.limits.interrupt_grace_s + 5):
+                    await self._lock(key).acquire()  # the stopped run has ended
+            live = self._live.pop(key, None)
+            if live is None:
+                continue
+            sandbox = live.lease.sandbox
+            if keep and sandbox.alive:
+                kept.append(sandbox)
+                continue
+            if self.workspaces is not None and sandbox.alive:
+                await self._save(key, sandbox)
+            self.pool.release(sandbox)
+        if self._saving:
+            await asyncio.wait(list(self._saving.values()))
         return kept
 
     def _run_limits(self, overrides: Mapping[str, Any]) -> SandboxLimits:
@@ -391,6 +578,41 @@ class SessionManager:
                 "(memory, CPU, runtime, network, sizes) are set for the executor"
             )
         return limits
+
+
+async def _unless_stopped(
+    waiting: Coroutine[Any, Any, tuple[_Live, str | None]], stop: asyncio.Event
+) -> tuple[_Live, str | None] | None:
+    """The session `waiting` gets, or None (and no session started) once `stop` is set."""
+    if stop.is_set():
+        waiting.close()
+        return None
+    getting = asyncio.ensure_future(waiting)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if getting.done():
+        return getting.result()
+    getting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await getting
+    return None
+
+
+async def _ask_sandbox(
+    sandbox: Sandbox, request: Mapping[str, Any], reply_type: str, timeout_s: float = 0
+) -> dict[str, Any] | None:
+    """Send a request to a runner and wait for its reply (None: the sandbox stopped first;
+    TimeoutError past REQUEST_TIMEOUT_S, or `timeout_s`)."""
+    request_id = uuid.uuid4().hex[:12]
+    await sandbox.send({**request, "id": request_id})
+    async with asyncio.timeout(timeout_s or REQUEST_TIMEOUT_S):
+        while (event := await sandbox.receive()) is not None:
+            if event.get("type") == reply_type and event.get("id") == request_id:
+                return event
+    return None
 
 
 def _safe_relative(path: str) -> bool:

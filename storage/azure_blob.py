@@ -150,6 +150,17 @@ class AzureBlobStorage:
             self._delegation_expiry = key_expiry
         return self._delegation_key
 
+    async def get(self, key: str) -> bytes | None:
+        check_key(key)
+        try:
+            downloader = await self._client.download_blob(key)
+            data: bytes = await downloader.readall()
+        except ResourceNotFoundError:
+            return None
+        except AzureError as exc:
+            raise self._translate(exc, f"read {key.rsplit('/', 1)[-1]}") from exc
+        return data
+
     async def delete(self, key: str) -> None:
         check_key(key)
         try:

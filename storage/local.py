@@ -119,6 +119,19 @@ class LocalStorage:
             return None
         return LocalFile(path=path, content_type=str(meta.get("content_type")), size=size)
 
+    async def get(self, key: str) -> bytes | None:
+        path = self._path(key)
+
+        def read() -> bytes | None:
+            if path.is_symlink() or not path.is_file():
+                return None
+            return path.read_bytes()
+
+        try:
+            return await asyncio.to_thread(read)
+        except OSError as exc:
+            raise StorageUnavailable(f"could not read {key}: {exc}") from exc
+
     async def delete(self, key: str) -> None:
         path = self._path(key)
         for target in (path, path.with_name(path.name + META_SUFFIX)):

@@ -23,6 +23,10 @@ Requests (one JSON object per line on stdin):
     {"op": "export", "id": "e1"}      the session's notebook, as nbformat 4 JSON
     {"op": "preview", "id": "p1", "paths": ["sales.csv"]}
                                       schema previews of tabular files, read in a subprocess
+    {"op": "snapshot", "id": "s1", "max_bytes": 32000000}
+                                      the session's variables (pickled), for a later sandbox
+    {"op": "restore", "id": "w1", "variables": "<base64>", "cells": ["code", ...]}
+                                      load variables an earlier snapshot saved
     {"op": "claim", "session": "k"}   remember whose session this sandbox holds
     {"op": "resume", "nonce": "n"}    a host attached again: answer who holds this sandbox
     {"op": "shutdown"}                stop the kernel and exit
@@ -35,6 +39,9 @@ Events (one JSON object per line on stdout):
     {"type": "exported", "id": "e1", "format": "ipynb", "content": {notebook}}
     {"type": "previewed", "id": "p1", "previews": {"sales.csv": "..."}}
     {"type": "resumed", "nonce": "n", "session": "k", "busy": false}
+    {"type": "snapshot", "id": "s1", "variables": "<base64>", "saved": ["df"],
+     "skipped": {"conn": "an open connection"}, "cells": ["code", ...]}   (or "error")
+    {"type": "restored", "id": "w1", "restored": ["df"], "failed": {}}      (or "error")
 
 Where the host attaches after the start (CELLMATE_RUNNER_AWAIT_HELLO=1), it writes a first
 line before `ready`: `hello`, or `{"op": "hello", "key": "<64 hex digits>"}` to choose the
@@ -47,6 +54,7 @@ sealed `resumed` that repeats its nonce as the start of the runner's numbering.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ctypes
 import hashlib
@@ -57,6 +65,7 @@ import resource
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -142,6 +151,74 @@ def _cellmate_reap():
 _cellmate_reap()
 del _cellmate_reap
 """
+
+
+# Saves the user's variables, each pickled on its own (cloudpickle, so functions and classes
+# defined in the session come along), into FOLDER: what cannot be saved is named with why.
+SNAPSHOT_CODE = """
+def _cellmate_snapshot(folder, limit):
+    import io, json, os, pickle, socket, threading, types
+    import cloudpickle
+    shell = get_ipython()
+    hidden = set(shell.user_ns_hidden)
+    def why(value, exc):
+        if isinstance(value, socket.socket) or 'connection' in type(value).__name__.lower():
+            return 'an open connection'
+        if isinstance(value, io.IOBase):
+            return 'an open file'
+        if isinstance(value, (types.GeneratorType, types.CoroutineType)):
+            return 'a running generator'
+        if isinstance(value, type(threading.Lock())) or isinstance(value, threading.Thread):
+            return 'a thread or lock'
+        return f'cannot be saved: {type(exc).__name__}'
+    saved, skipped, blobs, total = [], {}, {}, 0
+    for name, value in list(shell.user_ns.items()):
+        if name.startswith('_') or name in hidden:
+            continue
+        if isinstance(value, types.ModuleType):
+            skipped[name] = 'a module: import it again'
+            continue
+        try:
+            blob = cloudpickle.dumps(value)
+        except Exception as exc:
+            skipped[name] = why(value, exc)
+            continue
+        if total + len(blob) > limit:
+            skipped[name] = f'too large ({len(blob) / 1e6:.1f} MB, past the workspace cap)'
+            continue
+        blobs[name] = blob
+        total += len(blob)
+        saved.append(name)
+    with open(os.path.join(folder, 'variables.pkl'), 'wb') as out:
+        pickle.dump(blobs, out)
+    with open(os.path.join(folder, 'report.json'), 'w') as out:
+        json.dump({'saved': saved, 'skipped': skipped}, out)
+_cellmate_snapshot(FOLDER, LIMIT)
+del _cellmate_snapshot
+"""
+
+# Loads variables saved by SNAPSHOT_CODE (in an earlier sandbox of the same conversation)
+# into the user's namespace, each on its own: one that fails is named, the rest still load.
+RESTORE_CODE = """
+def _cellmate_restore(folder):
+    import json, os, pickle
+    import cloudpickle
+    namespace = get_ipython().user_ns
+    with open(os.path.join(folder, 'variables.pkl'), 'rb') as saved:
+        blobs = pickle.load(saved)
+    restored, failed = [], {}
+    for name, blob in blobs.items():
+        try:
+            namespace[name] = cloudpickle.loads(blob)
+            restored.append(name)
+        except Exception as exc:
+            failed[name] = f'{type(exc).__name__}: {str(exc)[:100]}'
+    with open(os.path.join(folder, 'report.json'), 'w') as out:
+        json.dump({'restored': restored, 'failed': failed}, out)
+_cellmate_restore(FOLDER)
+del _cellmate_restore
+"""
+WORKSPACE_TIMEOUT_S = 120
 
 
 class CappedClient(NotebookClient):  # type: ignore[misc]
@@ -392,6 +469,58 @@ class Runner:
                 self.helpers.discard(process.pid)
         self.emit({"type": "previewed", "id": request.get("id", ""), "previews": previews})
 
+    async def in_kernel(self, code: str, folder: Path) -> dict[str, Any]:
+        """Run one of the workspace scripts in the user's kernel; its report."""
+        script = code.replace("FOLDER", repr(str(folder)))
+        reply = await self.client.kc.execute_interactive(
+            script, silent=True, store_history=False, timeout=WORKSPACE_TIMEOUT_S
+        )
+        content = reply.get("content", {}) if isinstance(reply, dict) else {}
+        if content.get("status") != "ok":
+            raise RuntimeError(f"{content.get('ename', 'error')}: {content.get('evalue', '')}")
+        report = json.loads((folder / "report.json").read_text())
+        return report if isinstance(report, dict) else {}
+
+    async def snapshot(self, request: dict[str, Any]) -> None:
+        """The session's variables (pickled in the kernel) and the cells run so far."""
+        limit = int(request.get("max_bytes", 32_000_000))
+        event: dict[str, Any] = {"type": "snapshot", "id": request.get("id", "")}
+        folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
+        try:
+            report = await self.in_kernel(SNAPSHOT_CODE.replace("LIMIT", str(limit)), folder)
+            variables = read_at_most(folder / "variables.pkl", limit + 1_000_000)
+            if len(variables) > limit + 500_000:
+                raise ValueError("the saved variables are larger than the cap")
+            event.update(
+                variables=base64.b64encode(variables).decode(),
+                saved=report.get("saved", []),
+                skipped=report.get("skipped", {}),
+                cells=[str(cell.source) for cell in self.nb.cells][-500:],
+            )
+        except Exception as exc:
+            event["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.emit(event)
+
+    async def restore(self, request: dict[str, Any]) -> None:
+        """Load saved variables into the kernel, and the cells run before into the notebook."""
+        event: dict[str, Any] = {"type": "restored", "id": request.get("id", "")}
+        folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
+        try:
+            (folder / "variables.pkl").write_bytes(
+                base64.b64decode(str(request.get("variables", "")))
+            )
+            report = await self.in_kernel(RESTORE_CODE, folder)
+            event.update(restored=report.get("restored", []), failed=report.get("failed", {}))
+            for source in request.get("cells", [])[:500]:
+                self.nb.cells.append(nbformat.v4.new_code_cell(str(source)))
+        except Exception as exc:
+            event["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.emit(event)
+
     async def interrupt(self) -> None:
         if self.client.km is not None:
             await self.client.km.interrupt_kernel()
@@ -427,6 +556,9 @@ class Runner:
             elif op == "preview":
                 self.side_tasks.add(task := asyncio.create_task(self.preview(request)))
                 task.add_done_callback(self.side_tasks.discard)
+            elif op in ("snapshot", "restore"):
+                handler = self.snapshot if op == "snapshot" else self.restore
+                self.running = asyncio.create_task(after(self.running, handler(request)))
             elif op == "claim":
                 self.session = str(request.get("session", ""))[:1000]
             elif op == "resume":
@@ -519,6 +651,18 @@ async def kernel_exit_code(client: NotebookClient) -> int | None:
             return int(code)
         await asyncio.sleep(0.05)
     return None
+
+
+async def after(previous: asyncio.Task[None] | None, work: Any) -> None:
+    """Do `work` (a coroutine) once the kernel has finished what it was doing."""
+    if previous is not None and not previous.done():
+        await asyncio.wait([previous])
+    await work
+
+
+def read_at_most(path: Path, size: int) -> bytes:
+    with path.open("rb") as file:
+        return file.read(size)
 
 
 def hello_key(line: bytes) -> bytes | None:

@@ -133,3 +133,29 @@ async def test_with_a_backend_that_keeps_sessions_a_restart_carries_them_on() ->
         assert {s.session for s in backend.live} <= {""}  # only the pool's
         assert (await third.session("a").run("print('hi')")).stdout == "hi\n"
     assert not backend.live
+
+
+async def test_a_stop_ends_runs_that_still_wait_and_nothing_of_them_runs() -> None:
+    backend = FakeBackend({"sleep()": FakeRun(hang=True), "print('hi')": FakeRun()})
+    limits = SandboxLimits(timeout_s=30, interrupt_grace_s=0.2)
+    pool = PoolSettings(size=0, max_live=1)
+    async with Executor("fake", limits=limits, backend=backend, pool=pool) as executor:
+        busy = asyncio.create_task(executor.session("a").run("sleep()"))
+        await asyncio.sleep(0.05)
+        # Waiting for a sandbox: conversation a holds the only one, and is running.
+        waiting = asyncio.create_task(executor.session("b").run("print('hi')"))
+        await asyncio.sleep(0.05)
+        assert executor.pool.waiting == 1
+        assert executor.session("b").stop() is True
+        stopped = await asyncio.wait_for(waiting, 5)
+        assert stopped.message == "The run was stopped before it started; nothing ran."
+        assert stopped.status is Status.KILLED
+        assert executor.pool.waiting == 0
+        # Waiting behind another run of the same conversation: one stop ends both.
+        queued = asyncio.create_task(executor.session("a").run("print('hi')"))
+        await asyncio.sleep(0.05)
+        assert executor.session("a").stop() is True
+        assert (await busy).message == "The run was stopped on request."
+        assert (await queued).message == "The run was stopped before it started; nothing ran."
+        assert executor.session("a").stop() is False
+    assert backend.runs == ["sleep()"]

@@ -1,0 +1,171 @@
+"""A session's workspace kept beyond its sandbox: the files in /mnt/data, the variables that
+could be pickled (opaque bytes to the host: they are only ever loaded inside a sandbox of
+the same conversation), and the cells run, packed as one tar for a WorkspaceStore.
+
+Unpacking treats the archive as untrusted (a store may be shared or tampered with): only
+regular files with plain relative names come out, within the caps it is given.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, Protocol
+
+from executor.errors import WorkspaceError
+
+MANIFEST = "manifest.json"
+VARIABLES = "variables.pkl"
+FILES = "files/"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceSettings:
+    """`CELLMATE_WORKSPACE_<FIELD>`: what is kept of a session when it ends."""
+
+    enabled: bool = True
+    """Save a session's workspace when it ends (idle, lifetime, room for another, shutdown)
+    and restore it into the conversation's next session."""
+    max_mb: int = 100
+    """Files and variables together; past it, what does not fit is named as not saved."""
+    max_files: int = 1000
+    max_variables_mb: int = 32
+    """Pickled variables travel as one event line: at most this much of max_mb."""
+    retention_days: float = 7.0
+    """A workspace not restored within this long is deleted."""
+
+    def __post_init__(self) -> None:
+        if min(self.max_mb, self.max_files, self.max_variables_mb) < 1:
+            raise ValueError("max_mb, max_files and max_variables_mb must be at least 1")
+        if self.max_variables_mb > 48:
+            raise ValueError("max_variables_mb can be at most 48 (one event line)")
+        if self.retention_days <= 0:
+            raise ValueError("retention_days must be positive")
+
+
+class WorkspaceStore(Protocol):
+    """Where workspaces are kept, one per session key; the bot keeps them in its storage."""
+
+    async def save(self, key: str, data: bytes) -> None:
+        """Keep `data` as the key's workspace (replacing any); WorkspaceError if it cannot."""
+
+    async def load(self, key: str) -> bytes | None:
+        """The key's workspace, None when there is none (or it expired); WorkspaceError if
+        the store cannot be read."""
+
+    async def delete(self, key: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    created: float
+    """When it was saved (epoch seconds)."""
+    variables: bytes = b""
+    saved: tuple[str, ...] = ()
+    """Variables in `variables`."""
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    """Variables and files not saved, with why."""
+    cells: tuple[str, ...] = ()
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        """What a user would call its contents: variables, then files."""
+        return [*self.saved, *sorted(self.files)]
+
+
+def pack(workspace: Workspace) -> bytes:
+    manifest = {
+        "version": 1,
+        "created": workspace.created,
+        "saved": list(workspace.saved),
+        "skipped": dict(workspace.skipped),
+        "cells": list(workspace.cells),
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        _add(tar, MANIFEST, json.dumps(manifest).encode())
+        _add(tar, VARIABLES, workspace.variables)
+        for path, content in sorted(workspace.files.items()):
+            _add(tar, FILES + path, content)
+    return buffer.getvalue()
+
+
+def unpack(data: bytes, max_files: int, max_total_bytes: int) -> Workspace:
+    """The workspace in `data`; WorkspaceError when it is not one or breaks a cap."""
+    manifest: dict[str, Any] | None = None
+    variables = b""
+    files: dict[str, bytes] = {}
+    total = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                total += member.size
+                if total > max_total_bytes:
+                    raise WorkspaceError("the saved workspace is larger than the cap")
+                extracted = tar.extractfile(member)
+                content = extracted.read() if extracted is not None else b""
+                if member.name == MANIFEST:
+                    manifest = json.loads(content)
+                elif member.name == VARIABLES:
+                    variables = content
+                elif member.name.startswith(FILES) and _plain(member.name[len(FILES) :]):
+                    if len(files) >= max_files:
+                        raise WorkspaceError("the saved workspace has too many files")
+                    files[member.name[len(FILES) :]] = content
+    except (tarfile.TarError, ValueError, EOFError) as exc:
+        raise WorkspaceError(f"the saved workspace cannot be read: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise WorkspaceError("the saved workspace has no manifest")
+    return Workspace(
+        created=float(manifest.get("created", time.time())),
+        variables=variables,
+        saved=tuple(str(name) for name in manifest.get("saved", [])),
+        skipped={str(k): str(v) for k, v in dict(manifest.get("skipped", {})).items()},
+        cells=tuple(str(cell) for cell in manifest.get("cells", [])),
+        files=files,
+    )
+
+
+def _add(tar: tarfile.TarFile, name: str, content: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(content)
+    info.mode = 0o644
+    info.mtime = int(time.time())
+    tar.addfile(info, io.BytesIO(content))
+
+
+def _plain(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return bool(parts) and not path.startswith("/") and ".." not in parts and "\x00" not in path
+
+
+def restored_note(workspace: Workspace, restored: list[str], failed: Mapping[str, str]) -> str:
+    """One line for the user: what came back, from when, and what did not."""
+    back = [name for name in workspace.names if name in restored or name in workspace.files]
+    shown = ", ".join(back[:12]) + (f" and {len(back) - 12} more" if len(back) > 12 else "")
+    line = f"Restored your workspace from {_ago(time.time() - workspace.created)}"
+    line += f": {shown}" if shown else " (it was empty)"
+    missing = {**workspace.skipped, **failed}
+    if missing:
+        listed = [f"{name} ({why})" for name, why in list(missing.items())[:8]]
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        line += f"; not restored: {', '.join(listed)}{more}"
+    return line + "."
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 90:
+        return "a moment ago"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min ago"
+    if seconds < 36 * 3600:
+        return f"{round(seconds / 3600)} h ago"
+    return f"{round(seconds / 86400)} days ago"

@@ -1,0 +1,113 @@
+"""Workspaces with the real kernel under runc and runsc: variables of every common kind
+(a DataFrame, a function and a class defined in the session, plain data) and files in
+folders survive the end of a session and a restart; what cannot be pickled, and what is
+past the cap, is named; another conversation never sees them."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from bot.workspaces import StoredWorkspaces
+from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
+from executor.workspace import WorkspaceSettings
+from storage.local import LocalStorage
+from tests.integration.conftest import TEST_INSTANCE
+
+pytestmark = pytest.mark.docker
+
+SECRET = b"w" * 32
+
+WORK = """
+import os, socket, pandas as pd
+df = pd.DataFrame({'city': ['Oslo', 'Lima'], 'sales': [3, 4]})
+def double(v):
+    return v * 2
+class Box:
+    def __init__(self, item):
+        self.item = item
+box = Box('kept')
+numbers = list(range(5))
+conn = socket.socket()
+handle = open('/tmp/scratch.txt', 'w')
+lines = (n for n in range(3))
+huge = bytearray(3_000_000)
+os.makedirs('out/charts', exist_ok=True)
+open('out/charts/summary.txt', 'w').write('in a folder')
+df.to_csv('sales.csv', index=False)
+"""
+
+CHECK = """
+print(df.sales.sum(), double(21), box.item, numbers[-1])
+print(open('out/charts/summary.txt').read(), open('sales.csv').read().splitlines()[0])
+names = globals()
+print(sorted(n for n in ('conn', 'handle', 'lines', 'huge', 'os', 'pd', 'box') if n in names))
+"""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> StoredWorkspaces:
+    return StoredWorkspaces(LocalStorage(tmp_path / "files", SECRET), SECRET, timedelta(days=1))
+
+
+def executor(runtime: str, store: StoredWorkspaces, **pool: float) -> Executor:
+    return Executor(
+        default_tag(),
+        limits=SandboxLimits(runtime=runtime, timeout_s=60),  # type: ignore[arg-type]
+        instance=TEST_INSTANCE,
+        pool=PoolSettings(size=0, **pool),  # type: ignore[arg-type]
+        workspaces=store,
+        workspace_settings=WorkspaceSettings(max_mb=20, max_variables_mb=2),
+    )
+
+
+async def test_a_workspace_survives_an_idle_end_and_a_restart(
+    runtime: str, store: StoredWorkspaces
+) -> None:
+    async with executor(runtime, store, idle_timeout_s=0.5) as first:
+        session = first.session("conv-a")
+        made = await session.run(WORK)
+        assert made.status is Status.OK, made.message
+        await asyncio.sleep(0.6)
+        await first.sessions.reap()  # the idle session ends: its workspace is saved
+        await asyncio.gather(*first.sessions._saving.values())
+        assert first.sessions.active == []
+
+        back = await session.run(CHECK)
+        assert back.status is Status.OK, back.message
+        assert back.stdout == "7 42 kept 4\nin a folder city,sales\n['box']\n"
+        assert back.message.startswith(
+            "This is a new session (the previous one was idle for 0.5 s). Restored your "
+            "workspace from a moment ago: "
+        )
+        for name in (
+            "df",
+            "double",
+            "Box",
+            "box",
+            "numbers",
+            "sales.csv",
+            "out/charts/summary.txt",
+        ):
+            assert name in back.message
+        for missing in (
+            "conn (an open connection)",
+            "handle (an open file)",
+            "lines (a running generator)",
+            "os (a module: import it again)",
+            "huge (too large",
+        ):
+            assert missing in back.message
+
+        other = await first.session("conv-b").run("print('df' in dir(), os.listdir('.'))")
+        assert other.error is not None  # not even `os` is there: nothing of conv-a
+        assert "Restored" not in other.message
+
+    async with executor(runtime, store) as second:  # the first one saved conv-a on exit
+        again = await second.session("conv-a").run("print(double(df.sales.max()))")
+        assert again.status is Status.OK, again.message
+        assert again.stdout == "8\n"
+        assert again.message.startswith("Restored your workspace from a moment ago: ")
