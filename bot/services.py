@@ -28,6 +28,7 @@ from storage.errors import StorageError, StorageUnavailable
 from storage.intake import Fetcher, IntakeLimits
 from storage.local import LocalStorage
 from storage.retention import prune_periodically
+from storage.stable_links import StableLinks
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +123,11 @@ async def background(
     The console chat needs the server only for local links; `serve` always runs it.
     """
     runner = None
-    local = storage if isinstance(storage, LocalStorage) and storage.base_url else None
-    if always_serve or local is not None:
-        app = create_app(local, checks, metrics.exposition if metrics else None)
+    links = storage if isinstance(storage, StableLinks) else None
+    inner = links.inner if links is not None else storage
+    local = inner if isinstance(inner, LocalStorage) and inner.base_url else None
+    if always_serve or local is not None or links is not None:
+        app = create_app(local, checks, metrics.exposition if metrics else None, links)
         if extend is not None:
             extend(app)
         address = f"{settings.http_host}:{settings.http_port}"

@@ -90,12 +90,19 @@ class StorageSettings:
     attachment_max_count: int = 10
     link_secret: str = ""
     """Signs local links; by default a random secret kept in the data directory."""
+    bot_url: str = ""
+    """The bot's own public address (https://bot.example.com). When set (or when local files
+    are served from public_base_url), chat messages carry stable links `/a/<id>` on it that
+    redirect to a freshly signed link on each click and work until retention removes the
+    file."""
 
     def __post_init__(self) -> None:
         if self.link_expiry_days <= 0 or self.retention_days < 0:
             raise ValueError("link_expiry_days must be positive and retention_days not negative")
-        if self.public_base_url and not self.public_base_url.startswith(("http://", "https://")):
-            raise ValueError("public_base_url must start with http:// or https://")
+        for name in ("public_base_url", "bot_url"):
+            value = getattr(self, name)
+            if value and not value.startswith(("http://", "https://")):
+                raise ValueError(f"{name} must start with http:// or https://")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,22 @@ from bot.settings import Settings
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from storage.local import LocalStorage
+from storage.stable_links import StableLinks
 
 
 def build_storage(settings: Settings) -> Storage:
-    """Azure Blob when configured (or asked for), local files under the data directory otherwise."""
+    """Azure Blob when configured (or asked for), local files under the data directory
+    otherwise; with stable links when the bot has a public address."""
+    inner = _build_store(settings)
+    bot_url = settings.storage.bot_url
+    if not bot_url and isinstance(inner, LocalStorage) and inner.base_url:
+        bot_url = inner.base_url  # local files are served by the bot itself
+    if not bot_url:
+        return inner
+    return StableLinks(inner, link_secret(settings), bot_url)
+
+
+def _build_store(settings: Settings) -> Storage:
     chosen = settings.storage
     expiry = timedelta(days=chosen.link_expiry_days)
     use_azure = chosen.backend == "azure" or (

@@ -150,6 +150,13 @@ class AzureBlobStorage:
             self._delegation_expiry = key_expiry
         return self._delegation_key
 
+    async def exists(self, key: str) -> bool:
+        check_key(key)
+        try:
+            return bool(await self._client.get_blob_client(key).exists())
+        except AzureError as exc:
+            raise self._translate(exc, f"check {key.rsplit('/', 1)[-1]}") from exc
+
     async def get(self, key: str) -> bytes | None:
         check_key(key)
         try:

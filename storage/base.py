@@ -35,6 +35,9 @@ class Storage(Protocol):
     async def link(self, key: str, expires_in: timedelta | None = None) -> str:
         """A read-only link that stops working after `expires_in` (default 7 days)."""
 
+    async def exists(self, key: str) -> bool:
+        """Whether something is stored under the key; StorageError if the store cannot say."""
+
     async def get(self, key: str) -> bytes | None:
         """The bytes stored under a key, None when there are none; StorageError if the store
         cannot be read."""

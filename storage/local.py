@@ -119,6 +119,10 @@ class LocalStorage:
             return None
         return LocalFile(path=path, content_type=str(meta.get("content_type")), size=size)
 
+    async def exists(self, key: str) -> bool:
+        path = self._path(key)
+        return await asyncio.to_thread(lambda: path.is_file() and not path.is_symlink())
+
     async def get(self, key: str) -> bytes | None:
         path = self._path(key)
 

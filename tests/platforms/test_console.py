@@ -192,10 +192,10 @@ async def test_local_links_are_served_while_the_chat_runs(tmp_path: Path) -> Non
             ):
                 assert line, "the chat ended without publishing report.csv"
         link = line.split(": ", 1)[1].strip()
-        assert link.startswith(f"http://127.0.0.1:{port}/files/")
-        got = await fetch(link)
+        assert link.startswith(f"http://127.0.0.1:{port}/a/")  # stable: never expires
+        got = await fetch(link)  # redirected to a freshly signed /files/ link
         assert (got.status, got.body) == (200, b"a,b\n1,2\n")
-        assert (await fetch(link.split("?")[0])).status == 404  # unsigned: refused
+        assert (await fetch(link[:-2] + "xx")).status == 404  # an id the bot did not make
     finally:
         process.stdin.close()
         await asyncio.wait_for(process.wait(), 60)
