@@ -20,6 +20,7 @@ from executor.limits import SandboxLimits
 from executor.models import (
     ExecutionError,
     ExecutionResult,
+    FileInfo,
     OutputEvent,
     OutputFile,
     RichResult,
@@ -33,6 +34,7 @@ __all__ = [
     "ExecutionResult",
     "Executor",
     "ExecutorError",
+    "FileInfo",
     "ImageBuildError",
     "ImageNotFound",
     "InvalidInput",

@@ -49,8 +49,10 @@ def build_input_tar(
     max_total_bytes: int,
     uid: int = SANDBOX_UID,
     gid: int = SANDBOX_GID,
+    folders: bool = False,
 ) -> bytes:
-    """A tar of plain files owned by the sandbox user, after checking names, count and size."""
+    """A tar of plain files owned by the sandbox user, after checking names, count and size;
+    with `folders`, names may have folders (`in/a.csv`), each part checked the same way."""
     if len(files) > max_files:
         raise InvalidInput(f"{len(files)} input files given; at most {max_files} are allowed")
     total = sum(len(content) for content in files.values())
@@ -59,6 +61,8 @@ def build_input_tar(
             f"input files total {total / 1e6:.1f} MB; "
             f"at most {max_total_bytes / 1e6:.0f} MB are allowed"
         )
+    if folders:
+        return build_workspace_tar(files, uid, gid)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, content in files.items():

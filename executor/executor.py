@@ -11,7 +11,7 @@ from typing import Any, Self
 
 from executor.docker_backend import DockerBackend
 from executor.limits import SandboxLimits
-from executor.models import ExecutionResult
+from executor.models import ExecutionResult, FileInfo
 from executor.notebook import run_notebook
 from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import SandboxBackend, SessionKeeper
@@ -192,10 +192,35 @@ class Session:
         return self._manager.stop(self.key)
 
     async def put_files(self, files: Mapping[str, bytes]) -> None:
+        """Put files into /mnt/data; names may have folders (`in/sales.csv`)."""
         await self._manager.put_files(self.key, files)
 
     async def list_files(self) -> list[tuple[str, int]]:
         return await self._manager.list_files(self.key)
+
+    async def files(self, path: str = "", recursive: bool = True) -> list[FileInfo]:
+        """Files and folders under `path` in /mnt/data, with size and modified time ([]
+        before the session started)."""
+        return await self._manager.files(self.key, path, recursive)
+
+    async def info(self, path: str) -> FileInfo | None:
+        return await self._manager.info(self.key, path)
+
+    async def make_dir(self, path: str) -> None:
+        await self._manager.change_files(self.key, "make_dir", path)
+
+    async def remove(self, path: str) -> None:
+        """Remove a file, or a folder with everything in it."""
+        await self._manager.change_files(self.key, "remove", path)
+
+    async def rename(self, path: str, to: str) -> None:
+        """Move a file or folder within /mnt/data; InvalidInput when `to` exists."""
+        await self._manager.change_files(self.key, "rename", path, to)
+
+    async def set_env(self, values: Mapping[str, str]) -> None:
+        """Set environment variables in the kernel, for names in
+        `SandboxLimits.env_allowed` (`CELLMATE_SANDBOX_ENV_ALLOWED`); InvalidInput otherwise."""
+        await self._manager.set_env(self.key, values)
 
     async def get_file(self, path: str) -> bytes | None:
         return await self._manager.get_file(self.key, path)

@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 Runtime = Literal["runc", "runsc"]
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+BOT_VARIABLES = frozenset(
+    {
+        "DISCORD_TOKEN",
+        "SLACK_BOT_TOKEN",
+        "SLACK_APP_TOKEN",
+        "SLACK_SIGNING_SECRET",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "AZURE_OPENAI_API_KEY",
+        "AZURE_OPENAI_ENDPOINT",
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "AZURE_STORAGE_ACCOUNT_NAME",
+        "DOCKER_HOST",
+        "KUBECONFIG",
+    }
+)
+
+
+def is_bot_variable(name: str) -> bool:
+    """Whether a variable is one of the bot's own settings or secrets."""
+    upper = name.upper()
+    return upper in BOT_VARIABLES or upper.startswith(("CELLMATE_", "AZURE_", "SLACK_"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +71,9 @@ class SandboxLimits:
     max_output_depth: int = 8
     max_input_files: int = 20
     max_input_total_mb: int = 100
+    env_allowed: tuple[str, ...] = ()
+    """Environment variables a session may set (`Session.set_env`), by name; never the
+    bot's own (its tokens and keys, CELLMATE_*)."""
 
     def container_spec(self) -> tuple[object, ...]:
         """The limits fixed when a container is created; the rest apply per run."""
@@ -82,6 +110,12 @@ class SandboxLimits:
                 raise ValueError(f"sandbox limit {name} must be positive, got {value}")
         if self.memory_mb < 128:
             raise ValueError("sandbox limit memory_mb must be at least 128 (a kernel needs ~80 MB)")
+        for name in self.env_allowed:
+            if not ENV_NAME.fullmatch(name) or is_bot_variable(name):
+                raise ValueError(
+                    f"{name!r} cannot be allowed in sandboxes: give plain names that are not "
+                    "the bot's own settings or secrets"
+                )
         if self.runtime not in ("runc", "runsc"):
             raise ValueError(f"unknown container runtime {self.runtime!r} (use runc or runsc)")
         if self.network and self.runtime == "runsc":

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*(?:\x07|\x1b\\)")
 
@@ -29,6 +29,18 @@ def clean_text(text: Any) -> str:
     """Text from the sandbox as printable UTF-8: no ANSI codes, no lone surrogates."""
     plain: str = ANSI_ESCAPE.sub("", "" if text is None else str(text))
     return plain.encode("utf-8", "replace").decode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """One entry of a session's /mnt/data."""
+
+    path: str
+    """Relative to /mnt/data."""
+    type: Literal["file", "dir", "link"]
+    size: int
+    modified: float
+    """Seconds since the epoch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +151,9 @@ class ExecutionResult:
     duration_ms: int = 0
     startup_ms: int = 0
     runtime: str = "runc"
+    execution_count: int | None = None
+    """The kernel's count for the run's last cell that ran, as Jupyter numbers cells
+    (`In [7]`); None when no cell ran."""
     session_restarted: bool = False
     """In session mode: the conversation's earlier session had ended, so its variables and
     files are gone (the message says why)."""
@@ -163,6 +178,7 @@ class ExecutionResult:
             "startup_ms": self.startup_ms,
             "runtime": self.runtime,
             "session_restarted": self.session_restarted,
+            "execution_count": self.execution_count,
         }
 
 

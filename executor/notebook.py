@@ -51,6 +51,7 @@ async def run_notebook(
             notebook=outcome.notebook,
             output_truncated=truncated,
             dropped_results=dropped,
+            execution_count=outcome.execution_count,
             duration_ms=outcome.duration_ms,
             startup_ms=lease.startup_ms,
             runtime=limits.runtime,

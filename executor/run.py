@@ -35,6 +35,7 @@ class RunOutcome:
     """Rich results the runner did not send, past the per-run count."""
     changed: list[str] = field(default_factory=list)
     kernel_exit_code: int | None = None
+    execution_count: int | None = None
     kernel_oom: bool = False
     timed_out: bool = False
     stopped: bool = False
@@ -161,6 +162,8 @@ async def _collect(
             outcome.changed = [str(p) for p in changed] if isinstance(changed, list) else []
             code = event.get("exit_code")
             outcome.kernel_exit_code = code if isinstance(code, int) else None
+            count = event.get("execution_count")
+            outcome.execution_count = count if isinstance(count, int) and count > 0 else None
             outcome.kernel_oom = bool(event.get("oom"))
             return
 

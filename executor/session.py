@@ -23,8 +23,15 @@ from typing import Any
 
 from executor.archive import OutputCaps, build_input_tar, build_workspace_tar
 from executor.errors import InvalidInput, SandboxError, WorkspaceError
-from executor.limits import SandboxLimits
-from executor.models import ExecutionResult, OutputCollector, OutputFile, SkippedFile, Status
+from executor.limits import SandboxLimits, is_bot_variable
+from executor.models import (
+    ExecutionResult,
+    FileInfo,
+    OutputCollector,
+    OutputFile,
+    SkippedFile,
+    Status,
+)
 from executor.notebook import MB, output_caps, skipped_notes
 from executor.pool import Lease, QueueCallback, SandboxPool
 from executor.protocol import Recovered, Sandbox
@@ -219,6 +226,7 @@ class SessionManager:
             skipped_files=tuple(skipped),
             output_truncated=truncated,
             dropped_results=dropped,
+            execution_count=outcome.execution_count,
             duration_ms=outcome.duration_ms,
             startup_ms=live.lease.startup_ms,
             runtime=limits.runtime,
@@ -447,12 +455,14 @@ class SessionManager:
                     log.warning("could not delete the workspace of session %s: %s", key, exc)
 
     async def put_files(self, key: str, files: Mapping[str, bytes]) -> None:
+        """Put files into the session's /mnt/data; names may have folders (`in/a.csv`)."""
         tar = build_input_tar(
             files,
             self.limits.max_input_files,
             self.limits.max_input_total_mb * MB,
             self.limits.uid,
             self.limits.gid,
+            folders=True,
         )
         async with self._lock(key):
             live, _ = await self._session(key, None)
@@ -478,6 +488,70 @@ class SessionManager:
                 dataclasses.replace(output_caps(self.limits), max_files=1), wanted={_normal(path)}
             )
             return found.files[0].content if found.files else None
+
+    async def files(self, key: str, path: str = "", recursive: bool = True) -> list[FileInfo]:
+        """Entries under `path` in the session's /mnt/data ([] without a live session)."""
+        reply = await self._files_op(key, "list", path, start=False, recursive=recursive)
+        found = reply.get("entries", []) if reply else []
+        return [entry for item in found if (entry := _file_info(item)) is not None]
+
+    async def info(self, key: str, path: str) -> FileInfo | None:
+        """One entry, None when it (or the session) does not exist."""
+        try:
+            reply = await self._files_op(key, "info", path, start=False)
+        except InvalidInput:
+            return None
+        return _file_info(reply.get("entry")) if reply else None
+
+    async def change_files(self, key: str, action: str, path: str, to: str = "") -> None:
+        """make_dir, remove or rename (to `to`) in the session's /mnt/data."""
+        if action not in ("make_dir", "remove", "rename"):
+            raise InvalidInput(f"unknown file action {action!r}")
+        await self._files_op(key, action, path, start=True, to=to)
+
+    async def _files_op(
+        self, key: str, action: str, path: str, start: bool, **extra: Any
+    ) -> dict[str, Any] | None:
+        for given in (path, str(extra.get("to", ""))):
+            if given and not _safe_relative(given):
+                raise InvalidInput(f"path {given!r} must be relative to /mnt/data, without '..'")
+        async with self._lock(key):
+            live = self._live.get(key)
+            if live is None and not start:
+                return None
+            if live is None:
+                live, _ = await self._session(key, None)
+            try:
+                reply = await _ask_sandbox(
+                    live.lease.sandbox, {"op": "fs", "action": action, "path": path, **extra}, "fs"
+                )
+            except TimeoutError:
+                raise SandboxError(f"the sandbox did not {action} in time") from None
+            if reply is None:
+                raise SandboxError(f"the sandbox stopped before it could {action}")
+            live.last_used = time.monotonic()
+        if reply.get("error"):
+            raise InvalidInput(f"could not {action.replace('_', ' ')} {path!r}: {reply['error']}")
+        return reply
+
+    async def set_env(self, key: str, values: Mapping[str, str]) -> None:
+        """Set environment variables in the session's kernel, for names the operator
+        allowed (SandboxLimits.env_allowed); never the bot's own."""
+        for name, value in values.items():
+            if name not in self.limits.env_allowed or is_bot_variable(name):
+                raise InvalidInput(
+                    f"environment variable {name!r} is not allowed in sandboxes "
+                    f"(allowed: {', '.join(self.limits.env_allowed) or 'none'})"
+                )
+            if len(value) > 4096 or "\x00" in value:
+                raise InvalidInput(f"the value of {name!r} is too long or has a NUL byte")
+        async with self._lock(key):
+            live, _ = await self._session(key, None)
+            reply = await _ask_sandbox(
+                live.lease.sandbox, {"op": "env", "values": dict(values)}, "env"
+            )
+            if reply is None or not reply.get("ok"):
+                raise SandboxError("the sandbox could not set the environment variables")
 
     async def export(self, key: str) -> Any:
         """The session's notebook (nbformat 4 JSON), or None without a live session."""
@@ -613,6 +687,21 @@ async def _ask_sandbox(
             if event.get("type") == reply_type and event.get("id") == request_id:
                 return event
     return None
+
+
+def _file_info(item: Any) -> FileInfo | None:
+    if not isinstance(item, dict) or item.get("type") not in ("file", "dir", "link"):
+        return None
+    path = str(item.get("path", ""))
+    if not _safe_relative(path):
+        return None
+    size, modified = item.get("size"), item.get("modified")
+    return FileInfo(
+        path=path,
+        type=item["type"],
+        size=size if isinstance(size, int) and size >= 0 else 0,
+        modified=float(modified) if isinstance(modified, int | float) else 0.0,
+    )
 
 
 def _safe_relative(path: str) -> bool:

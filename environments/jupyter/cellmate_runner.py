@@ -27,6 +27,10 @@ Requests (one JSON object per line on stdin):
                                       the session's variables (pickled), for a later sandbox
     {"op": "restore", "id": "w1", "variables": "<base64>", "cells": ["code", ...]}
                                       load variables an earlier snapshot saved
+    {"op": "fs", "id": "f1", "action": "list|info|make_dir|remove|rename", "path": "a/b",
+     "to": "c", "recursive": true}   a file operation in /mnt/data (links never followed)
+    {"op": "env", "id": "v1", "values": {"NAME": "value"}}
+                                      set environment variables in the kernel
     {"op": "claim", "session": "k"}   remember whose session this sandbox holds
     {"op": "resume", "nonce": "n"}    a host attached again: answer who holds this sandbox
     {"op": "shutdown"}                stop the kernel and exit
@@ -86,6 +90,8 @@ def _cellmate_warm_up():
     import matplotlib
     matplotlib.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (8, 5)})
     import numpy, pandas
+    # DataFrames also come as structured data (Table Schema), beside their HTML.
+    pandas.set_option("display.html.table_schema", True)
     import matplotlib.pyplot as plt
     figure = plt.figure()
     figure.add_subplot().plot([0, 1], [0, 1])
@@ -381,11 +387,13 @@ class Runner:
         changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
         if request.get("notebook"):
             detail["notebook"] = self.nb
+        counts = [c.get("execution_count") for c in self.nb.cells if c.get("execution_count")]
         self.emit(
             {
                 "type": "done",
                 "id": run_id,
                 "status": status,
+                "execution_count": counts[-1] if counts else None,
                 "truncated": self.client.truncated,
                 "dropped_results": self.client.dropped,
                 "changed": changed,
@@ -521,6 +529,21 @@ class Runner:
             shutil.rmtree(folder, ignore_errors=True)
         self.emit(event)
 
+    async def set_env(self, request: dict[str, Any]) -> None:
+        """Set environment variables in the kernel (the host allowed their names)."""
+        values = {str(k): str(v) for k, v in dict(request.get("values", {})).items()}
+        # repr() makes a Python literal of the JSON text: the values cannot become code.
+        script = (
+            "import os as _o, json as _j\n"
+            f"_o.environ.update(_j.loads({json.dumps(values)!r}))\n"
+            "del _o, _j"
+        )
+        reply = await self.client.kc.execute_interactive(
+            script, silent=True, store_history=False, timeout=30
+        )
+        content = reply.get("content", {}) if isinstance(reply, dict) else {}
+        self.emit({"type": "env", "id": request.get("id", ""), "ok": content.get("status") == "ok"})
+
     async def interrupt(self) -> None:
         if self.client.km is not None:
             await self.client.km.interrupt_kernel()
@@ -559,6 +582,10 @@ class Runner:
             elif op in ("snapshot", "restore"):
                 handler = self.snapshot if op == "snapshot" else self.restore
                 self.running = asyncio.create_task(after(self.running, handler(request)))
+            elif op == "fs":
+                self.emit({"type": "fs", "id": request.get("id", ""), **files_op(request)})
+            elif op == "env":
+                self.running = asyncio.create_task(after(self.running, self.set_env(request)))
             elif op == "claim":
                 self.session = str(request.get("session", ""))[:1000]
             elif op == "resume":
@@ -658,6 +685,78 @@ async def after(previous: asyncio.Task[None] | None, work: Any) -> None:
     if previous is not None and not previous.done():
         await asyncio.wait([previous])
     await work
+
+
+FS_LIST_LIMIT = 10_000
+
+
+def files_op(request: dict[str, Any]) -> dict[str, Any]:
+    """A file operation in /mnt/data, as the sandbox's user (what it reaches, the user's
+    code reaches too): list, info, make_dir, remove, rename. Links are never followed."""
+    try:
+        action = str(request.get("action", ""))
+        path = data_path(str(request.get("path", "")))
+        if action == "list":
+            return {"entries": list_entries(path, bool(request.get("recursive", True)))}
+        if action == "info":
+            return {"entry": entry(path)}
+        if path == DATA_DIR:
+            raise ValueError("that is /mnt/data itself")
+        if action == "make_dir":
+            path.mkdir(parents=True, exist_ok=True)
+        elif action == "remove":
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        elif action == "rename":
+            target = data_path(str(request.get("to", "")))
+            if target == DATA_DIR or target.exists() or target.is_symlink():
+                raise FileExistsError(f"{target.relative_to(DATA_DIR)} already exists")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            path.rename(target)
+        else:
+            raise ValueError(f"unknown file action {action!r}")
+        return {"ok": True}
+    except (OSError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def data_path(relative: str) -> Path:
+    """A path under /mnt/data whose parents are real folders there (no link on the way)."""
+    parts = [part for part in relative.split("/") if part not in ("", ".")]
+    if ".." in parts or "\x00" in relative:
+        raise ValueError(f"{relative!r} leaves /mnt/data")
+    path = DATA_DIR
+    for part in parts[:-1]:
+        path = path / part
+        if path.is_symlink():
+            raise ValueError(f"{relative!r} goes through a link")
+    return path / parts[-1] if parts else DATA_DIR
+
+
+def entry(path: Path) -> dict[str, Any]:
+    stat = path.lstat()
+    kind = "link" if path.is_symlink() else "dir" if path.is_dir() else "file"
+    return {
+        "path": str(path.relative_to(DATA_DIR)),
+        "type": kind,
+        "size": stat.st_size if kind == "file" else 0,
+        "modified": stat.st_mtime,
+    }
+
+
+def list_entries(path: Path, recursive: bool) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    pending = [path]
+    while pending and len(found) < FS_LIST_LIMIT:
+        folder = pending.pop(0)
+        for child in sorted(folder.iterdir()):
+            item = entry(child)
+            found.append(item)
+            if recursive and item["type"] == "dir":
+                pending.append(child)
+    return found[:FS_LIST_LIMIT]
 
 
 def read_at_most(path: Path, size: int) -> bytes:
