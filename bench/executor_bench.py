@@ -15,18 +15,24 @@ import os
 import platform
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import docker
 
 from bot.settings import load_settings
+from bot.workspaces import StoredWorkspaces
 from executor import ExecutionResult, Executor, PoolSettings, SandboxLimits, Status
 from executor.docker_backend import INSTANCE_LABEL, connect
 from executor.kubernetes_backend import KubernetesBackend
 from executor.protocol import SandboxBackend
+from executor.workspace import WorkspaceSettings
+from storage.local import LocalStorage
 
 INSTANCE = "bench"
 TRIVIAL = "x += 1; x"
@@ -125,6 +131,55 @@ async def measure(
         ]
         figures.add("first run, cold session (no pool)", cold_runs)
         figures.summary["cold_session_ms"] = round(statistics.median(cold_runs), 1)
+
+
+WORKSPACE = (
+    "import numpy as np, pandas as pd, os\n"
+    "df = pd.DataFrame(np.random.rand(131_072, 10))\n"  # 10 MB
+    "for i in range(2):\n"
+    "    open(f'part{i}.bin', 'wb').write(os.urandom(10 * 1024 * 1024))\n"  # 20 MB of files
+)
+
+
+async def measure_workspaces(
+    image: str,
+    limits: SandboxLimits,
+    samples: int,
+    figures: Figures,
+    backend: Callable[[], SandboxBackend | None],
+) -> None:
+    """Saving a workspace (a 10 MB DataFrame and 20 MB of files) when its session ends, and
+    the first run of the next session, which restores it first (local storage)."""
+    pool = PoolSettings(size=2, max_live=10, idle_timeout_s=0.01)
+    with tempfile.TemporaryDirectory() as folder:
+        secret = os.urandom(32)
+        store = StoredWorkspaces(LocalStorage(Path(folder), secret), secret, timedelta(days=1))
+        async with Executor(
+            image,
+            limits=limits,
+            backend=backend(),
+            instance=INSTANCE,
+            pool=pool,
+            workspaces=store,
+            workspace_settings=WorkspaceSettings(max_mb=100),
+        ) as executor:
+            saves: list[float] = []
+            restores: list[float] = []
+            for i in range(samples):
+                session = executor.session(f"workspace-{i}")
+                await timed(partial(session.run, WORKSPACE))
+                await asyncio.sleep(0.02)
+                started = time.perf_counter()
+                await executor.sessions.reap()
+                await asyncio.gather(*executor.sessions._saving.values())
+                saves.append((time.perf_counter() - started) * 1000)
+                await until(lambda: executor.pool.ready == pool.size)
+                restores.append(await timed(partial(session.run, "df.shape")))
+                await session.close()
+        figures.add("workspace saved (10 MB DataFrame, 20 MB files)", saves, "snapshot")
+        figures.add("first run restoring that workspace", restores, "restore")
+        figures.summary["snapshot_ms"] = round(statistics.median(saves), 1)
+        figures.summary["restore_ms"] = round(statistics.median(restores), 1)
 
 
 def idle_memory_mib(executor: Executor) -> float:
@@ -226,6 +281,15 @@ def main(argv: list[str]) -> int:
     baseline(settings.image, limits.runtime, args.samples, figures)
     asyncio.run(
         measure(
+            settings.image,
+            limits,
+            args.samples,
+            figures,
+            backend=lambda: dataclasses.replace(settings, sandbox=limits).sandbox_backend(),
+        )
+    )
+    asyncio.run(
+        measure_workspaces(
             settings.image,
             limits,
             args.samples,

@@ -45,3 +45,16 @@ def human_duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{math.ceil(seconds / 60)} min"
     return f"{seconds / 3600:.1f} h"
+
+
+FILES_LISTED = 50
+
+
+def files_text(found: list[tuple[str, int]], heading: str = "") -> str:
+    """A /files answer in chat markdown: names in code spans, sizes, a heading if any."""
+    lines = [f"`{path}` ({size:,} bytes)" for path, size in found[:FILES_LISTED]]
+    if len(found) > FILES_LISTED:
+        lines.append(f"… and {len(found) - FILES_LISTED} more")
+    if not lines:
+        return "No files in /mnt/data yet."
+    return "\n".join([heading, *lines] if heading else lines)

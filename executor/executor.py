@@ -198,6 +198,10 @@ class Session:
     async def list_files(self) -> list[tuple[str, int]]:
         return await self._manager.list_files(self.key)
 
+    async def saved_files(self) -> list[tuple[str, int]] | None:
+        """The files of the saved workspace the next session restores (None: none saved)."""
+        return await self._manager.saved_files(self.key)
+
     async def files(self, path: str = "", recursive: bool = True) -> list[FileInfo]:
         """Files and folders under `path` in /mnt/data, with size and modified time ([]
         before the session started)."""

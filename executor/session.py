@@ -477,6 +477,22 @@ class SessionManager:
             found = await live.lease.sandbox.get_files(output_caps(self.limits))
             return [(f.path, f.size) for f in found.files]
 
+    async def saved_files(self, key: str) -> list[tuple[str, int]] | None:
+        """The files of the key's saved workspace (what its next session gets back), None
+        when none is saved or it cannot be read."""
+        if self.workspaces is None:
+            return None
+        settings = self.workspace_settings
+        try:
+            data = await self.workspaces.load(key)
+            if data is None:
+                return None
+            workspace = unpack(data, settings.max_files, settings.max_mb * MB + 1_000_000)
+        except WorkspaceError as exc:
+            log.warning("could not read the workspace of session %s: %s", key, exc)
+            return None
+        return sorted((path, len(content)) for path, content in workspace.files.items())
+
     async def get_file(self, key: str, path: str) -> bytes | None:
         if not _safe_relative(path):
             raise InvalidInput(f"file path {path!r} must be relative to /mnt/data, without '..'")

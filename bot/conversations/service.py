@@ -75,6 +75,20 @@ class Admission:
         return allowed(self.rules, place)
 
 
+@dataclass(frozen=True, slots=True)
+class FileListing:
+    files: list[tuple[str, int]]
+    """(path, size) under /mnt/data."""
+    saved: bool = False
+    """The files of a saved workspace: no session is live, the next message restores them."""
+
+    @property
+    def heading(self) -> str:
+        if not self.saved:
+            return ""
+        return "Saved workspace (it comes back with the next message here):"
+
+
 class Conversations:
     def __init__(
         self, agent: Agent, admins: frozenset[str] = frozenset(), quotas: Quotas | None = None
@@ -226,12 +240,15 @@ class Conversations:
         await self.check(door, person, key)
         return await self.agent.executor.session(key.id).export_notebook()
 
-    async def files(
-        self, door: Admission, person: Person, key: ConversationKey
-    ) -> list[tuple[str, int]]:
-        """The files in the conversation's /mnt/data, with their sizes."""
+    async def files(self, door: Admission, person: Person, key: ConversationKey) -> FileListing:
+        """The files in the conversation's /mnt/data, with their sizes; between sessions,
+        those of its saved workspace."""
         await self.check(door, person, key)
-        return await self.agent.executor.session(key.id).list_files()
+        session = self.agent.executor.session(key.id)
+        if session.active:
+            return FileListing(await session.list_files())
+        saved = await session.saved_files()
+        return FileListing(saved or [], saved=saved is not None)
 
     def usage(self, server: str | None) -> str:
         """The day's heaviest users, for admins."""

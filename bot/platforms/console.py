@@ -203,11 +203,10 @@ class Console:
                 "files in /mnt/data are gone."
             )
         elif command == "/files":
-            files = await self.conversations.files(self.door, ME, CONVERSATION)
-            self._say(
-                "\n".join(f"{show_name(path)} ({human_size(size)})" for path, size in files)
-                or "No files in /mnt/data."
-            )
+            listed = await self.conversations.files(self.door, ME, CONVERSATION)
+            lines = [f"{show_name(path)} ({human_size(size)})" for path, size in listed.files]
+            heading = [listed.heading] if listed.heading and lines else []
+            self._say("\n".join(heading + lines) or "No files in /mnt/data.")
         elif command == "/export":
             await self._export()
         elif command == "/attach":

@@ -23,6 +23,7 @@ from bot.conversations import (
 )
 from bot.conversations.lines import Lines
 from bot.conversations.quotas import QuotaExceeded, Quotas, QuotaSettings
+from bot.conversations.service import FileListing
 from bot.events import Answer, ExecutionFinished, Failure, TurnEvent
 from bot.history import History
 from executor import Executor, PoolSettings, Status
@@ -160,7 +161,7 @@ async def test_lines_keep_order_bound_the_wait_and_apply_the_cooldown() -> None:
 async def test_who_may_act_on_a_conversation(service: Conversations) -> None:
     door = Admission(AccessRules())
     await service.turn(door, ALICE, KEY, run("open('a.csv', 'w')"), Recorder())
-    assert await service.files(door, ALICE, KEY) == [("a.csv", 2)]
+    assert await service.files(door, ALICE, KEY) == FileListing([("a.csv", 2)])
     with pytest.raises(NotYours):
         await service.files(door, BOB, KEY)
     with pytest.raises(NotYours):
@@ -180,7 +181,7 @@ async def test_who_may_act_on_a_conversation(service: Conversations) -> None:
     with pytest.raises(NotHere):
         await service.files(only_bob, ALICE, KEY)
     await service.reset(door, ALICE, KEY)
-    assert await service.files(door, ALICE, KEY) == []
+    assert await service.files(door, ALICE, KEY) == FileListing([])
 
 
 async def test_refusals_are_told_once_and_quiet_places_get_nothing(

@@ -6,12 +6,14 @@ what came back, never into another conversation, and a clear note when storage f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from bot.agent import Agent
+from bot.platforms.console import CONVERSATION
 from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings, SandboxLimits, Status
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -19,6 +21,7 @@ from executor.workspace import WorkspaceSettings
 from storage.base import Data, StoredObject
 from storage.errors import StorageUnavailable
 from storage.local import LocalStorage
+from tests.fast.test_console_turns import Chat
 
 SECRET = b"k" * 32
 
@@ -214,3 +217,29 @@ async def test_storage_down_when_saving_or_restoring_says_so_and_the_run_still_r
         unread.message
     )
     assert "this session starts empty" in unread.message
+
+
+async def test_the_console_lists_a_saved_workspace_and_reset_deletes_it(
+    backend: FakeBackend,
+    storage: Outage,
+    make_agent: Callable[..., Agent],
+    tmp_path: Path,
+) -> None:
+    async with executor(backend, storage, idle_timeout_s=0.05) as ex:
+        console = Chat(make_agent(ex, None, tmp_path), tmp_path)
+        await console.pipe("/run x = 41")
+        await end_idle_sessions(ex)
+        listed = await console.pipe("/files")
+        assert listed == (
+            "Saved workspace (it comes back with the next message here):\ndata.csv (8 B)\n"
+        )
+        back = await console.pipe("/run print(x)")
+        assert "Restored your workspace from a moment ago: x, data.csv." in back
+        assert "41" in back.splitlines()
+        assert (await console.pipe("/files")) == "data.csv (8 B)\n"  # live again
+        await end_idle_sessions(ex)
+        saved = storage.root / StoredWorkspaces.storage_key(CONVERSATION.id)
+        assert saved.is_file()
+        await console.pipe("/reset")
+        assert (await console.pipe("/files")) == "No files in /mnt/data.\n"
+        assert not saved.exists()

@@ -238,6 +238,8 @@ def test_chat_shows_code_answers_and_artifact_names_safely() -> None:
 
 
 class FakeSession:
+    active = True
+
     async def list_files(self) -> list[tuple[str, int]]:
         return [(UNDECODABLE, 3), ("esc\x1b[2J.txt", 1)]
 

@@ -13,6 +13,7 @@ from discord import app_commands
 from bot.conversations import ConversationKey, Refused
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_discord.reply import InteractionSurface
+from bot.text import files_text
 
 if TYPE_CHECKING:
     from bot.platforms.on_discord.client import CellmateDiscord
@@ -25,7 +26,6 @@ BUTTON_LOOKS = {
     "stop": ("Stop", discord.ButtonStyle.danger),
     "rerun": ("Re-run", discord.ButtonStyle.secondary),
 }
-FILES_LISTED = 50
 
 
 def buttons(kind: str, key: str) -> discord.ui.View:
@@ -166,7 +166,7 @@ def register_commands(client: CellmateDiscord) -> None:
         if key is None:
             return
         found = await conversations.files(client.door, client.person(interaction), key)
-        await interaction.followup.send(files_text(found))
+        await interaction.followup.send(files_text(found.files, found.heading))
 
     @tree.command(name="usage", description="Who used Cellmate most in the last day (admins)")
     @app_commands.default_permissions(manage_guild=True)
@@ -179,10 +179,3 @@ def register_commands(client: CellmateDiscord) -> None:
             return
         server = str(interaction.guild_id) if interaction.guild_id else None
         await _tell(interaction, conversations.usage(server))
-
-
-def files_text(found: list[tuple[str, int]]) -> str:
-    lines = [f"`{path}` ({size:,} bytes)" for path, size in found[:FILES_LISTED]]
-    if len(found) > FILES_LISTED:
-        lines.append(f"… and {len(found) - FILES_LISTED} more")
-    return "\n".join(lines) or "No files in /mnt/data yet."

@@ -30,6 +30,7 @@ from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
 from bot.settings import SlackSettings
+from bot.text import files_text
 from storage.intake import SLACK_FILE_HOSTS, IncomingFile, http_fetcher
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,6 @@ HELP = (
 )
 RUN_MODAL = "cm_run_modal"
 NO_CONVERSATION = "You have no conversation with me in this channel yet: mention me to start one."
-FILES_LISTED = 50
 
 
 class CellmateSlack:
@@ -383,10 +383,7 @@ class CellmateSlack:
         if found is None:
             return
         listed = await self.conversations.files(self.door, *found)
-        lines = [f"`{path}` ({size:,} bytes)" for path, size in listed[:FILES_LISTED]]
-        if len(listed) > FILES_LISTED:
-            lines.append(f"… and {len(listed) - FILES_LISTED} more")
-        await respond("\n".join(lines) or "No files in /mnt/data yet.", response_type="ephemeral")
+        await respond(files_text(listed.files, listed.heading), response_type="ephemeral")
 
     async def _on_usage(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         await ack()
