@@ -304,7 +304,11 @@ class Agent:
         await _call(
             emit,
             ExecutionFinished(
-                result.status, result.duration_ms, result.message, result.session_restarted
+                result.status,
+                result.duration_ms,
+                result.message,
+                result.session_restarted,
+                result.workspace,
             ),
         )
         manifest = await publish(

@@ -31,6 +31,8 @@ class ExecutionFinished:
     duration_ms: int
     message: str = ""
     session_restarted: bool = False
+    workspace: str = ""
+    """What became of the conversation's saved workspace for this run, if anything."""
 
 
 @dataclass(frozen=True, slots=True)

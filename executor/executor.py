@@ -198,6 +198,11 @@ class Session:
     async def list_files(self) -> list[tuple[str, int]]:
         return await self._manager.list_files(self.key)
 
+    async def restore(self) -> str:
+        """Bring back the saved workspace now (when automatic restore is off); what came
+        back, as one line for the user."""
+        return await self._manager.restore(self.key)
+
     async def saved_files(self) -> list[tuple[str, int]] | None:
         """The files of the saved workspace the next session restores (None: none saved)."""
         return await self._manager.saved_files(self.key)

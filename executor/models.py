@@ -151,6 +151,10 @@ class ExecutionResult:
     duration_ms: int = 0
     startup_ms: int = 0
     runtime: str = "runc"
+    workspace: str = ""
+    """In session mode: what became of the conversation's saved workspace for this run
+    (restored, and what not; could not be saved or restored; saved and waiting for
+    /restore), also in `message`."""
     execution_count: int | None = None
     """The kernel's count for the run's last cell that ran, as Jupyter numbers cells
     (`In [7]`); None when no cell ran."""
@@ -179,6 +183,7 @@ class ExecutionResult:
             "runtime": self.runtime,
             "session_restarted": self.session_restarted,
             "execution_count": self.execution_count,
+            "workspace": self.workspace,
         }
 
 

@@ -47,6 +47,7 @@ from executor.workspace import (
     Workspace,
     WorkspaceSettings,
     WorkspaceStore,
+    ago,
     pack,
     restored_note,
     unpack,
@@ -231,6 +232,7 @@ class SessionManager:
             startup_ms=live.lease.startup_ms,
             runtime=limits.runtime,
             session_restarted=ending is not None,
+            workspace=workspace or "",
         )
 
     async def _changed_files(
@@ -265,9 +267,32 @@ class SessionManager:
         live = self._live[key] = _Live(lease=lease, created=now, last_used=now)
         # The runner keeps whose session it holds, for a later process to find it again.
         await lease.sandbox.send({"op": "claim", "session": key})
-        if self.workspaces is not None:
+        if self.workspaces is not None and self.workspace_settings.auto_restore:
             await self._restore(key, lease.sandbox)
+        elif self.workspaces is not None:
+            await self._mention_saved(key)
         return live, self._endings.pop(key, None)
+
+    async def _mention_saved(self, key: str) -> None:
+        """Without automatic restore: tell the user a workspace is saved, and how to get it."""
+        saved = await self.saved_workspace(key)
+        if saved is not None:
+            self._workspace_notes[key] = (
+                f"A workspace from {ago(time.time() - saved.created)} is saved "
+                f"({', '.join(saved.names[:8]) or 'empty'}): /restore brings it back."
+            )
+
+    async def restore(self, key: str) -> str:
+        """Restore the key's saved workspace into its session now (starting one if needed);
+        what came back, for the user."""
+        if self.workspaces is None:
+            return "Workspaces are not kept here (CELLMATE_WORKSPACE_ENABLED is off)."
+        async with self._lock(key):
+            live, _ = await self._session(key, None)
+            self._workspace_notes.pop(key, None)
+            await self._restore(key, live.lease.sandbox)
+            note = self._workspace_notes.pop(key, None)
+        return note or "There is no saved workspace for this conversation."
 
     def adopt(self, found: Sequence[Recovered]) -> None:
         """Take on sessions an earlier process left running: their next run says so."""
@@ -480,6 +505,12 @@ class SessionManager:
     async def saved_files(self, key: str) -> list[tuple[str, int]] | None:
         """The files of the key's saved workspace (what its next session gets back), None
         when none is saved or it cannot be read."""
+        saved = await self.saved_workspace(key)
+        if saved is None:
+            return None
+        return sorted((path, len(content)) for path, content in saved.files.items())
+
+    async def saved_workspace(self, key: str) -> Workspace | None:
         if self.workspaces is None:
             return None
         settings = self.workspace_settings
@@ -487,11 +518,10 @@ class SessionManager:
             data = await self.workspaces.load(key)
             if data is None:
                 return None
-            workspace = unpack(data, settings.max_files, settings.max_mb * MB + 1_000_000)
+            return unpack(data, settings.max_files, settings.max_mb * MB + 1_000_000)
         except WorkspaceError as exc:
             log.warning("could not read the workspace of session %s: %s", key, exc)
             return None
-        return sorted((path, len(content)) for path, content in workspace.files.items())
 
     async def get_file(self, key: str, path: str) -> bytes | None:
         if not _safe_relative(path):

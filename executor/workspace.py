@@ -38,6 +38,9 @@ class WorkspaceSettings:
     """Pickled variables travel as one event line: at most this much of max_mb."""
     retention_days: float = 7.0
     """A workspace not restored within this long is deleted."""
+    auto_restore: bool = True
+    """Restore a saved workspace into the conversation's next session; when off, the next
+    run says one is saved, and /restore brings it back."""
 
     def __post_init__(self) -> None:
         if min(self.max_mb, self.max_files, self.max_variables_mb) < 1:
@@ -151,7 +154,7 @@ def restored_note(workspace: Workspace, restored: list[str], failed: Mapping[str
     """One line for the user: what came back, from when, and what did not."""
     back = [name for name in workspace.names if name in restored or name in workspace.files]
     shown = ", ".join(back[:12]) + (f" and {len(back) - 12} more" if len(back) > 12 else "")
-    line = f"Restored your workspace from {_ago(time.time() - workspace.created)}"
+    line = f"Restored your workspace from {ago(time.time() - workspace.created)}"
     line += f": {shown}" if shown else " (it was empty)"
     missing = {**workspace.skipped, **failed}
     if missing:
@@ -161,7 +164,8 @@ def restored_note(workspace: Workspace, restored: list[str], failed: Mapping[str
     return line + "."
 
 
-def _ago(seconds: float) -> str:
+def ago(seconds: float) -> str:
+    """`20 min ago`, for people."""
     if seconds < 90:
         return "a moment ago"
     if seconds < 90 * 60:

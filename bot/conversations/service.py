@@ -235,6 +235,11 @@ class Conversations:
         await self.check(door, person, key)
         await self.agent.reset(key.id)
 
+    async def restore(self, door: Admission, person: Person, key: ConversationKey) -> str:
+        """Bring the conversation's saved workspace back into its session; what came back."""
+        await self.check(door, person, key)
+        return await self.agent.executor.session(key.id).restore()
+
     async def export(self, door: Admission, person: Person, key: ConversationKey) -> Any:
         """The conversation's session as a notebook, or None when no code has run."""
         await self.check(door, person, key)

@@ -4,7 +4,7 @@ In a terminal it reads one message per line (a line starting with ``` reads on t
 fence), shows the code being run and its output as it streams, and Ctrl-C stops the running
 turn. From a pipe it reads messages separated by blank lines (a blank line inside a fenced
 block does not end a message), answers each in turn, and exits at the end of input.
-Commands: /reset, /files, /export, /attach PATH, /quit.
+Commands: /reset, /files, /restore, /export, /attach PATH, /quit.
 
 Longer than most modules: the renderer and the console's own commands share the
 terminal's state (spinner, streams, line starts).
@@ -48,8 +48,8 @@ log = logging.getLogger(__name__)
 CONVERSATION = ConversationKey("console", "dm", "console")
 ME = Person("console", Place("console"))
 HELP = (
-    "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /export, "
-    "/reset, /quit. Ctrl-C stops a running turn."
+    "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /restore, "
+    "/export, /reset, /quit. Ctrl-C stops a running turn."
 )
 
 
@@ -207,6 +207,8 @@ class Console:
             lines = [f"{show_name(path)} ({human_size(size)})" for path, size in listed.files]
             heading = [listed.heading] if listed.heading and lines else []
             self._say("\n".join(heading + lines) or "No files in /mnt/data.")
+        elif command == "/restore":
+            self._say(await self.conversations.restore(self.door, ME, CONVERSATION))
         elif command == "/export":
             await self._export()
         elif command == "/attach":

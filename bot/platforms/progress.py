@@ -98,11 +98,17 @@ class TurnView:
             self.current.status = event.status
             self.current.duration_ms = event.duration_ms
             self.current.message = event.message
-            if event.session_restarted:
+            if event.session_restarted and event.workspace:
+                self.notices.append(
+                    f"The session was restarted: this run had a new Python. {event.workspace}"
+                )
+            elif event.session_restarted:
                 self.notices.append(
                     "The session was restarted: this run had a new Python, without the "
                     "earlier variables or the files in /mnt/data."
                 )
+            elif event.workspace:
+                self.notices.append(event.workspace)
         elif isinstance(event, ArtifactsPublished):
             self.artifacts.extend(event.artifacts)
         elif isinstance(event, Notice):

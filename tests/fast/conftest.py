@@ -9,6 +9,7 @@ import pytest
 
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend
+from executor.workspace import WorkspaceSettings, WorkspaceStore
 from tests.platforms.conftest import clients, make_agent, model
 
 __all__ = ["clients", "make_agent", "model"]
@@ -27,11 +28,30 @@ def sandbox_limits() -> SandboxLimits:
 
 
 @pytest.fixture
+def workspaces() -> WorkspaceStore | None:
+    """Where the fake executor keeps workspaces: nowhere, unless a module says."""
+    return None
+
+
+@pytest.fixture
+def workspace_settings() -> WorkspaceSettings:
+    return WorkspaceSettings()
+
+
+@pytest.fixture
 async def fake_executor(
-    fake_backend: FakeBackend, sandbox_limits: SandboxLimits
+    fake_backend: FakeBackend,
+    sandbox_limits: SandboxLimits,
+    workspaces: WorkspaceStore | None,
+    workspace_settings: WorkspaceSettings,
 ) -> AsyncIterator[Executor]:
     async with Executor(
-        "fake", limits=sandbox_limits, backend=fake_backend, pool=PoolSettings(size=0)
+        "fake",
+        limits=sandbox_limits,
+        backend=fake_backend,
+        pool=PoolSettings(size=0),
+        workspaces=workspaces,
+        workspace_settings=workspace_settings,
     ) as executor:
         yield executor
     assert not fake_backend.live, "a fake sandbox was left behind"

@@ -111,3 +111,17 @@ async def test_a_workspace_survives_an_idle_end_and_a_restart(
         assert again.status is Status.OK, again.message
         assert again.stdout == "8\n"
         assert again.message.startswith("Restored your workspace from a moment ago: ")
+
+
+async def test_a_session_that_made_room_for_another_comes_back(
+    runtime: str, store: StoredWorkspaces
+) -> None:
+    async with executor(runtime, store, max_live=1) as ex:
+        made = await ex.session("conv-a").run("import pandas as pd\na = pd.Series([1, 2, 3])")
+        assert made.status is Status.OK, made.message
+        other = await ex.session("conv-b").run("b = 'only b'\nprint('a' in dir())")
+        assert other.stdout == "False\n"
+        back = await ex.session("conv-a").run("print(a.sum(), 'b' in dir())")
+        assert back.stdout == "6 False\n"
+        assert "idle while another conversation needed a sandbox). Restored your" in back.message
+        assert "pd (a module: import it again)" in back.message

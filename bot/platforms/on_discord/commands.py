@@ -146,6 +146,14 @@ def register_commands(client: CellmateDiscord) -> None:
             "its variables and its files in /mnt/data are gone."
         )
 
+    @tree.command(name="restore", description="Bring back this conversation's saved workspace")
+    async def restore(interaction: discord.Interaction) -> None:
+        key = await conversation(interaction)
+        if key is None:
+            return
+        note = await conversations.restore(client.door, client.person(interaction), key)
+        await interaction.followup.send(note)
+
     @tree.command(name="export", description="This conversation's code and output as a notebook")
     async def export(interaction: discord.Interaction) -> None:
         key = await conversation(interaction)

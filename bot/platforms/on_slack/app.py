@@ -1,5 +1,5 @@
 """The Slack front end (slack_bolt, async): mentions, DMs and thread replies answered in
-threads, /run, /files, /reset, /export, the "Run code" message shortcut, Stop and Re-run,
+threads, /run, /files, /reset, /restore, /export, the "Run code" message shortcut, Stop and Re-run,
 and edits of code messages; each translated into a call on the conversation service.
 
 Bolt acknowledges each request within Slack's 3 seconds and the turn runs afterwards.
@@ -39,7 +39,7 @@ HELP = (
     "Ask me anything Python can answer (share CSV or Excel files with the message to "
     "analyse them), or send code in a ``` block. I answer in a thread; keep talking there. "
     "`/run` runs code directly, `/files` lists your files, `/reset` starts over, "
-    "`/export` gives the notebook."
+    "`/restore` brings back a saved workspace, `/export` gives the notebook."
 )
 RUN_MODAL = "cm_run_modal"
 NO_CONVERSATION = "You have no conversation with me in this channel yet: mention me to start one."
@@ -104,6 +104,7 @@ class CellmateSlack:
         app.command("/run")(self._on_run)
         app.command("/files")(self._on_files)
         app.command("/reset")(self._on_reset)
+        app.command("/restore")(self._on_restore)
         app.command("/export")(self._on_export)
         app.command("/usage")(self._on_usage)
         app.shortcut("cm_run_code")(self._on_run_code)
@@ -360,6 +361,14 @@ class CellmateSlack:
             "its variables and its files in /mnt/data are gone.",
             response_type="ephemeral",
         )
+
+    async def _on_restore(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
+        await ack()
+        found = await self._command_conversation(command, respond)
+        if found is None:
+            return
+        note = await self.conversations.restore(self.door, *found)
+        await respond(note, response_type="ephemeral")
 
     async def _on_export(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         await ack()
