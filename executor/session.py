@@ -204,7 +204,7 @@ class SessionManager:
         else:
             state = await sandbox.exit_state()
             status, message = judge(outcome, state.oom_killed, state.exit_code, limits)
-            await self._end(key, _why_it_ended(status.value, message))
+            await self._end(key, _why_it_ended(status.value, message, sandbox.alive))
         truncated = outcome.truncated or collector.truncated
         dropped = outcome.dropped_results + collector.dropped
         message = truncation_note(message, truncated, limits, dropped)
@@ -764,13 +764,17 @@ def _normal(path: str) -> str:
     return "/".join(PurePosixPath(path).parts)
 
 
-def _why_it_ended(status: str, message: str) -> str:
+def _why_it_ended(status: str, message: str, alive: bool) -> str:
     if status == "memory":
         return "the previous one ran out of memory"
     if status == "timeout":
         return "the previous run was stopped at the time limit"
     if "stopped on request" in message:
         return "the previous run was stopped on request"
+    if message.startswith("The sandbox stopped") or not alive:
+        # The whole sandbox went (deleted from outside; under gVisor the kernel may be
+        # reported dead first as everything in it ends).
+        return "its sandbox had stopped"
     return "the previous one's kernel died"
 
 
