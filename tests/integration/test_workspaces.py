@@ -125,3 +125,25 @@ async def test_a_session_that_made_room_for_another_comes_back(
         assert back.stdout == "6 False\n"
         assert "idle while another conversation needed a sandbox). Restored your" in back.message
         assert "pd (a module: import it again)" in back.message
+
+
+async def test_a_kernel_that_tampers_with_the_snapshot_cannot_overfill_it(
+    runtime: str, store: StoredWorkspaces
+) -> None:
+    # The user's code owns the kernel: it can replace what the snapshot uses. The runner
+    # reads no more than the cap of what the kernel wrote, and the host caps the rest.
+    async with executor(runtime, store, idle_timeout_s=0.5) as ex:
+        session = ex.session("tamper")
+        made = await session.run(
+            "import pickle\n"
+            "pickle.dump = lambda obj, out, *a, **k: out.write(b'0' * 10_000_000)\n"
+            "x = 1"
+        )
+        assert made.status is Status.OK, made.message
+        await asyncio.sleep(0.6)
+        await ex.sessions.reap()
+        await asyncio.gather(*ex.sessions._saving.values())
+        after = await session.run("print('x' in globals())")
+        assert after.stdout == "False\n"
+        assert "Your workspace could not be saved when the last session ended" in after.message
+        assert "larger than the cap" in after.message
