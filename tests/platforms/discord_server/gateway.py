@@ -27,7 +27,7 @@ from .world import (
 )
 
 try:
-    import zstandard
+    import zstandard  # type: ignore[import-not-found, unused-ignore]
 except ImportError:  # discord.py then asks for zlib-stream, which is always available
     zstandard = None
 

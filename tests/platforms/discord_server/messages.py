@@ -169,6 +169,8 @@ class Messages(Gateway):
             channel["message_count"] += 1
             channel["total_message_sent"] += 1
         message.raw = self._message_json(message)
+        for hook in self.message_hooks:
+            hook(message)
         if message.flags & EPHEMERAL:
             self._touch()  # only the user sees ephemeral messages: no gateway event
             return
@@ -180,6 +182,8 @@ class Messages(Gateway):
 
     async def _updated(self, message: Message) -> None:
         message.raw = self._message_json(message)
+        for hook in self.message_hooks:
+            hook(message)
         if message.flags & EPHEMERAL:
             self._touch()
             return

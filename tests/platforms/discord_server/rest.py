@@ -44,7 +44,7 @@ async def read_body(request: web.Request) -> tuple[JSON, list[Upload]]:
     if request.content_type == "multipart/form-data":
         form = await request.post()
         payload = json.loads(str(form.get("payload_json") or "{}"))
-        uploads = []
+        uploads: list[Upload] = []
         for key, value in form.items():
             if not isinstance(value, web.FileField):
                 continue
@@ -81,6 +81,8 @@ class Rest(Interactions):
             return await self._plain(request, handler)
         route = request.path[len(API_PREFIX) :]
         self.requests.append((request.method, route))
+        for hook in self.request_hooks:
+            hook(request.method, route)
         try:
             limited = self._take_rate_limit(request.method, request.path)
             if limited is not None:

@@ -48,6 +48,11 @@ class ServerState:
         self.requests: list[tuple[str, str]] = []
         """(method, path below /api/v10) of every REST request, in order."""
         self.interactions: dict[int, Interaction] = {}
+        # Called as each REST request arrives (method, path below /api/v10), and as each
+        # message is created or edited: benchmarks time the bot's answers by them, without
+        # the delay of polling `requests` and `messages`.
+        self.request_hooks: list[Callable[[str, str], None]] = []
+        self.message_hooks: list[Callable[[Message], None]] = []
         self._ids = Snowflakes()
         self._channels: dict[int, JSON] = {
             CHANNEL_GENERAL: text_channel_json(CHANNEL_GENERAL, "general", 0),

@@ -242,7 +242,7 @@ class People(WebApi):
         if ack is None or action not in ("update", "push"):
             return
         try:
-            view = self._make_view(ack.get("view"), previous=opened["view"])
+            view = self._make_view(ack.get("view") or {}, previous=opened["view"])
         except SlackError as error:
             raise AssertionError(f"Slack rejects the {action} view: {error.extra}") from None
         if action == "update":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -40,6 +41,8 @@ from .world import (
 class WebApi(Events):
     """Web API methods the app calls, answered as Slack answers them."""
 
+    _methods: dict[str, Callable[[dict[str, Any]], dict[str, Any]]]  # set by SlackServer
+
     # ----------------------------------------------------------------- Web API plumbing
 
     async def _api(self, request: web.Request) -> web.StreamResponse:
@@ -49,6 +52,8 @@ class WebApi(Events):
         args.pop("token", None)
         args = decode_json_arguments(args)
         self.calls.append((method, args))
+        for hook in self.call_hooks:
+            hook(method, args)
         self._notify()
         handler = self._methods.get(method)
         if handler is None:

@@ -47,6 +47,9 @@ class Workspace:
         self.responses: list[dict[str, Any]] = []  # bodies POSTed to response_urls
         # Every Web API call with its arguments, failed calls included.
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        # Called with (method, arguments) as each Web API call arrives: benchmarks time the
+        # bot's answers by them, without the delay of polling `calls`.
+        self.call_hooks: list[Callable[[str, dict[str, Any]], None]] = []
         self.acks: dict[str, dict[str, Any] | None] = {}  # Socket Mode envelope_id -> payload
         self.deliveries: list[Delivery] = []  # every delivery that finished, in order
         self.connections = 0  # Socket Mode connections that got `hello`

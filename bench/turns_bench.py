@@ -1,0 +1,458 @@
+"""What users feel on Slack and Discord:
+`python -m bench turns [--runtime runsc] [--samples N] [--pool-size N]`.
+
+The bot of `cellmate serve` (the same services, no model: fenced code runs directly) talks
+to the stand-in Slack (HTTP mode) and Discord servers of tests/platforms on loopback through
+the real slack_bolt and discord.py clients. Each sample's code prints a token of its own;
+a figure is the time from the event's arrival (the signed POST to /slack/events, or the
+gateway dispatch) to the first platform API call whose message carries that token
+(chat.postMessage / chat.update; a message created or edited on Discord):
+
+* a follow-up in a thread whose session is warm;
+* the first message of a new thread (a new conversation: a sandbox from the warm pool);
+* `/run` (a one-off session, also from the pool);
+* the acknowledgement: Slack's HTTP 200 of the event request; for a Discord interaction
+  its callback; for a Discord message the bot's first REST call (named in the printout).
+
+Samples run one at a time, each after the previous turn ended, the servers went quiet and
+the pool refilled. The servers share the bot's event loop (and the machine's cores), as
+every stand-in test does. Prints the machine, the settings and a table of median and p95
+(milliseconds), and as its last line one JSON object (Slack's figures under the plain
+names, Discord's prefixed `discord_`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import json
+import secrets
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import discord
+import yarl
+from aiohttp import web
+
+from bench.executor_bench import Figures, machine, percentile
+from bot.conversations import Conversations
+from bot.http import start_server
+from bot.platforms.on_discord import build_client, run_discord
+from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
+from bot.services import services
+from bot.settings import (
+    DiscordSettings,
+    ModelSettings,
+    Settings,
+    SlackSettings,
+    load_settings,
+)
+from executor import Executor
+from tests.platforms import discord_server as dc
+from tests.platforms import slack_server as sl
+
+Runtime = Literal["runc", "runsc"]
+INSTANCE = "bench-turns"
+SAMPLE_TIMEOUT_S = 120.0
+QUIET_S = 0.3
+WARM_UP = 1
+"""Samples of each kind run first and left out of the figures (first-call costs)."""
+
+
+class Watch:
+    """What the stand-in servers saw of the bot, timed as each call arrived."""
+
+    def __init__(self, quiet_s: float) -> None:
+        self.quiet_s = quiet_s
+        """A sample starts once neither server has seen a call for this long."""
+        self.last_call = 0.0
+        self._token = ""
+        self._carried: asyncio.Future[float] | None = None
+        self._first: tuple[float, str] | None = None
+
+    def expect(self, token: str) -> asyncio.Future[float]:
+        """Start a sample: the future resolves when a call carries `token`."""
+        self._token, self._first = token, None
+        self._carried = asyncio.get_running_loop().create_future()
+        return self._carried
+
+    def call(self, what: str) -> None:
+        now = time.perf_counter()
+        self.last_call = now
+        if self._token and self._first is None:
+            self._first = (now, what)
+
+    def text(self, text: str) -> None:
+        carried = self._carried
+        if carried is not None and not carried.done() and self._token in text:
+            carried.set_result(time.perf_counter())
+
+    @property
+    def first_call(self) -> tuple[float, str]:
+        if self._first is None:
+            raise RuntimeError("the bot made no call")
+        return self._first
+
+
+@dataclasses.dataclass
+class Samples:
+    """Milliseconds per figure of one platform, and what its acks were."""
+
+    turns: dict[str, list[float]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+    acks: dict[str, list[float]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+    ack_calls: dict[str, collections.Counter[str]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(collections.Counter)
+    )
+
+
+def code_printing(number: int) -> tuple[str, str]:
+    """Code that prints a token of its own, and the token (which the code does not contain
+    as such, so a message that shows the code does not count as one with its output)."""
+    word, nonce = f"turn{number}", secrets.token_hex(4)
+    return f"print({word!r}, {nonce!r})", f"{word} {nonce}"
+
+
+async def settle(conversations: Conversations, executor: Executor, watch: Watch) -> None:
+    """Wait until no turn runs, the pool is full and the servers have gone quiet."""
+    async with asyncio.timeout(SAMPLE_TIMEOUT_S):
+        while (  # noqa: ASYNC110 (polls turn, pool and call counters between samples)
+            len(conversations.turns)
+            or executor.pool.ready < executor.pool.size
+            or time.perf_counter() - watch.last_call < watch.quiet_s
+        ):
+            await asyncio.sleep(0.05)
+
+
+async def end_sessions(executor: Executor, keep: set[str]) -> None:
+    """End the sessions a sample started, so that live sandboxes do not pile up."""
+    for key in executor.sessions.active:
+        if key not in keep:
+            await executor.session(key).close()
+
+
+Act = Callable[[str], Awaitable[float | None]]
+"""Sends an event carrying the code; returns when Slack has its ack (perf_counter), or
+None where the ack is the bot's first call."""
+
+
+async def sample(
+    kind: str,
+    number: int,
+    act: Act,
+    watch: Watch,
+    found: Samples,
+    ready: Callable[[], Awaitable[None]],
+) -> None:
+    await ready()
+    code, token = code_printing(number)
+    carried = watch.expect(token)
+    started = time.perf_counter()
+    acked = await act(code)
+    try:
+        async with asyncio.timeout(SAMPLE_TIMEOUT_S):
+            arrived = await carried
+    except TimeoutError:
+        raise SystemExit(
+            f"no answer to a {kind} showed {token!r} within {SAMPLE_TIMEOUT_S:g} s"
+        ) from None
+    ack = "HTTP 200"
+    if acked is None:
+        acked, ack = watch.first_call
+    if number >= WARM_UP:
+        found.turns[kind].append((arrived - started) * 1000)
+        found.acks[kind].append((acked - started) * 1000)
+        found.ack_calls[kind][ack] += 1
+
+
+async def sample_all(
+    acts: Mapping[str, Act],
+    samples: int,
+    watch: Watch,
+    found: Samples,
+    conversations: Conversations,
+    executor: Executor,
+) -> None:
+    """Each kind in turn: the first new thread's conversation is the warm one of the
+    follow-ups; the sessions of later new threads and /run end after their sample."""
+    ready = partial(settle, conversations, executor, watch)
+    await sample("new_thread", 0, acts["new_thread"], watch, found, ready)
+    keep = set(executor.sessions.active)
+    for number in range(samples + WARM_UP):
+        await sample("follow_up", number, acts["follow_up"], watch, found, ready)
+    for kind in ("new_thread", "run_command"):
+        first = WARM_UP if kind == "new_thread" else 0  # the warm conversation was one
+        for number in range(first, samples + WARM_UP):
+            await sample(kind, number, acts[kind], watch, found, ready)
+            await end_sessions(executor, keep)
+    await ready()
+    await end_sessions(executor, set())
+
+
+# ── Slack ─────────────────────────────────────────────────────────────────
+
+
+@contextlib.asynccontextmanager
+async def slack_bot(conversations: Conversations, watch: Watch) -> AsyncIterator[sl.SlackServer]:
+    """The Slack front end in HTTP mode on its own aiohttp server, and Slack's stand-in."""
+    server = sl.SlackServer(mode="http")
+    await server.start()
+    runner: web.AppRunner | None = None
+    try:
+        settings = SlackSettings(
+            bot_token=sl.BOT_TOKEN,
+            signing_secret=sl.SIGNING_SECRET,
+            api_url=server.api_url,
+            cooldown_s=0,
+        )
+        slack = build_slack(conversations, settings)
+        await slack.connect()
+        app = web.Application()
+        add_http_route(slack, app)
+        runner = await start_server(app, "127.0.0.1", 0)
+        server.bot_url = f"http://127.0.0.1:{runner.addresses[0][1]}{EVENTS_PATH}"
+
+        def seen(method: str, args: dict[str, Any]) -> None:
+            watch.call(method)
+            if method in ("chat.postMessage", "chat.update"):
+                watch.text(json.dumps(args, default=str))
+
+        server.call_hooks.append(seen)
+        yield server
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await server.close()
+
+
+def acked(deliveries: list[sl.Delivery]) -> float:
+    """When Slack had its HTTP 200 for every request of an event (raising otherwise)."""
+    at = time.perf_counter()
+    refused = [d for d in deliveries if d.status != 200]
+    if refused:
+        raise SystemExit(f"the bot refused a Slack event: {refused[0].status} {refused[0].body}")
+    return at
+
+
+async def measure_slack(
+    conversations: Conversations,
+    executor: Executor,
+    samples: int,
+    found: Samples,
+    quiet_s: float = QUIET_S,
+) -> None:
+    watch = Watch(quiet_s)
+    async with slack_bot(conversations, watch) as server:
+        roots: list[str] = []
+
+        async def new_thread(code: str) -> float:
+            asked, deliveries = await server.post(
+                sl.C_GENERAL, f"```\n{code}\n```", mention_bot=True
+            )
+            at = acked(deliveries)
+            roots.append(asked.ts)
+            return at
+
+        async def follow_up(code: str) -> float:
+            _, deliveries = await server.post(sl.C_GENERAL, f"```\n{code}\n```", thread_ts=roots[0])
+            return acked(deliveries)
+
+        async def run_command(code: str) -> float:
+            return acked([await server.slash("/run", code)])
+
+        acts = {"new_thread": new_thread, "follow_up": follow_up, "run_command": run_command}
+        await sample_all(acts, samples, watch, found, conversations, executor)
+
+
+# ── Discord ───────────────────────────────────────────────────────────────
+
+
+@contextlib.asynccontextmanager
+async def discord_bot(
+    conversations: Conversations, watch: Watch
+) -> AsyncIterator[dc.DiscordServer]:
+    """The Discord client connected to Discord's stand-in (gateway and REST)."""
+    base, gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    server = dc.DiscordServer()
+    await server.start()
+    settings = DiscordSettings(token=dc.TOKEN, api_url=server.api_url, cooldown_s=0)
+    client = build_client(conversations, settings)
+    # discord.py waits this long after the last GUILD_CREATE before READY; the stand-in
+    # sends its one guild at once.
+    client._connection.guild_ready_timeout = 0.05
+    task = asyncio.create_task(run_discord(client))
+    try:
+        await server.wait_ready()
+        await asyncio.wait_for(client.connected.wait(), 30)
+
+        def seen(method: str, route: str) -> None:
+            watch.call(f"{method} {route_shape(route)}")
+
+        def changed(message: dc.Message) -> None:
+            if message.author_id == dc.BOT_ID:
+                watch.text(json.dumps(message.raw, default=str))
+
+        server.request_hooks.append(seen)
+        server.message_hooks.append(changed)
+        yield server
+    finally:
+        await client.close()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(task, 10)
+        await server.close()
+        discord.http.Route.BASE = base
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(str(gateway))
+
+
+async def measure_discord(
+    conversations: Conversations,
+    executor: Executor,
+    samples: int,
+    found: Samples,
+    quiet_s: float = QUIET_S,
+) -> None:
+    watch = Watch(quiet_s)
+    async with discord_bot(conversations, watch) as server:
+        threads: list[int] = []
+
+        async def new_thread(code: str) -> None:
+            asked = await server.post_message(
+                dc.CHANNEL_GENERAL, f"```py\n{code}\n```", mention_bot=True
+            )
+            threads.append(asked.id)  # a thread started on a message has the message's id
+
+        async def follow_up(code: str) -> None:
+            # Without the message-content intent, a follow-up mentions the bot.
+            await server.post_message(threads[0], f"```py\n{code}\n```", mention_bot=True)
+
+        async def run_command(code: str) -> None:
+            await server.slash("run", {"code": code})
+
+        acts = {"new_thread": new_thread, "follow_up": follow_up, "run_command": run_command}
+        await sample_all(acts, samples, watch, found, conversations, executor)
+
+
+# ── figures ───────────────────────────────────────────────────────────────
+
+TURNS = {
+    "follow_up": "follow-up in a thread (warm session)",
+    "new_thread": "first message of a new thread (pool)",
+    "run_command": "/run (one-off session from the pool)",
+}
+
+
+ACKS = {"follow_up": "follow-up", "new_thread": "new thread", "run_command": "/run"}
+
+
+async def measure(
+    conversations: Conversations, executor: Executor, samples: int, quiet_s: float = QUIET_S
+) -> Figures:
+    """Every figure, Slack's then Discord's. The summary has Slack's under the plain names
+    (`ack_*` over all its events), Discord's prefixed, and which call acked Discord's."""
+    slack, disc = Samples(), Samples()
+    await measure_slack(conversations, executor, samples, slack, quiet_s)
+    await measure_discord(conversations, executor, samples, disc, quiet_s)
+    figures = Figures()
+    for platform, found, prefix in (("Slack", slack, ""), ("Discord", disc, "discord_")):
+        for kind, what in TURNS.items():
+            figures.add(f"{platform}: {what}", found.turns[kind], f"{prefix}turn_{kind}")
+        for kind, what in ACKS.items():
+            figures.add(f"{platform}: ack of a {what}", found.acks[kind], f"{prefix}ack_{kind}")
+        every = [ms for kind in ACKS for ms in found.acks[kind]]
+        figures.summary[f"{prefix}ack_p50_ms"] = round(statistics.median(every), 1)
+        figures.summary[f"{prefix}ack_p95_ms"] = round(percentile(every, 0.95), 1)
+    figures.summary["discord_ack_calls"] = {kind: named(disc.ack_calls[kind]) for kind in ACKS}
+    return figures
+
+
+def route_shape(route: str) -> str:
+    """A REST route without its ids and tokens: /channels/{id}/messages."""
+    parts = ["{id}" if part.isdigit() else part for part in route.split("/")]
+    if len(parts) > 3 and parts[1] in ("interactions", "webhooks"):
+        parts[3] = "{token}"
+    return "/".join(parts)
+
+
+def named(calls: collections.Counter[str]) -> str:
+    """The first calls seen, most common first, with their counts when there are several."""
+    if len(calls) == 1:
+        return next(iter(calls))
+    return ", ".join(f"{call} x{count}" for call, count in calls.most_common())
+
+
+def bench_settings(
+    settings: Settings, data: Path, runtime: Runtime | None, pool_size: int | None
+) -> Settings:
+    """The operator's settings, with no model, local storage in `data` and its own instance."""
+    sandbox = settings.sandbox
+    if runtime:
+        sandbox = dataclasses.replace(sandbox, runtime=runtime)
+    pool = settings.pool
+    if pool_size is not None:
+        pool = dataclasses.replace(pool, size=pool_size)
+    return dataclasses.replace(
+        settings,
+        sandbox=sandbox,
+        pool=pool,
+        model=ModelSettings(),
+        storage=dataclasses.replace(settings.storage, backend="local", public_base_url=""),
+        data_dir=data,
+        instance=INSTANCE,
+    )
+
+
+async def run(settings: Settings, samples: int) -> Figures:
+    async with services(settings) as running:
+        executor = running.agent.executor
+        async with asyncio.timeout(SAMPLE_TIMEOUT_S):
+            while executor.pool.ready < executor.pool.size:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        return await measure(running.conversations, executor, samples)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench turns")
+    parser.add_argument(
+        "--runtime", choices=["runc", "runsc"], help="default: the settings' runtime"
+    )
+    parser.add_argument("--samples", type=int, default=20, help="samples per figure")
+    parser.add_argument("--pool-size", type=int, help="default: CELLMATE_POOL_SIZE")
+    args = parser.parse_args(argv)
+    if args.samples < 2:
+        parser.error("--samples must be at least 2")
+    with tempfile.TemporaryDirectory() as data:
+        settings = bench_settings(
+            load_settings(), Path(data), cast(Runtime | None, args.runtime), args.pool_size
+        )
+        limits, pool = settings.sandbox, settings.pool
+        print(f"machine: {machine()}")
+        print(
+            f"settings: runtime {limits.runtime}, memory {limits.memory_mb} MB, cpus "
+            f"{limits.cpus}, pool {pool.size} ready (max_live {pool.max_live}), "
+            f"{args.samples} samples (+{WARM_UP} warm-up) per figure, image {settings.image}, "
+            f"workspaces {'on' if settings.workspace.enabled else 'off'}, no model"
+        )
+        figures = asyncio.run(run(settings, args.samples))
+    summary = {**figures.summary, "runtime": limits.runtime, "pool_size": pool.size}
+    summary["samples"] = args.samples
+    print(f"{'figure, from the event arriving (ms)':52} {'p50':>9} {'p95':>9} {'n':>4}")
+    for name, p50, p95, count in figures.rows:
+        print(f"{name:52} {p50:9.1f} {p95:9.1f} {count:4}")
+    print("turns: until the first chat.postMessage/chat.update or Discord message create/edit")
+    print("  that shows the run's output")
+    print("acks: Slack's are the HTTP 200 of the event request(s); Discord's the bot's first")
+    for kind, call in summary["discord_ack_calls"].items():
+        print(f"  REST call after the dispatch, for a {ACKS[kind]}: {call}")
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,60 @@
+"""`python -m bench turns` measures every figure it reports: its measurement, run with two
+samples against the stand-in Slack and Discord servers on the fake sandbox. The values are
+timings, so only that each is there and positive is checked."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bench import turns_bench
+from bot.agent import Agent
+from bot.conversations import Conversations
+from executor import Executor
+from executor.fake_backend import FakeBackend, FakeRun, stdout
+
+PRINTS = re.compile(r"print\('(\w+)', '(\w+)'\)")
+KINDS = ("follow_up", "new_thread", "run_command")
+
+
+def printed(code: str) -> FakeRun | None:
+    """What `print('a', 'b')` prints; the bench's samples run nothing else."""
+    found = PRINTS.fullmatch(code.strip())
+    return FakeRun(outputs=[stdout(f"{found[1]} {found[2]}\n")]) if found else None
+
+
+@pytest.fixture
+def fake_backend() -> FakeBackend:
+    return FakeBackend(printed)
+
+
+async def test_every_figure_is_measured_on_slack_and_discord(
+    fake_executor: Executor, make_agent: Callable[..., Agent], tmp_path: Path
+) -> None:
+    conversations = Conversations(make_agent(fake_executor, None, tmp_path))
+
+    figures = await turns_bench.measure(conversations, fake_executor, samples=2, quiet_s=0.1)
+
+    summary = json.loads(json.dumps(figures.summary))
+    named = {"turn_follow_up_p50_ms", "turn_new_thread_p50_ms", "turn_run_command_p50_ms"}
+    assert named | {"ack_p95_ms"} <= summary.keys()
+    timings = {
+        f"{platform}{figure}_{kind}_{share}_ms"
+        for platform in ("", "discord_")
+        for figure in ("turn", "ack")
+        for kind in KINDS
+        for share in ("p50", "p95")
+    } | {f"{platform}ack_{share}_ms" for platform in ("", "discord_") for share in ("p50", "p95")}
+    assert timings <= summary.keys()
+    for key in timings:
+        assert isinstance(summary[key], float), key
+        assert summary[key] > 0, key
+    assert [count for *_, count in figures.rows] == [2] * 12
+    calls = summary["discord_ack_calls"]
+    assert calls["run_command"] == "POST /interactions/{id}/{token}/callback"
+    assert calls["new_thread"] == "POST /channels/{id}/messages/{id}/threads"
+    assert fake_executor.sessions.active == []
