@@ -280,8 +280,13 @@ class Agent:
                 raise TypeError("code must be a string")
         except (ValueError, KeyError, TypeError) as exc:
             return f'The tool arguments were not valid ({exc}); send {{"code": "..."}}.', []
-        result, manifest = await self._run(conversation, code, emit, turn)
-        return tool_result(result, manifest, self.limits.result_chars), manifest
+        # The place's policy may want a person to approve (or edit) the model's code first.
+        decision = await turn.approval(code)
+        if not decision.runs:
+            return decision.for_model(), []
+        result, manifest = await self._run(conversation, decision.code, emit, turn)
+        told = tool_result(result, manifest, self.limits.result_chars)
+        return decision.for_model() + told, manifest
 
     async def _run(
         self, conversation: str, code: str, emit: Emit, turn: Turn

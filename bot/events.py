@@ -48,6 +48,31 @@ class Notice:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """Code the model wrote waits for a person's decision (the place's policy is approve);
+    the front end shows it with Run, Edit and Cancel, named by `key`."""
+
+    key: str
+    code: str
+    requester: str
+    """Who asked (a user id)."""
+    approvers: str
+    """Who may decide: "requester" (who asked, or a moderator) or "moderators"."""
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """What became of the code waiting under `key`: its Run, Edit and Cancel go away."""
+
+    key: str
+    verdict: str
+    """One of: run, edited, cancelled, timed out, stopped."""
+    by: str = ""
+    """Who decided (a user id); '' when nobody did."""
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     text: str
 
@@ -66,6 +91,8 @@ TurnEvent = (
     | ExecutionFinished
     | ArtifactsPublished
     | Notice
+    | ApprovalRequested
+    | ApprovalDecided
     | Answer
     | Failure
 )

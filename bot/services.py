@@ -13,6 +13,7 @@ from aiohttp import web
 
 from bot.agent import Agent, AgentLimits
 from bot.conversations import Conversations
+from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.history import History
 from bot.http import Checks, create_app, start_server
@@ -55,6 +56,7 @@ async def services(
         raise
     history = History(settings.data_dir / "history.sqlite3")
     quotas = Quotas(settings.data_dir / "usage.sqlite3", settings.quotas)
+    policies = Policies(settings.data_dir / "policies.sqlite3", settings.policy)
     metrics = Metrics()
     client = build_client(settings.model)
     try:
@@ -91,12 +93,15 @@ async def services(
                 metrics=metrics,
             )
             metrics.watch(executor)
-            conversations = Conversations(agent, admins=frozenset(settings.admins), quotas=quotas)
+            conversations = Conversations(
+                agent, admins=frozenset(settings.admins), quotas=quotas, policies=policies
+            )
             yield Services(agent, storage, settings, conversations, metrics)
     finally:
         await storage.close()
         history.close()
         quotas.close()
+        policies.close()
         if client is not None:
             await client.close()
 

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from dotenv import dotenv_values
 
+from bot.conversations.policy import PolicySettings
 from bot.conversations.quotas import QuotaSettings
 from executor.executor import PoolSettings
 from executor.image import default_tag
@@ -36,6 +37,7 @@ STORAGE_PREFIX = "CELLMATE_STORAGE_"
 DISCORD_PREFIX = "CELLMATE_DISCORD_"
 SLACK_PREFIX = "CELLMATE_SLACK_"
 QUOTA_PREFIX = "CELLMATE_QUOTA_"
+POLICY_PREFIX = "CELLMATE_POLICY_"
 KUBERNETES_PREFIX = "CELLMATE_KUBERNETES_"
 WORKSPACE_PREFIX = "CELLMATE_WORKSPACE_"
 MODEL_NAMES = {
@@ -241,6 +243,8 @@ class Settings:
     discord: DiscordSettings = field(default_factory=DiscordSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
+    policy: PolicySettings = field(default_factory=PolicySettings)
+    """Approval of the model's code: the default policy, who approves, how long it waits."""
     admins: tuple[str, ...] = ()
     """User ids (Discord or Slack) who may see /usage."""
     shutdown_grace_s: float = 30.0
@@ -311,6 +315,7 @@ def load_settings(
             "discord": _section(DiscordSettings, DISCORD_PREFIX, values, named=DISCORD_NAMES),
             "slack": _section(SlackSettings, SLACK_PREFIX, values, named=SLACK_NAMES),
             "quotas": _section(QuotaSettings, QUOTA_PREFIX, values),
+            "policy": _section(PolicySettings, POLICY_PREFIX, values),
         },
     )
 

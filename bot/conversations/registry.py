@@ -8,12 +8,13 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.conversations.access import Refused
+from bot.conversations.approval import Decision, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,14 @@ class Turn:
     model_call: asyncio.Task[Any] | None = None
     allowance: Callable[[], None] | None = None
     """Raises a `Refused` when the person may not run more code now (a quota)."""
+    approve: Callable[[str], Awaitable[Decision]] | None = None
+    """Decides whether code the model wrote runs (the place's approval policy)."""
+
+    async def approval(self, code: str) -> Decision:
+        """Before each run of code the model wrote: whether it runs, and which code."""
+        if self.approve is None:
+            return Decision(Verdict.RUN, code)
+        return await self.approve(code)
 
     def may_run(self) -> None:
         """Before each run of the turn: raise a `Refused` saying why it may not start."""

@@ -24,8 +24,17 @@ from bot.conversations.access import (
     Seen,
     allowed,
 )
+from bot.conversations.approval import (
+    ALREADY_DECIDED,
+    OFF_REFUSAL,
+    Approver,
+    Decision,
+    Pending,
+    Verdict,
+)
 from bot.conversations.keys import ConversationKey
 from bot.conversations.lines import Lines
+from bot.conversations.policy import Effective, Mode, Policies, Scope
 from bot.conversations.quotas import Quotas
 from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Turn, Turns
 from bot.conversations.reply import Reply
@@ -38,6 +47,18 @@ log = logging.getLogger(__name__)
 
 ALREADY_FINISHED = "That has already finished."
 FORGOTTEN_CODE = "I no longer have that code (the bot restarted since); use /run again."
+NOT_APPROVER = {
+    "requester": "Only the person who asked, or a moderator, can decide on this code.",
+    "moderators": "Only a moderator can decide on this code.",
+}
+POLICY_FOR_ADMINS = "Only admins and moderators can change the code policy."
+NO_POLICIES = "Code policies are not kept by this bot."
+EMPTY_EDIT = "The edited code is empty, so nothing was decided; the code still waits."
+MEANING: dict[Mode, str] = {
+    "auto": "code the model writes runs at once.",
+    "approve": "code the model writes waits for a person to press Run, Edit or Cancel.",
+    "off": "no code runs; the model answers without it, and /run is refused.",
+}
 
 
 class NotHere(Refused):
@@ -61,6 +82,9 @@ class Person:
     vouched: Callable[[], Awaitable[bool]] | None = None
     """The platform's word that this person may act on any conversation here (a moderator,
     or who started the conversation's thread); asked only when nothing else allows it."""
+    moderates: Callable[[], Awaitable[bool]] | None = None
+    """The platform's word that this person moderates here (and nothing else): for code
+    approvals and the code policy."""
 
 
 class Admission:
@@ -91,15 +115,23 @@ class FileListing:
 
 class Conversations:
     def __init__(
-        self, agent: Agent, admins: frozenset[str] = frozenset(), quotas: Quotas | None = None
+        self,
+        agent: Agent,
+        admins: frozenset[str] = frozenset(),
+        quotas: Quotas | None = None,
+        policies: Policies | None = None,
     ) -> None:
         self.agent = agent
         self.quotas = quotas
         """Limits on runs per person and server; usage is recorded from each run's end."""
         self.admins = admins
         """User ids (any platform) that moderate everywhere and may see /usage."""
+        self.policies = policies
+        """Each place's approval policy for the model's code; None: code always runs."""
         self.turns = Turns()
         self.participants = Participants()
+        self.pending: dict[str, Pending] = {}
+        """Code waiting for approval, by the key of its Run, Edit and Cancel controls."""
 
     # ── turns ────────────────────────────────────────────────────────────
 
@@ -119,6 +151,7 @@ class Conversations:
         (messages there are ignored; commands are told)."""
         try:
             self.admit(door, person, message.server)
+            self._direct_run_allowed(key, message.text)
             with self.turns.running(key.id, person.user) as entry:
                 self.participants.add(key.id, person.user)
 
@@ -132,6 +165,15 @@ class Conversations:
                         self.turns.remember(entry.key, spec)
                     await reply.start(entry.key)
                     emit = self._metered(reply, person.user, message.server, entry.turn)
+                    if self.policies is not None:
+                        entry.turn.approve = Approver(
+                            self.policies,
+                            self.pending,
+                            key,
+                            person.user,
+                            emit,
+                            entry.turn.stop_requested,
+                        )
                     await self.agent.turn(key.id, message, emit, entry.turn)
                     notices = [SHUTDOWN_NOTICE] if entry.shutdown else []
                     await reply.finish(entry.key if rerun_code is not None else None, notices)
@@ -159,6 +201,15 @@ class Conversations:
             raise Draining
         if self.quotas is not None:
             self.quotas.check(person.user, server)
+
+    def _direct_run_allowed(self, key: ConversationKey, text: str) -> None:
+        """Direct runs are their author's own decision, except where no code may run."""
+        from bot.agent import direct_code  # the agent imports this package
+
+        if self.policies is None or direct_code(text) is None:
+            return
+        if self.policies.mode(key) == "off":
+            raise Refused(OFF_REFUSAL)
 
     def _metered(
         self, reply: Reply, user: str, server: str, turn: Turn
@@ -254,6 +305,61 @@ class Conversations:
             return FileListing(await session.list_files())
         saved = await session.saved_files()
         return FileListing(saved or [], saved=saved is not None)
+
+    # ── approvals and the code policy ────────────────────────────────────
+
+    async def moderates(self, person: Person) -> bool:
+        """Configured admins, and whom the platform calls a moderator here."""
+        if person.user in self.admins:
+            return True
+        return person.moderates is not None and await person.moderates()
+
+    async def approvable(self, door: Admission, person: Person, key: str) -> Pending:
+        """The code waiting under `key`, for a person who may decide on it; raises a
+        `Refused` saying why not."""
+        if not door.allows(person.place):
+            raise NotHere
+        waiting = self.pending.get(key)
+        if waiting is None or waiting.decided.done():
+            raise Refused(ALREADY_DECIDED)
+        approvers = self.policies.settings.approvers if self.policies else "requester"
+        if approvers == "requester" and person.user == waiting.requester:
+            return waiting
+        if await self.moderates(person):
+            return waiting
+        raise Refused(NOT_APPROVER[approvers])
+
+    async def decide(
+        self, door: Admission, person: Person, key: str, verdict: Verdict, code: str = ""
+    ) -> None:
+        """Run (RUN), run edited `code` (EDITED) or not run (CANCELLED) the code waiting under
+        `key`; raises a `Refused` saying why the person may not."""
+        waiting = await self.approvable(door, person, key)
+        if verdict is Verdict.EDITED and not code.strip():
+            raise Refused(EMPTY_EDIT)
+        if verdict is not Verdict.EDITED:
+            code = waiting.code
+        if not waiting.settle(Decision(verdict, code, person.user)):
+            raise Refused(ALREADY_DECIDED)
+
+    def policy(self, key: ConversationKey) -> str:
+        """The code policy that applies to a conversation, for anyone to read."""
+        if self.policies is None:
+            return NO_POLICIES
+        found: Effective = self.policies.effective(key)
+        return f"The code policy here is {found.mode} (from {found.source}): {MEANING[found.mode]}"
+
+    async def set_policy(self, door: Admission, person: Person, scope: Scope, mode: Mode) -> str:
+        """Set the policy of a channel (or DM) or a workspace, for admins and moderators."""
+        if not door.allows(person.place):
+            raise NotHere
+        if self.policies is None:
+            raise Refused(NO_POLICIES)
+        if not await self.moderates(person):
+            raise Refused(POLICY_FOR_ADMINS)
+        self.policies.set(scope, mode, person.user)
+        log.info("code policy of %s set to %s by %s", scope, mode, person.user)
+        return f"The code policy of {scope.name} is now {mode}: {MEANING[mode]}"
 
     def usage(self, server: str | None) -> str:
         """The day's heaviest users, for admins."""

@@ -4,7 +4,9 @@ In a terminal it reads one message per line (a line starting with ``` reads on t
 fence), shows the code being run and its output as it streams, and Ctrl-C stops the running
 turn. From a pipe it reads messages separated by blank lines (a blank line inside a fenced
 block does not end a message), answers each in turn, and exits at the end of input.
-Commands: /reset, /files, /restore, /export, /attach PATH, /quit.
+Commands: /reset, /files, /restore, /export, /attach PATH, /policy [MODE], /quit.
+Where the policy is approve, the model's code is shown first and runs only after y (or e, to
+edit it: lines up to one holding only a dot run instead); n declines it.
 
 Longer than most modules: the renderer and the console's own commands share the
 terminal's state (spinner, streams, line starts).
@@ -20,15 +22,27 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from traceback import format_exception
 from typing import TextIO
 
 from bot.agent import UserMessage
-from bot.conversations import AccessRules, Admission, ConversationKey, Conversations, Person, Place
+from bot.conversations import (
+    AccessRules,
+    Admission,
+    ConversationKey,
+    Conversations,
+    Person,
+    Place,
+    Refused,
+)
+from bot.conversations.approval import Verdict, outcome
+from bot.conversations.policy import Scope, parse_mode
 from bot.events import (
     Answer,
+    ApprovalDecided,
+    ApprovalRequested,
     ArtifactsPublished,
     CodeStarted,
     ExecutionFinished,
@@ -46,10 +60,19 @@ log = logging.getLogger(__name__)
 
 # The console is one person's own conversation, as a DM is.
 CONVERSATION = ConversationKey("console", "dm", "console")
-ME = Person("console", Place("console"))
+
+
+async def _operator() -> bool:
+    return True  # the console is the operator's own terminal
+
+
+ME = Person("console", Place("console"), moderates=_operator)
+Read = Callable[[str], Awaitable[str | None]]
+"""Shows a prompt and reads one line of input (None at the end of input)."""
+APPROVAL_PROMPT = "Run this code? [y]es/[n]o/[e]dit "
 HELP = (
     "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /restore, "
-    "/export, /reset, /quit. Ctrl-C stops a running turn."
+    "/export, /reset, /policy [auto|approve|off], /quit. Ctrl-C stops a running turn."
 )
 
 
@@ -66,6 +89,8 @@ class Renderer:
         self.out = out
         self.interactive = interactive
         self.stop_key: str | None = None
+        self.approve: Callable[[ApprovalRequested], Awaitable[None]] | None = None
+        """Asks whether code the model wrote may run (the place's policy is approve)."""
         self._at_line_start = True
         self._spinner: asyncio.Task[None] | None = None
         self._streams = {"stdout": TerminalText(), "stderr": TerminalText()}
@@ -89,7 +114,13 @@ class Renderer:
     async def failed(self, text: str) -> None:
         self._line(f"✗ {text}")
 
-    def __call__(self, event: TurnEvent) -> None:
+    def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
+        if isinstance(event, ApprovalRequested) and self.approve is not None:
+            self._stop_spinner()
+            return self.approve(event)
+        if isinstance(event, ApprovalDecided):
+            self._line(outcome(event, "you"))
+            return None
         self._stop_spinner()
         if isinstance(event, Thinking):
             if self.interactive:
@@ -116,6 +147,7 @@ class Renderer:
         elif isinstance(event, Failure):
             self._line(f"✗ {event.message}")
         self.out.flush()
+        return None
 
     async def _spin(self, step: int) -> None:
         """A spinner on its own line while the model thinks; erased by the next event."""
@@ -176,6 +208,8 @@ class Console:
         self.attachments: list[IncomingFile] = []
         self.renderer: Renderer | None = None
         self.door = Admission(AccessRules())
+        self.read: Read | None = None
+        """How to ask the person something while a turn runs (set by the input loop)."""
 
     async def handle(self, text: str, interactive: bool) -> bool:
         """Handle one message or command; False once the user asked to quit.
@@ -211,17 +245,66 @@ class Console:
             self._say(await self.conversations.restore(self.door, ME, CONVERSATION))
         elif command == "/export":
             await self._export()
+        elif command == "/policy":
+            self._say(await self._policy(argument))
         elif command == "/attach":
             self._attach(argument.strip())
         elif text.strip():
             message = UserMessage(text, list(self.attachments), user=ME.user)
             self.attachments.clear()
             self.renderer = Renderer(self.out, interactive)
+            self.renderer.approve = self._approve
             try:
                 await self.conversations.turn(self.door, ME, CONVERSATION, message, self.renderer)
             finally:
                 self.renderer = None
         return True
+
+    async def _policy(self, argument: str) -> str:
+        if not argument.strip():
+            return self.conversations.policy(CONVERSATION)
+        mode = parse_mode(argument)
+        if mode is None:
+            return "Use /policy auto, /policy approve or /policy off (or /policy to see it)."
+        try:
+            scope = Scope.channel_of(CONVERSATION)
+            return await self.conversations.set_policy(self.door, ME, scope, mode)
+        except Refused as exc:
+            return str(exc)
+
+    async def _approve(self, event: ApprovalRequested) -> None:
+        """Show the model's code and ask whether it runs; no answer (end of input) declines."""
+        self._say("The model wants to run this code:")
+        self._say(event.code)
+        while True:
+            answer = await self._ask(APPROVAL_PROMPT)
+            word = (answer or "n").strip().lower()
+            if word in ("y", "yes"):
+                verdict, code = Verdict.RUN, ""
+            elif word in ("n", "no"):
+                verdict, code = Verdict.CANCELLED, ""
+            elif word in ("e", "edit"):
+                verdict, code = Verdict.EDITED, await self._edited()
+            else:
+                self._say("Answer y (run it), n (do not run it) or e (edit it first).")
+                continue
+            try:
+                await self.conversations.decide(self.door, ME, event.key, verdict, code)
+                return
+            except Refused as exc:
+                self._say(f"✗ {exc}")
+                if verdict is not Verdict.EDITED:
+                    return
+
+    async def _edited(self) -> str:
+        self._say("Type the code to run instead; end it with a line holding only a dot (.).")
+        lines: list[str] = []
+        while (line := await self._ask("...  ")) is not None and line.strip() != ".":
+            lines.append(line)
+        return "\n".join(lines)
+
+    async def _ask(self, prompt: str) -> str | None:
+        return None if self.read is None else await self.read(prompt)
 
     def stop(self) -> None:
         if self.renderer is not None and self.renderer.stop_key is not None:
@@ -283,6 +366,16 @@ class MessageSplitter:
 async def run_piped(console: Console, source: TextIO) -> None:
     """Answer each message as soon as it is complete; stop at the end of input or /quit."""
     splitter = MessageSplitter()
+
+    async def read(prompt: str) -> str | None:
+        console.out.write(prompt)
+        console.out.flush()
+        line = await asyncio.to_thread(source.readline)
+        if line:
+            console.out.write("\n")
+        return line.rstrip("\r\n") if line else None
+
+    console.read = read
     while True:
         line = await asyncio.to_thread(source.readline)
         message = splitter.feed(line) if line else splitter.flush()
@@ -295,6 +388,14 @@ async def run_piped(console: Console, source: TextIO) -> None:
 async def run_interactive(console: Console, banner: str) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, console.stop)
+
+    async def read(prompt: str) -> str | None:
+        try:
+            return await asyncio.to_thread(input, prompt)
+        except EOFError:
+            return None
+
+    console.read = read
     console.out.write(f"{banner}\n{HELP}\n")
     try:
         while True:

@@ -20,6 +20,7 @@ from discord import app_commands
 from bot.agent import UserMessage, direct_code
 from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
 from bot.conversations.access import NOT_HERE, AccessRules, Place
+from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
 from bot.platforms.on_discord.render import thread_name
 from bot.platforms.on_discord.reply import ChannelSurface, InteractionSurface, Reply, Surface
@@ -31,7 +32,8 @@ log = logging.getLogger(__name__)
 HELP = (
     "Ask me anything that Python can answer (attach CSV or Excel files to analyse them), "
     "or send code in a ``` block. In a thread I started, just keep talking. "
-    "`/run` runs code directly; `/reset` starts over; `/export` gives the notebook."
+    "`/run` runs code directly; `/reset` starts over; `/export` gives the notebook; "
+    "`/policy` shows whether code needs approval here."
 )
 MENTION = re.compile(r"<@!?(\d+)>")
 BUTTON_LOOKS = {
@@ -72,7 +74,7 @@ class CellmateDiscord(discord.Client):
         self.fetch = http_fetcher(file_hosts(settings), where="Discord's file servers")
         self.tree = app_commands.CommandTree(self)
         register_commands(self)
-        self.add_dynamic_items(TurnButton)
+        self.add_dynamic_items(TurnButton, ApprovalButton)
         self.connected = asyncio.Event()
 
     async def setup_hook(self) -> None:
@@ -225,14 +227,21 @@ class CellmateDiscord(discord.Client):
         await tell(interaction, NOT_HERE)
         return False
 
-    def person(self, interaction: discord.Interaction) -> Person:
+    def person(self, interaction: discord.Interaction, server_wide: bool = False) -> Person:
+        """Who acts in an interaction. `server_wide`: they moderate only with Manage Server
+        (for settings of the whole server)."""
+
         async def vouched() -> bool:
             return self.moderator(interaction) or await self._started(interaction)
 
+        async def moderates() -> bool:
+            if server_wide:
+                return interaction.guild is not None and interaction.permissions.manage_guild
+            return self.moderator(interaction)
+
         dm = interaction.guild is None
-        return Person(
-            str(interaction.user.id), _place(interaction.user, interaction.channel, dm), vouched
-        )
+        place = _place(interaction.user, interaction.channel, dm)
+        return Person(str(interaction.user.id), place, vouched, moderates)
 
     async def _started(self, interaction: discord.Interaction) -> bool:
         """Whether this person wrote the message the interaction's thread was started on:
@@ -279,6 +288,14 @@ def file_hosts(settings: DiscordSettings) -> tuple[str, ...]:
 
 def thread_key(thread: discord.Thread) -> ConversationKey:
     return ConversationKey("discord", str(thread.guild.id), str(thread.parent_id), str(thread.id))
+
+
+def place_key(interaction: discord.Interaction) -> ConversationKey:
+    """The conversation key of where an interaction happened (its thread, DM or channel),
+    for the place's settings."""
+    return conversation_of(interaction) or ConversationKey(
+        "discord", str(interaction.guild_id or ""), str(interaction.channel_id or "")
+    )
 
 
 def conversation_of(interaction: discord.Interaction) -> ConversationKey | None:

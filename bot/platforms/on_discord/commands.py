@@ -11,6 +11,7 @@ import discord
 from discord import app_commands
 
 from bot.conversations import ConversationKey, Refused
+from bot.conversations.policy import Scope, parse_mode
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_discord.reply import InteractionSurface
 from bot.text import files_text
@@ -175,6 +176,39 @@ def register_commands(client: CellmateDiscord) -> None:
             return
         found = await conversations.files(client.door, client.person(interaction), key)
         await interaction.followup.send(files_text(found.files, found.heading))
+
+    @tree.command(name="policy", description="Show or set whether the model's code needs approval")
+    @app_commands.describe(
+        mode="auto: runs at once; approve: waits for Run, Edit or Cancel; off: never runs",
+        scope="this channel (the default) or the whole server",
+    )
+    @app_commands.choices(
+        mode=[app_commands.Choice(name=name, value=name) for name in ("auto", "approve", "off")],
+        scope=[app_commands.Choice(name=name, value=name) for name in ("channel", "server")],
+    )
+    async def policy(
+        interaction: discord.Interaction, mode: str | None = None, scope: str = "channel"
+    ) -> None:
+        from bot.platforms.on_discord.client import place_key
+
+        server_wide = scope == "server"
+        person = client.person(interaction, server_wide=server_wide)
+        if not await client.admitted(interaction, person):
+            return
+        key = place_key(interaction)
+        chosen = parse_mode(mode or "")
+        if chosen is None:
+            await _tell(interaction, conversations.policy(key))
+            return
+        if server_wide and key.is_dm:
+            await _tell(interaction, "A direct message has no server: leave out the scope.")
+            return
+        where = Scope.workspace_of(key) if server_wide else Scope.channel_of(key)
+        try:
+            done = await conversations.set_policy(client.door, person, where, chosen)
+        except Refused as exc:
+            done = str(exc)
+        await _tell(interaction, done)
 
     @tree.command(name="usage", description="Who used Cellmate most in the last day (admins)")
     @app_commands.default_permissions(manage_guild=True)

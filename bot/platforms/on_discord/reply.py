@@ -9,12 +9,13 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import discord
 
-from bot.events import TurnEvent
+from bot.events import ApprovalDecided, ApprovalRequested, TurnEvent
+from bot.platforms.on_discord.approval import approval_view, decided_text, request_text
 from bot.platforms.on_discord.render import Outgoing, answer_messages, progress_text
 from bot.platforms.progress import Pacer, TurnView
 
@@ -163,6 +164,8 @@ class Reply:
         self.view = TurnView()
         self.progress: Any = None
         self.pacer = Pacer(self._draw, interval)
+        self.approvals: dict[str, tuple[ApprovalRequested, Any]] = {}
+        """Approval messages by key, with what they asked."""
 
     async def queued(self, stop: str, text: str) -> None:
         self.stop_view = self.buttons("stop", stop)
@@ -177,9 +180,27 @@ class Reply:
                 self.progress, "⏳ Working on it…", self.stop_view
             )
 
-    def __call__(self, event: TurnEvent) -> None:
+    def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
+        if isinstance(event, ApprovalRequested):
+            return self._ask(event)
+        if isinstance(event, ApprovalDecided):
+            return self._decided(event)
         self.view.apply(event)
         self.pacer.poke()
+        return None
+
+    async def _ask(self, event: ApprovalRequested) -> None:
+        message = await self.surface.send(request_text(event), view=approval_view(event.key))
+        self.approvals[event.key] = (event, message)
+
+    async def _decided(self, event: ApprovalDecided) -> None:
+        asked, message = self.approvals.pop(event.key, (None, None))
+        if asked is None:
+            return
+        try:
+            await self.surface.edit(message, decided_text(asked, event), None)
+        except discord.HTTPException:
+            log.warning("could not update the approval message", exc_info=True)
 
     async def _draw(self) -> None:
         if self.view.done:

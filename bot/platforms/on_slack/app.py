@@ -1,6 +1,7 @@
 """The Slack front end (slack_bolt, async): mentions, DMs and thread replies answered in
-threads, /run, /files, /reset, /restore, /export, the "Run code" message shortcut, Stop and Re-run,
-and edits of code messages; each translated into a call on the conversation service.
+threads, /run, /files, /reset, /restore, /export, /policy, the "Run code" message shortcut,
+Stop and Re-run, Run / Edit / Cancel of code waiting for approval, and edits of code
+messages; each translated into a call on the conversation service.
 
 Bolt acknowledges each request within Slack's 3 seconds and the turn runs afterwards.
 Slack redelivers events it thinks were missed; a message is handled once, by its channel
@@ -26,7 +27,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent import UserMessage, direct_code
 from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
 from bot.conversations.access import NOT_HERE, AccessRules, Place
+from bot.conversations.approval import Verdict
+from bot.conversations.policy import Scope, parse_mode
 from bot.platforms.markup import code_blocks
+from bot.platforms.on_slack import approval
 from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
 from bot.settings import SlackSettings
@@ -39,8 +43,11 @@ HELP = (
     "Ask me anything Python can answer (share CSV or Excel files with the message to "
     "analyse them), or send code in a ``` block. I answer in a thread; keep talking there. "
     "`/run` runs code directly, `/files` lists your files, `/reset` starts over, "
-    "`/restore` brings back a saved workspace, `/export` gives the notebook."
+    "`/restore` brings back a saved workspace, `/export` gives the notebook, "
+    "`/policy` shows whether code needs approval here."
 )
+POLICY_USAGE = "Use `/policy` to see this channel's code policy, or `/policy auto|approve|off` "
+POLICY_USAGE += "(add `workspace` to set it for the whole workspace) to set it."
 RUN_MODAL = "cm_run_modal"
 NO_CONVERSATION = "You have no conversation with me in this channel yet: mention me to start one."
 
@@ -107,10 +114,15 @@ class CellmateSlack:
         app.command("/restore")(self._on_restore)
         app.command("/export")(self._on_export)
         app.command("/usage")(self._on_usage)
+        app.command("/policy")(self._on_policy)
         app.shortcut("cm_run_code")(self._on_run_code)
         app.view(RUN_MODAL)(self._on_modal)
         app.action("cm_stop")(self._on_stop)
         app.action("cm_rerun")(self._on_rerun)
+        app.action(approval.RUN)(self._on_approval)
+        app.action(approval.CANCEL)(self._on_approval)
+        app.action(approval.EDIT)(self._on_approval_edit)
+        app.view(approval.EDIT_MODAL)(self._on_approval_edited)
 
     # ── messages ──────────────────────────────────────────────────────────
 
@@ -141,7 +153,8 @@ class CellmateSlack:
         if not (mention or dm or edit or await self._in_thread(channel, thread_ts)):
             return
         team = str(body.get("team_id") or event.get("team") or self.team)
-        person = Person(user, Place(user, team, channel, dm=dm), self._moderator(user))
+        moderator = self._moderator(user)
+        person = Person(user, Place(user, team, channel, dm=dm), moderator, moderator)
         if not self.door.allows(person.place):
             return
         if not self.door.seen.first_time(f"{channel}:{ts}{edit}"):
@@ -223,8 +236,9 @@ class CellmateSlack:
     # ── people ────────────────────────────────────────────────────────────
 
     def _person(self, user: str, team: str, channel: str) -> Person:
+        moderator = self._moderator(user)
         return Person(
-            user, Place(user, team, channel, dm=channel.startswith("D")), self._moderator(user)
+            user, Place(user, team, channel, dm=channel.startswith("D")), moderator, moderator
         )
 
     def _moderator(self, user: str) -> Any:
@@ -406,7 +420,83 @@ class CellmateSlack:
             return
         await respond(self.conversations.usage(team), response_type="ephemeral")
 
+    async def _on_policy(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
+        """/policy shows the channel's code policy; /policy MODE [workspace] sets it."""
+        await ack()
+        team = str(command.get("team_id") or self.team)
+        channel = str(command["channel_id"])
+        person = self._person(str(command["user_id"]), team, channel)
+        if not await self._admitted(person, channel, respond=respond):
+            return
+        key = ConversationKey("slack", team, channel)
+        words = unescape(str(command.get("text") or "")).split()
+        if not words:
+            await respond(self.conversations.policy(key), response_type="ephemeral")
+            return
+        mode = parse_mode(words[0])
+        if mode is None or len(words) > 2 or words[1:] not in ([], ["workspace"]):
+            await respond(POLICY_USAGE, response_type="ephemeral")
+            return
+        where = Scope.workspace_of(key) if words[1:] else Scope.channel_of(key)
+        try:
+            done = await self.conversations.set_policy(self.door, person, where, mode)
+        except Refused as exc:
+            done = str(exc)
+        await respond(done, response_type="ephemeral")
+
     # ── buttons ───────────────────────────────────────────────────────────
+
+    async def _on_approval(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
+        """Run or Cancel on code waiting for approval; the approval message then says who."""
+        await ack()
+        action = body["actions"][0]
+        verdict = Verdict.RUN if action.get("action_id") == approval.RUN else Verdict.CANCELLED
+        person = self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
+        try:
+            await self.conversations.decide(
+                self.door, person, str(action.get("value") or ""), verdict
+            )
+        except Refused as exc:
+            await respond(str(exc), response_type="ephemeral", replace_original=False)
+
+    async def _on_approval_edit(
+        self, ack: Any, body: dict[str, Any], respond: Any, client: AsyncWebClient
+    ) -> None:
+        """Edit opens the waiting code in a modal, for a person who may decide on it."""
+        await ack()
+        key = str(body["actions"][0].get("value") or "")
+        team, channel = _team(body, self.team), _channel(body)
+        person = self._person(str(body["user"]["id"]), team, channel)
+        try:
+            waiting = await self.conversations.approvable(self.door, person, key)
+            if len(waiting.code) > approval.EDIT_LIMIT:
+                raise Refused(approval.TOO_LONG_TO_EDIT)
+        except Refused as exc:
+            await respond(str(exc), response_type="ephemeral", replace_original=False)
+            return
+        await client.views_open(
+            trigger_id=body["trigger_id"],
+            view=approval.edit_modal(key, waiting.code, channel, team),
+        )
+
+    async def _on_approval_edited(
+        self, ack: Any, body: dict[str, Any], view: dict[str, Any]
+    ) -> None:
+        """The edited code runs instead of the model's."""
+        where = json.loads(view.get("private_metadata") or "{}")
+        code = view["state"]["values"]["code"]["code"]["value"] or ""
+        person = self._person(
+            str(body["user"]["id"]), where.get("team", self.team), where["channel"]
+        )
+        try:
+            await self.conversations.decide(
+                self.door, person, str(where.get("key") or ""), Verdict.EDITED, code
+            )
+        except Refused as exc:
+            # Shown in the modal, which stays open: the edit is not lost.
+            await ack(response_action="errors", errors={"code": str(exc)})
+            return
+        await ack()
 
     async def _on_stop(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()

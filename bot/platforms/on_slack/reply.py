@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.events import TurnEvent
+from bot.events import ApprovalDecided, ApprovalRequested, TurnEvent
+from bot.platforms.on_slack.approval import decided_message, request_message
 from bot.platforms.on_slack.render import answer_texts, blocks, progress_text, uploads
 from bot.platforms.progress import Pacer, TurnView, shown_artifacts
 from storage.artifacts import Artifact
@@ -76,6 +77,8 @@ class SlackReply:
         self.view = TurnView()
         self.progress: str | None = None
         self.pacer = Pacer(self._draw, interval)
+        self.approvals: dict[str, tuple[ApprovalRequested, str]] = {}
+        """Approval messages (their ts) by key, with what they asked."""
 
     async def queued(self, stop: str, text: str) -> None:
         self.stop = ("cm_stop", "Stop", stop)
@@ -95,9 +98,29 @@ class SlackReply:
         else:
             await self.thread.update(self.progress, text, shown)
 
-    def __call__(self, event: TurnEvent) -> None:
+    def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
+        if isinstance(event, ApprovalRequested):
+            return self._ask(event)
+        if isinstance(event, ApprovalDecided):
+            return self._decided(event)
         self.view.apply(event)
         self.pacer.poke()
+        return None
+
+    async def _ask(self, event: ApprovalRequested) -> None:
+        text, shown = request_message(event)
+        self.approvals[event.key] = (event, await self.thread.post(text, shown))
+
+    async def _decided(self, event: ApprovalDecided) -> None:
+        found = self.approvals.pop(event.key, None)
+        if found is None:
+            return
+        asked, ts = found
+        text, shown = decided_message(asked, event)
+        try:
+            await self.thread.update(ts, text, shown)
+        except SlackApiError:
+            log.warning("could not update the approval message", exc_info=True)
 
     async def _draw(self) -> None:
         if self.view.done or self.progress is None:

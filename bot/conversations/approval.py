@@ -1,0 +1,201 @@
+"""Approval of code the model wants to run, where the place's policy asks for it.
+
+    Agent._tool ──> Turn.approval(code) ──> Approver (one per turn; the policy decides)
+                                               │ auto: run    off: never run
+                                               │ approve: ApprovalRequested ──> the front end
+                                               │          shows Run / Edit / Cancel
+    a person presses one ──> Conversations.decide ──> Pending.settle ──┘
+                                               │ ApprovalDecided ──> the front end updates
+                                               ▼
+                                        Decision (run, edited code, or why not)
+
+Once a turn's code was declined (cancelled, timed out, stopped, or the policy is off), the
+turn asks nobody again: later code of the same turn is declined the same way, and the model
+is told to answer without running code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import inspect
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.conversations.keys import ConversationKey
+from bot.conversations.policy import Policies
+from bot.events import ApprovalDecided, ApprovalRequested, Notice, TurnEvent
+
+ALREADY_DECIDED = "That code has already been decided on, or it is no longer waiting."
+OFF_NOTICE = (
+    "Running code is turned off here (policy off), so the model's code was not run. "
+    "An admin can change this with /policy."
+)
+OFF_REFUSAL = (
+    "Running code is turned off here (policy off), so this code was not run. "
+    "An admin can change this with /policy."
+)
+
+
+class Verdict(enum.Enum):
+    RUN = "run"
+    EDITED = "edited"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed out"
+    STOPPED = "stopped"
+    OFF = "off"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    code: str = ""
+    """The code that runs (edited, perhaps)."""
+    by: str = ""
+    """Who decided (a user id); '' when nobody did."""
+
+    @property
+    def runs(self) -> bool:
+        return self.verdict in (Verdict.RUN, Verdict.EDITED)
+
+    def for_model(self) -> str:
+        """What the model is told before the run's result (or instead of it)."""
+        if self.verdict is Verdict.RUN:
+            return ""
+        if self.verdict is Verdict.EDITED:
+            return (
+                "Before it ran, a person edited your code. This is the code that ran instead:\n"
+                f"```python\n{self.code}\n```\nIts result:\n"
+            )
+        why = {
+            Verdict.CANCELLED: "The person reviewing your code declined to run it.",
+            Verdict.TIMED_OUT: "Nobody approved your code in time, so it was not run.",
+            Verdict.STOPPED: "The turn was stopped before your code was approved.",
+            Verdict.OFF: "Running code is turned off in this channel, so it was not run.",
+        }[self.verdict]
+        return (
+            f"{why} Do not try to run code again in this turn: answer the person in plain "
+            "words, saying briefly what you would have run and that it was not run."
+        )
+
+
+def outcome(event: ApprovalDecided, who: str) -> str:
+    """One line saying what became of code that waited for approval; `who` names the person
+    (as the platform shows people)."""
+    if event.verdict == Verdict.RUN.value:
+        return f"✅ Approved by {who}; it runs."
+    if event.verdict == Verdict.EDITED.value:
+        return f"✏️ Edited by {who}; the edited code runs."
+    if event.verdict == Verdict.CANCELLED.value:
+        return f"🚫 Cancelled by {who}; it was not run."
+    if event.verdict == Verdict.TIMED_OUT.value:
+        return "⌛ Nobody approved it in time; it was not run."
+    return "⏹️ The turn was stopped; it was not run."
+
+
+def approvers_text(event: ApprovalRequested, requester: str) -> str:
+    """Who may decide, for the approval message; `requester` names the person who asked."""
+    if event.approvers == "moderators":
+        return "A moderator"
+    return f"{requester} or a moderator"
+
+
+@dataclass(slots=True)
+class Pending:
+    """Code waiting for a person's decision."""
+
+    conversation: ConversationKey
+    requester: str
+    code: str
+    decided: asyncio.Future[Decision] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def settle(self, decision: Decision) -> bool:
+        """Record the first decision; False when one was recorded already."""
+        if self.decided.done():
+            return False
+        self.decided.set_result(decision)
+        return True
+
+
+Emit = Callable[[TurnEvent], Awaitable[None] | None]
+
+
+class Approver:
+    """The approval seam of one turn (`Turn.approve`): asks the policy, and a person where
+    the policy says so."""
+
+    def __init__(
+        self,
+        policies: Policies,
+        pending: dict[str, Pending],
+        key: ConversationKey,
+        requester: str,
+        emit: Emit,
+        stop: asyncio.Event,
+    ) -> None:
+        self.policies = policies
+        self.pending = pending
+        self.key = key
+        self.requester = requester
+        self.emit = emit
+        self.stop = stop
+        self.declined: Decision | None = None
+
+    async def __call__(self, code: str) -> Decision:
+        if self.declined is not None:
+            return self.declined
+        mode = self.policies.mode(self.key)
+        if mode == "auto":
+            return Decision(Verdict.RUN, code)
+        if mode == "off":
+            self.declined = Decision(Verdict.OFF)
+            await _call(self.emit, Notice(OFF_NOTICE))
+            return self.declined
+        decision = await self._ask(code)
+        if not decision.runs:
+            self.declined = decision
+        return decision
+
+    async def _ask(self, code: str) -> Decision:
+        settings = self.policies.settings
+        key = secrets.token_hex(8)
+        waiting = Pending(self.key, self.requester, code)
+        self.pending[key] = waiting
+        asking = ApprovalRequested(
+            key, code, self.requester, settings.approvers, settings.timeout_s
+        )
+        try:
+            await _call(self.emit, asking)
+            decision = await self._wait(waiting, settings.timeout_s)
+        finally:
+            self.pending.pop(key, None)
+        await _call(self.emit, ApprovalDecided(key, decision.verdict.value, decision.by))
+        return decision
+
+    async def _wait(self, waiting: Pending, timeout_s: float) -> Decision:
+        stopped = asyncio.ensure_future(self.stop.wait())
+        watched: set[asyncio.Future[Any]] = {waiting.decided, stopped}
+        try:
+            done, _ = await asyncio.wait(
+                watched, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stopped.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopped
+        if waiting.decided in done:
+            return waiting.decided.result()
+        verdict = Verdict.STOPPED if self.stop.is_set() else Verdict.TIMED_OUT
+        waiting.settle(Decision(verdict))
+        return waiting.decided.result()
+
+
+async def _call(emit: Emit, event: TurnEvent) -> None:
+    returned = emit(event)
+    if inspect.isawaitable(returned):
+        await returned

@@ -1,0 +1,136 @@
+"""Each place's approval policy for code the model writes, kept in SQLite so that it
+survives restarts.
+
+    auto     the model's code runs at once (as without a policy)
+    approve  the code is shown with Run, Edit and Cancel, and waits for a person
+    off      no code runs; the model answers without it, and direct runs are refused
+
+A channel's policy (a DM counts as a channel) overrides its workspace's (Discord server,
+Slack workspace), which overrides the operator's default. Direct runs (/run, a message of
+only code) are their author's own decision and never wait for approval.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.conversations.keys import ConversationKey
+
+Mode = typing.Literal["auto", "approve", "off"]
+MODES: tuple[Mode, ...] = ("auto", "approve", "off")
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS policies (
+    platform TEXT NOT NULL,
+    workspace TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    set_by TEXT NOT NULL,
+    set_at REAL NOT NULL,
+    PRIMARY KEY (platform, workspace, channel)
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySettings:
+    default: Mode = "auto"
+    """The policy of places no one has set one for."""
+    approvers: typing.Literal["requester", "moderators"] = "requester"
+    """Who may approve: the person who asked (or a moderator), or only moderators."""
+    timeout_s: float = 600.0
+    """How long code waits for approval before the turn ends without running it."""
+
+    def __post_init__(self) -> None:
+        if self.default not in MODES:
+            raise ValueError(f"the default policy must be one of {', '.join(MODES)}")
+        if self.approvers not in ("requester", "moderators"):
+            raise ValueError("approvers must be requester or moderators")
+        if self.timeout_s <= 0:
+            raise ValueError("the approval timeout must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A place a policy is set for: a channel (or DM), or a whole workspace (channel '')."""
+
+    platform: str
+    workspace: str
+    channel: str = ""
+
+    @classmethod
+    def channel_of(cls, key: ConversationKey) -> Scope:
+        return cls(key.platform, key.workspace, key.channel)
+
+    @classmethod
+    def workspace_of(cls, key: ConversationKey) -> Scope:
+        return cls(key.platform, key.workspace)
+
+    @property
+    def name(self) -> str:
+        if self.workspace == "dm":
+            return "this direct message"
+        return "this channel" if self.channel else "this workspace"
+
+
+@dataclass(frozen=True, slots=True)
+class Effective:
+    mode: Mode
+    source: str
+    """Where it comes from: 'this channel', 'this workspace', or 'the default'."""
+
+
+class Policies:
+    def __init__(self, path: Path, settings: PolicySettings) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.settings = settings
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.executescript(SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def effective(self, key: ConversationKey) -> Effective:
+        """The policy that applies to a conversation, and where it was set."""
+        scopes = [Scope.channel_of(key)]
+        if not key.is_dm:
+            scopes.append(Scope.workspace_of(key))
+        for scope in scopes:
+            mode = self._get(scope)
+            if mode is not None:
+                return Effective(mode, scope.name)
+        return Effective(self.settings.default, "the default")
+
+    def mode(self, key: ConversationKey) -> Mode:
+        return self.effective(key).mode
+
+    def set(self, scope: Scope, mode: Mode, by: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown policy {mode!r}")
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO policies "
+                "(platform, workspace, channel, mode, set_by, set_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (scope.platform, scope.workspace, scope.channel, mode, by, time.time()),
+            )
+
+    def _get(self, scope: Scope) -> Mode | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT mode FROM policies WHERE platform = ? AND workspace = ? AND channel = ?",
+                (scope.platform, scope.workspace, scope.channel),
+            ).fetchone()
+        if row is None or row[0] not in MODES:
+            return None
+        return typing.cast(Mode, row[0])
+
+
+def parse_mode(text: str) -> Mode | None:
+    """A policy named by a person (any case), or None."""
+    word = text.strip().lower()
+    return word if word in MODES else None

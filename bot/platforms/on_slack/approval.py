@@ -1,0 +1,76 @@
+"""Code waiting for approval on Slack: the message with Run, Edit and Cancel, and the
+editor modal (views.open); the presses themselves are translated in the app."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bot.conversations.approval import approvers_text, outcome
+from bot.events import ApprovalDecided, ApprovalRequested
+from bot.platforms.markup import head
+from bot.platforms.on_slack.mrkdwn import slack_code
+from bot.platforms.on_slack.render import blocks
+from bot.text import human_duration
+
+CODE_SHOWN = 2400
+EDIT_LIMIT = 3000
+"""Slack's plain text inputs hold at most 3,000 characters."""
+TOO_LONG_TO_EDIT = (
+    "This code is too long to edit here (3,000 characters at most); Run or Cancel it."
+)
+EDIT_MODAL = "cm_approval_edit"
+RUN, EDIT, CANCEL = "cm_approval_run", "cm_approval_edit", "cm_approval_cancel"
+
+
+def request_message(event: ApprovalRequested) -> tuple[str, list[dict[str, Any]]]:
+    """The approval message (text and blocks): who may decide, by when, and the code."""
+    who = approvers_text(event, f"<@{event.requester}>")
+    text = "\n".join(
+        [
+            ":lock: *The model wants to run this code.* "
+            f"{who} can Run, Edit or Cancel it (it waits {human_duration(event.timeout_s)}).",
+            slack_code(head(event.code, CODE_SHOWN)),
+        ]
+    )
+    buttons = [(RUN, "Run", event.key), (EDIT, "Edit", event.key), (CANCEL, "Cancel", event.key)]
+    return text, blocks(text, buttons)
+
+
+def decided_message(
+    asked: ApprovalRequested, event: ApprovalDecided
+) -> tuple[str, list[dict[str, Any]]]:
+    """The approval message once decided: the code, and what became of it (no buttons)."""
+    text = "\n".join(
+        [
+            ":lock: *The model wanted to run this code.*",
+            slack_code(head(asked.code, CODE_SHOWN)),
+            outcome(event, f"<@{event.by}>"),
+        ]
+    )
+    return text, blocks(text)
+
+
+def edit_modal(key: str, code: str, channel: str, team: str) -> dict[str, Any]:
+    return {
+        "type": "modal",
+        "callback_id": EDIT_MODAL,
+        "title": {"type": "plain_text", "text": "Edit, then run"},
+        "submit": {"type": "plain_text", "text": "Run"},
+        "close": {"type": "plain_text", "text": "Back"},
+        "private_metadata": json.dumps({"key": key, "channel": channel, "team": team}),
+        "blocks": [
+            {
+                "type": "input",
+                "block_id": "code",
+                "label": {"type": "plain_text", "text": "Code"},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": "code",
+                    "multiline": True,
+                    "initial_value": code,
+                    "max_length": EDIT_LIMIT,
+                },
+            }
+        ],
+    }
