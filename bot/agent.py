@@ -21,15 +21,17 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import openai
 
 from bot import logs
+from bot.context import fit
 from bot.conversations.access import Refused
 from bot.conversations.registry import Turn
 from bot.events import (
     Answer,
+    AnswerDelta,
     ArtifactsPublished,
     CodeStarted,
     ExecutionFinished,
@@ -41,9 +43,11 @@ from bot.events import (
 )
 from bot.fences import only_code
 from bot.history import History
+from bot.llm import Completions, EmptyReply, Reply, ToolCall
 from bot.metrics import Metrics
-from bot.prompt import PYTHON_TOOL, system_prompt, tool_result
+from bot.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
 from bot.run_outputs import artifact_sources
+from bot.tokens import Counter
 from executor import ExecutionResult, Executor, ExecutorError, OutputEvent
 from storage.artifacts import Artifact, ArtifactLimits, publish
 from storage.base import Storage
@@ -56,10 +60,6 @@ NO_MODEL = (
     "`/run <code>`. To chat in plain language, set OPENAI_API_KEY (and OPENAI_MODEL, or "
     "OPENAI_BASE_URL for Ollama, vLLM, LM Studio) in .env."
 )
-
-
-class EmptyReply(openai.OpenAIError):
-    """The model answered with nothing to use."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,11 @@ class UserMessage:
 class AgentLimits:
     max_steps: int = 8
     budget_s: float = 300.0
-    history_chars: int = 60_000
+    history_tokens: int = 16_000
+    """Tokens of earlier messages (and their summary) sent with each request."""
+    stream: bool = True
+    """Stream replies (text shown as it is written); off for servers that cannot stream
+    with tools."""
     result_chars: int = 6_000
     vision: bool = False
     """Show charts to the model as images (for models that accept image input)."""
@@ -110,6 +114,10 @@ class Agent:
         self.fetch = fetch
         self.metrics = metrics
         self._locks: dict[str, asyncio.Lock] = {}
+        self.counter = Counter.for_model(model)
+        self.completions = (
+            None if client is None else Completions(client, model, self.limits.stream)
+        )
 
     async def turn(
         self, conversation: str, message: UserMessage, emit: Emit, turn: Turn | None = None
@@ -180,11 +188,11 @@ class Agent:
         turn: Turn,
     ) -> None:
         assert self.client is not None
-        earlier = await self.history.load(conversation, self.limits.history_chars)
+        earlier: list[dict[str, Any]] = []
+        system = system_prompt(self.executor.limits.network)
         user = {"role": "user", "content": _user_content(message.text, files, previews)}
         new: list[dict[str, Any]] = [user]
         shown: list[dict[str, Any]] = []
-        network = self.executor.limits.network
         try:
             async with asyncio.timeout(self.limits.budget_s):
                 for step in range(1, self.limits.max_steps + 1):
@@ -192,26 +200,29 @@ class Agent:
                         await _call(emit, Failure("Stopped."))
                         return
                     await _call(emit, Thinking(step))
-                    messages = [
-                        {"role": "system", "content": system_prompt(network)},
-                        *earlier,
-                        *new,
-                        *shown,
-                    ]
-                    turn.model_call = asyncio.create_task(self._ask(messages))
+                    if step == 1:
+                        context = await fit(
+                            self.history,
+                            conversation,
+                            self.counter,
+                            self.limits.history_tokens,
+                            self._summarise,
+                        )
+                        earlier = context.messages
+                        if context.note:
+                            system = f"{system}\n\n{context.note}"
+                    messages = [{"role": "system", "content": system}, *earlier, *new, *shown]
+                    turn.model_call = asyncio.create_task(self._ask(messages, emit))
                     try:
-                        choice = await turn.model_call
+                        reply = await turn.model_call
                     finally:
                         turn.model_call = None
-                    reply = choice.message
-                    calls = list(reply.tool_calls or [])
-                    if choice.finish_reason == "length":
-                        await self._cut_off(
-                            conversation, new, reply.content or "", bool(calls), emit
-                        )
+                    calls = reply.tool_calls
+                    if reply.finish_reason == "length":
+                        await self._cut_off(conversation, new, reply.content, bool(calls), emit)
                         return
                     if not calls:
-                        text = reply.content or ""
+                        text = reply.content
                         new.append({"role": "assistant", "content": text})
                         await self.history.append(conversation, new)
                         await _call(emit, Answer(text))
@@ -253,21 +264,28 @@ class Agent:
                 ),
             )
 
-    async def _ask(self, messages: list[dict[str, Any]]) -> Any:
-        assert self.client is not None
-        # Messages are plain dicts in the OpenAI wire format (they round-trip through SQLite).
-        response = await self.client.chat.completions.create(
-            model=self.model,
-            messages=cast(Any, messages),
-            tools=cast(Any, [PYTHON_TOOL]),
-            tool_choice="auto",
-        )
-        usage = getattr(response, "usage", None)
-        if self.metrics is not None and usage is not None:
-            self.metrics.usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
-        if not response.choices:
-            raise EmptyReply("the model sent no choices")
-        return response.choices[0]
+    async def _ask(self, messages: list[dict[str, Any]], emit: Emit) -> Reply:
+        assert self.completions is not None
+
+        async def written(text: str) -> None:
+            await _call(emit, AnswerDelta(text))
+
+        reply = await self.completions.reply(messages, [PYTHON_TOOL], written)
+        self._count_usage(reply)
+        return reply
+
+    async def _summarise(self, earlier: str, messages: list[dict[str, Any]], words: int) -> str:
+        """The one extra call that folds old messages into the conversation's summary."""
+        assert self.completions is not None
+        reply = await self.completions.reply(summary_request(earlier, messages, words))
+        self._count_usage(reply)
+        if not reply.content.strip():
+            raise EmptyReply("the model wrote an empty summary")
+        return reply.content
+
+    def _count_usage(self, reply: Reply) -> None:
+        if self.metrics is not None and reply.prompt_tokens is not None:
+            self.metrics.usage(reply.prompt_tokens, reply.completion_tokens or 0)
 
     async def _tool(
         self, conversation: str, call: Any, emit: Emit, turn: Turn
@@ -374,7 +392,7 @@ def _pictures(charts: list[Artifact], limit: int) -> list[dict[str, Any]]:
     return [{"role": "user", "content": parts}]
 
 
-def _assistant_with_calls(content: str | None, calls: list[Any]) -> dict[str, Any]:
+def _assistant_with_calls(content: str | None, calls: list[ToolCall]) -> dict[str, Any]:
     return {
         "role": "assistant",
         "content": content or "",

@@ -19,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.llm import build_client
 from bot.settings import Settings
 from bot.storage_setup import build_storage
+from bot.tokens import Counter
 from executor import EngineUnavailable, ExecutorError
 from executor.docker_backend import connect
 from executor.kubernetes_backend import KubernetesBackend
@@ -230,7 +231,21 @@ async def _model(settings: Settings) -> list[Finding]:
         ]
     finally:
         await client.close()
-    return [Finding("model", True, f"the endpoint answers; model {settings.model.model}")]
+    return [
+        Finding("model", True, f"the endpoint answers; model {settings.model.model}"),
+        _history(settings),
+    ]
+
+
+def _history(settings: Settings) -> Finding:
+    counter = Counter.for_model(settings.model.model)
+    return Finding(
+        "history",
+        True,
+        f"{settings.model.history_tokens:,} tokens of earlier messages per request "
+        f"(CELLMATE_HISTORY_TOKENS), counted {counter.describe()}; older turns become a summary",
+        required=False,
+    )
 
 
 async def _discord(settings: Settings) -> list[Finding]:

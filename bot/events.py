@@ -48,6 +48,13 @@ class Notice:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerDelta:
+    """The model's reply so far, while it is being written; the one `Answer` still follows."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ApprovalRequested:
     """Code the model wrote waits for a person's decision (the place's policy is approve);
     the front end shows it with Run, Edit and Cancel, named by `key`."""
@@ -93,6 +100,7 @@ TurnEvent = (
     | Notice
     | ApprovalRequested
     | ApprovalDecided
+    | AnswerDelta
     | Answer
     | Failure
 )

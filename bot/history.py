@@ -1,7 +1,9 @@
-"""Conversation history in SQLite: survives restarts, trimmed to a budget when read.
+"""Conversation history in SQLite: the messages, and summaries of the oldest ones.
 
 It is the model's transcript (what the agent sends and gets back), so it lives beside the
-agent; the conversation service reaches it only through `Agent.reset`.
+agent; the conversation service reaches it only through `Agent.reset`. What of it goes to
+the model is decided by `bot.context`: the newest turns within a token budget, and a
+summary (kept here, so it is written once) of the messages before them.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import asyncio
 import json
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,36 @@ CREATE TABLE IF NOT EXISTS messages (
     message TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation, id);
+CREATE TABLE IF NOT EXISTS summaries (
+    conversation TEXT NOT NULL,
+    last_id INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    first_created REAL NOT NULL,
+    last_created REAL NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (conversation, last_id)
+);
 """
+WINDOW = 2000
+"""Messages read at most per turn (after the summary); older ones need a summary anyway."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    id: int
+    created: float
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What the model wrote about every message of a conversation up to `last_id`."""
+
+    last_id: int
+    count: int
+    first_created: float
+    last_created: float
+    text: str
 
 
 class History:
@@ -33,28 +65,17 @@ class History:
         self._db.executescript(SCHEMA)
         self._lock = asyncio.Lock()
 
-    async def load(self, conversation: str, budget_chars: int = 60_000) -> list[dict[str, Any]]:
-        """The newest messages that fit the budget, starting at a user message."""
+    async def load(self, conversation: str, after: int = 0) -> list[Stored]:
+        """The conversation's messages after id `after`, oldest first (the newest WINDOW)."""
         async with self._lock:
             rows = await asyncio.to_thread(
                 lambda: self._db.execute(
-                    "SELECT message FROM messages WHERE conversation = ? "
-                    "ORDER BY id DESC LIMIT 400",
-                    (conversation,),
+                    "SELECT id, created, message FROM messages WHERE conversation = ? AND id > ? "
+                    "ORDER BY id DESC LIMIT ?",
+                    (conversation, after, WINDOW),
                 ).fetchall()
             )
-        kept: list[dict[str, Any]] = []
-        used = 0
-        for (raw,) in rows:
-            used += len(raw)
-            if used > budget_chars:
-                break
-            kept.append(json.loads(raw))
-        kept.reverse()
-        # A tool result or assistant reply without the user turn that led to it confuses models.
-        while kept and kept[0].get("role") != "user":
-            kept.pop(0)
-        return kept
+        return [Stored(id, created, json.loads(raw)) for id, created, raw in reversed(rows)]
 
     async def append(self, conversation: str, messages: list[dict[str, Any]]) -> None:
         now = time.time()
@@ -66,11 +87,51 @@ class History:
                 rows,
             )
 
+    async def summary(self, conversation: str) -> Summary | None:
+        """The summary that covers the most messages, if one was written."""
+        async with self._lock:
+            row = await asyncio.to_thread(
+                lambda: self._db.execute(
+                    "SELECT last_id, count, first_created, last_created, text FROM summaries "
+                    "WHERE conversation = ? ORDER BY last_id DESC LIMIT 1",
+                    (conversation,),
+                ).fetchone()
+            )
+        return None if row is None else Summary(*row)
+
+    async def keep_summary(self, conversation: str, summary: Summary) -> None:
+        """Store a summary; the ones it replaces are removed."""
+        async with self._lock:
+            await asyncio.to_thread(self._keep_summary, conversation, summary)
+
+    def _keep_summary(self, conversation: str, summary: Summary) -> None:
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute(
+                "DELETE FROM summaries WHERE conversation = ? AND last_id <= ?",
+                (conversation, summary.last_id),
+            )
+            self._db.execute(
+                "INSERT INTO summaries VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    conversation,
+                    summary.last_id,
+                    summary.count,
+                    summary.first_created,
+                    summary.last_created,
+                    summary.text,
+                ),
+            )
+
     async def forget(self, conversation: str) -> None:
         async with self._lock:
-            await asyncio.to_thread(
-                self._db.execute, "DELETE FROM messages WHERE conversation = ?", (conversation,)
-            )
+            await asyncio.to_thread(self._forget, conversation)
+
+    def _forget(self, conversation: str) -> None:
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM messages WHERE conversation = ?", (conversation,))
+            self._db.execute("DELETE FROM summaries WHERE conversation = ?", (conversation,))
 
     def close(self) -> None:
         self._db.close()

@@ -88,3 +88,38 @@ def _trim(text: str, limit: int) -> str:
     head = limit * 2 // 3
     tail = limit - head
     return f"{text[:head]}\n[... {len(text) - limit:,} characters cut ...]\n{text[-tail:]}"
+
+
+SUMMARY_INSTRUCTIONS = (
+    "You summarise the earlier part of a conversation between a user and Cellmate, a code "
+    "interpreter in a team chat, so that Cellmate can go on without the full messages. Keep "
+    "what later messages may need: the user's goals and preferences, file names, variable, "
+    "table and column names defined in the Python session, results and numbers, decisions, "
+    "and open questions. Write at most {words} words of plain sentences, in the language "
+    "the user wrote in; no greeting and no code beyond short names."
+)
+SUMMARY_MESSAGE_CHARS = 1_500
+SUMMARY_INPUT_CHARS = 40_000
+
+
+def summary_request(
+    earlier: str, messages: list[dict[str, Any]], words: int
+) -> list[dict[str, Any]]:
+    """The messages of the one call that summarises `messages` (after an `earlier` summary)."""
+    lines = []
+    for message in messages:
+        role = message.get("role", "?")
+        content = message.get("content")
+        if isinstance(content, str) and content.strip():
+            lines.append(f"[{role}] {_trim(content.strip(), SUMMARY_MESSAGE_CHARS)}")
+        for call in message.get("tool_calls") or ():
+            arguments = str(call.get("function", {}).get("arguments", ""))
+            lines.append(f"[assistant ran python] {_trim(arguments, SUMMARY_MESSAGE_CHARS)}")
+    parts = []
+    if earlier:
+        parts.append(f"Summary of what came before these messages:\n{earlier}")
+    parts.append("Messages to summarise:\n" + "\n".join(lines))
+    return [
+        {"role": "system", "content": SUMMARY_INSTRUCTIONS.format(words=words)},
+        {"role": "user", "content": _trim("\n\n".join(parts), SUMMARY_INPUT_CHARS)},
+    ]

@@ -79,6 +79,8 @@ async def services(
                     max_steps=settings.model.max_steps,
                     budget_s=settings.model.turn_budget_s,
                     vision=settings.model.vision,
+                    history_tokens=settings.model.history_tokens,
+                    stream=settings.model.stream,
                 ),
                 artifact_limits=ArtifactLimits(
                     max_bytes=int(settings.storage.artifact_max_mb * 1e6),

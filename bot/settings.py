@@ -52,6 +52,8 @@ MODEL_NAMES = {
     "max_steps": "CELLMATE_AGENT_MAX_STEPS",
     "turn_budget_s": "CELLMATE_AGENT_TURN_BUDGET_S",
     "vision": "CELLMATE_LLM_VISION",
+    "stream": "CELLMATE_LLM_STREAM",
+    "history_tokens": "CELLMATE_HISTORY_TOKENS",
 }
 AZURE_NAMES = {
     "connection_string": "AZURE_STORAGE_CONNECTION_STRING",
@@ -134,6 +136,15 @@ class ModelSettings:
     max_steps: int = 8
     turn_budget_s: float = 300.0
     vision: bool = False
+    stream: bool = True
+    """Stream replies, so that chats show the answer as it is written; turn off for servers
+    that cannot stream together with tool calls."""
+    history_tokens: int = 16_000
+    """Tokens of earlier messages sent with each request; older turns become a summary."""
+
+    def __post_init__(self) -> None:
+        if self.history_tokens < 1_000:
+            raise ValueError("history_tokens must be at least 1000")
 
     @property
     def configured(self) -> bool:

@@ -41,6 +41,7 @@ from bot.conversations.approval import Verdict, outcome
 from bot.conversations.policy import Scope, parse_mode
 from bot.events import (
     Answer,
+    AnswerDelta,
     ApprovalDecided,
     ApprovalRequested,
     ArtifactsPublished,
@@ -94,6 +95,8 @@ class Renderer:
         self._at_line_start = True
         self._spinner: asyncio.Task[None] | None = None
         self._streams = {"stdout": TerminalText(), "stderr": TerminalText()}
+        self._answer = TerminalText()
+        self._drafted = ""
 
     async def queued(self, stop: str, text: str) -> None:
         self.stop_key = stop
@@ -122,7 +125,11 @@ class Renderer:
             self._line(outcome(event, "you"))
             return None
         self._stop_spinner()
-        if isinstance(event, Thinking):
+        if not isinstance(event, AnswerDelta | Answer):
+            self._end_draft()
+        if isinstance(event, AnswerDelta):
+            self._draft(event.text)
+        elif isinstance(event, Thinking):
             if self.interactive:
                 self._spinner = asyncio.get_running_loop().create_task(self._spin(event.step))
         elif isinstance(event, CodeStarted):
@@ -142,8 +149,13 @@ class Renderer:
         elif isinstance(event, Notice):
             self._line(f"note: {event.text}")
         elif isinstance(event, Answer):
-            if event.text:
-                self._line(event.text)
+            if self._drafted and event.text.startswith(self._drafted):
+                self._draft(event.text)
+            else:
+                self._end_draft()
+                if event.text:
+                    self._line(event.text)
+            self._end_draft()
         elif isinstance(event, Failure):
             self._line(f"✗ {event.message}")
         self.out.flush()
@@ -180,6 +192,22 @@ class Renderer:
             self._line(
                 "\n".join(event.error.traceback) or f"{event.error.name}: {event.error.value}"
             )
+
+    def _draft(self, text: str) -> None:
+        """The answer as the model writes it: only what is new since the last part."""
+        if not text.startswith(self._drafted):
+            self._end_draft()
+        if not self._drafted and not self._at_line_start:
+            self._show("\n")
+        self._show(self._answer.feed(text[len(self._drafted) :]))
+        self._drafted = text
+
+    def _end_draft(self) -> None:
+        if self._drafted:
+            self._show(self._answer.finish())
+            if not self._at_line_start:
+                self._show("\n")
+        self._drafted = ""
 
     def _end_streams(self) -> None:
         for stream in self._streams.values():

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from bot.events import (
     Answer,
+    AnswerDelta,
     ArtifactsPublished,
     CodeStarted,
     ExecutionFinished,
@@ -78,6 +79,9 @@ class TurnView:
     notices: list[str] = field(default_factory=list)
     answer: str | None = None
     failure: str | None = None
+    draft: str = ""
+    """The model's reply so far, while it is being written (streaming); cleared when the
+    model is asked again or runs code, and no longer shown once the answer is there."""
 
     @property
     def done(self) -> bool:
@@ -90,7 +94,11 @@ class TurnView:
     def apply(self, event: TurnEvent) -> None:
         if isinstance(event, Thinking):
             self.step = event.step
+            self.draft = ""
+        elif isinstance(event, AnswerDelta):
+            self.draft = event.text
         elif isinstance(event, CodeStarted):
+            self.draft = ""
             self.runs.append(RunView(event.code))
         elif isinstance(event, OutputChunk) and self.current is not None:
             self.current.add(output_text(event))

@@ -1,8 +1,12 @@
 """An OpenAI-compatible chat completions server on loopback, answering from a script.
 
 Speaks the documented wire format of `POST /v1/chat/completions` (non-streaming and
-`stream: true` server-sent events), so the real `openai` client can be tested against it,
-including HTTP errors with `Retry-After` and slow answers.
+`stream: true` server-sent events, with text and tool-call arguments split into as many
+fragments as a reply asks, and usage in a last chunk when `stream_options` asks for it),
+so the real `openai` client can be tested against it, including HTTP errors with
+`Retry-After` and slow answers. It also answers as Azure OpenAI does:
+`POST /openai/deployments/<deployment>/chat/completions?api-version=...` with an `api-key`
+header, refusing a wrong key with Azure's error body.
 """
 
 from __future__ import annotations
@@ -19,6 +23,12 @@ from aiohttp import web
 
 from tests.storage.azurite import free_port
 
+AZURE_KEY_REFUSED = (
+    "Access denied due to invalid subscription key or wrong API endpoint. Make sure to "
+    "provide a valid key for an active subscription and use a correct regional API endpoint "
+    "for your resource."
+)
+
 
 @dataclass
 class Reply:
@@ -28,6 +38,12 @@ class Reply:
     status: int = 200
     retry_after: str | None = None
     delay_s: float = 0.0
+    more_code: tuple[str, ...] = ()
+    """Further `python` calls in the same reply."""
+    pieces: int = 1
+    """When streamed: the text and each call's arguments in this many fragments."""
+    piece_delay_s: float = 0.0
+    """When streamed: the pause before each fragment (a model writing slowly)."""
 
 
 def says(text: str) -> Reply:
@@ -49,6 +65,12 @@ class ScriptedModel:
     endless: Reply | None = None
     responder: Callable[[dict[str, Any]], Reply] | None = None
     """Answers each request from its body (for many conversations at once), when set."""
+    refuse_stream_options: bool = False
+    """Answer 400 to `stream_options`, as some OpenAI-compatible servers do."""
+    azure_key: str = "azure-test-key"
+    """The `api-key` the Azure-style routes accept."""
+    paths: list[str] = field(default_factory=list)
+    """The path and query of each chat completions request."""
     port: int = 0
     _runner: web.AppRunner | None = None
 
@@ -63,6 +85,8 @@ class ScriptedModel:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._complete)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/openai/deployments/{deployment}/chat/completions", self._azure)
+        app.router.add_get("/openai/models", self._azure_models)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         self.port = free_port()
@@ -77,9 +101,39 @@ class ScriptedModel:
         model = {"id": "scripted-model", "object": "model", "created": 0, "owned_by": "tests"}
         return web.json_response({"object": "list", "data": [model]})
 
+    @property
+    def azure_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _azure_refusal(self, request: web.Request) -> web.Response | None:
+        if not request.query.get("api-version"):
+            error = {"error": {"code": "404", "message": "Resource not found"}}
+            return web.json_response(error, status=404)
+        if request.headers.get("api-key") != self.azure_key:
+            error = {"error": {"code": "401", "message": AZURE_KEY_REFUSED}}
+            return web.json_response(error, status=401)
+        return None
+
+    async def _azure(self, request: web.Request) -> web.StreamResponse:
+        return self._azure_refusal(request) or await self._complete(request)
+
+    async def _azure_models(self, request: web.Request) -> web.Response:
+        return self._azure_refusal(request) or await self._models(request)
+
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.paths.append(request.path_qs)
+        if self.refuse_stream_options and "stream_options" in body:
+            error = {
+                "error": {
+                    "message": "Unrecognized request argument supplied: stream_options",
+                    "type": "invalid_request_error",
+                    "param": "stream_options",
+                    "code": None,
+                }
+            }
+            return web.json_response(error, status=400)
         if self.responder is not None:
             reply: Reply | None = self.responder(body)
         else:
@@ -95,13 +149,13 @@ class ScriptedModel:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         finish = reply.finish_reason or "stop"
         if reply.code is not None:
-            call_id = f"call_{len(self.requests)}"
             message["tool_calls"] = [
                 {
-                    "id": call_id,
+                    "id": f"call_{len(self.requests)}_{index}",
                     "type": "function",
-                    "function": {"name": "python", "arguments": json.dumps({"code": reply.code})},
+                    "function": {"name": "python", "arguments": json.dumps({"code": code})},
                 }
+                for index, code in enumerate((reply.code, *reply.more_code))
             ]
             finish = reply.finish_reason or "tool_calls"
         completion = {
@@ -115,19 +169,52 @@ class ScriptedModel:
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
         }
         if body.get("stream"):
-            return await self._stream(request, completion)
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await self._stream(request, completion, reply, usage)
         return web.json_response(completion)
 
-    async def _stream(self, request: web.Request, completion: dict[str, Any]) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, completion: dict[str, Any], reply: Reply, usage: bool
+    ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         choice = completion["choices"][0]
-        delta = {key: value for key, value in choice["message"].items() if value is not None}
-        for index, call in enumerate(delta.get("tool_calls", [])):
-            call["index"] = index
-        chunk = {**completion, "object": "chat.completion.chunk"}
-        chunk["choices"] = [{"index": 0, "delta": delta, "finish_reason": None}]
-        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        chunk["choices"] = [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]
-        await response.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+        head = {key: completion[key] for key in ("id", "created", "model")}
+        head.update(object="chat.completion.chunk", usage=None)
+
+        async def send(delta: dict[str, Any], finish: str | None = None) -> None:
+            if reply.piece_delay_s:
+                await asyncio.sleep(reply.piece_delay_s)
+            chunk = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await send({"role": "assistant", "content": ""})
+        for piece in _pieces(choice["message"]["content"] or "", reply.pieces):
+            await send({"content": piece})
+        for index, call in enumerate(choice["message"].get("tool_calls", [])):
+            function = call["function"]
+            first, *rest = _pieces(function["arguments"], reply.pieces) or [""]
+            opening = {"name": function["name"], "arguments": first}
+            await send(
+                {
+                    "tool_calls": [
+                        {"index": index, "id": call["id"], "type": "function", "function": opening}
+                    ]
+                }
+            )
+            for piece in rest:
+                await send({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+        await send({}, choice["finish_reason"])
+        if usage:
+            last = {**head, "choices": [], "usage": completion["usage"]}
+            await response.write(f"data: {json.dumps(last)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
         return response
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    """`text` cut into `count` fragments or fewer (none when it is empty)."""
+    if not text:
+        return []
+    size = max(1, -(-len(text) // max(1, count)))
+    return [text[start : start + size] for start in range(0, len(text), size)]

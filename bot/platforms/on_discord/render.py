@@ -39,6 +39,9 @@ def progress_text(view: TurnView) -> str:
 def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     run = view.current
     thinking = f"⏳ Thinking{f' (step {view.step})' if view.step > 1 else ''}…"
+    if view.draft.strip() and not view.done:
+        # The answer as it is written; the final answer message replaces it.
+        thinking = f"{tail(view.draft.strip(), 2 * output_room + 200)}\n\n✍️ Writing…"
     if run is None:
         return thinking if not view.done else ""
     count = len(view.runs)

@@ -33,6 +33,10 @@ def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     thinking = (
         f":hourglass_flowing_sand: Thinking{f' (step {view.step})' if view.step > 1 else ''}…"
     )
+    if view.draft.strip() and not view.done:
+        # The answer as it is written; the final answer message replaces it.
+        written = to_mrkdwn(tail(view.draft.strip(), 2 * output_room))
+        thinking = f"{written}\n\n:writing_hand: Writing…"
     if run is None:
         return thinking if not view.done else ""
     count = len(view.runs)
