@@ -16,6 +16,7 @@ import yarl
 
 from bot.agent import Agent
 from bot.conversations import Conversations
+from bot.conversations.access import NOT_HERE
 from bot.conversations.approval import OFF_NOTICE, OFF_REFUSAL
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.service import NOT_APPROVER, POLICY_FOR_ADMINS
@@ -26,6 +27,7 @@ from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.platforms.discord_server import (
     ALICE,
     BOB,
+    CAROL,
     CHANNEL_GENERAL,
     OWNER,
     TOKEN,
@@ -65,13 +67,13 @@ async def start_bot(
     started: list[tuple[DiscordServer, Any, asyncio.Task[None], Policies]] = []
     base, gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
 
-    async def start(**policy: Any) -> Bot:
+    async def start(users: tuple[str, ...] = (), **policy: Any) -> Bot:
         server = DiscordServer()
         await server.start()
         agent = make_agent(fake_executor, model, tmp_path, timeout=5)
         policies = Policies(tmp_path / "policies.sqlite3", PolicySettings(**policy))
         conversations = Conversations(agent, policies=policies)
-        chosen = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0)
+        chosen = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0, users=users)
         client = build_client(conversations, chosen)
         client._connection.guild_ready_timeout = 0.05
         task = asyncio.create_task(run_discord(client))
@@ -159,7 +161,7 @@ async def _click(bot: Bot, message: Message, label: str, user: int = ALICE) -> I
 async def test_approved_code_runs_after_run_and_others_are_refused(
     start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel, fake_backend: FakeBackend
 ) -> None:
-    bot = await start_bot()
+    bot = await start_bot(users=(str(ALICE), str(BOB), str(OWNER)))
     assert await _set_policy(bot, "approve", user=ALICE) == POLICY_FOR_ADMINS
     assert "is now approve" in await _set_policy(bot, "approve")
     model.script(runs(ASKED), says("It is 42."))
@@ -171,6 +173,8 @@ async def test_approved_code_runs_after_run_and_others_are_refused(
 
     denied = await _click(bot, asking, "Run", user=BOB)
     assert await _told(bot, denied) == NOT_APPROVER["requester"]
+    outsider = await _click(bot, asking, "Run", user=CAROL)  # off the allowlist
+    assert await _told(bot, outsider) == NOT_HERE
     assert fake_backend.runs == []
     await _click(bot, asking, "Run")
     await _decided(bot, asking, f"Approved by <@{ALICE}>")
@@ -328,3 +332,21 @@ async def test_a_policy_outlives_a_restart(
     await _click(second, asking, "Run")
     await _answer(second, thread_id, "It is 42.")
     assert [code.strip() for code in fake_backend.runs] == [ASKED]
+
+
+async def test_stop_while_code_waits_for_approval_ends_the_turn(
+    start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel, fake_backend: FakeBackend
+) -> None:
+    bot = await start_bot(default="approve")
+    model.script(runs(ASKED), says("never sent"))
+    thread_id = await _ask(bot)
+    asking = await _approval(bot, thread_id)
+    progress = next(
+        m for m in bot.server.channel_messages(thread_id, by_bot=True) if _has_button(m, "Stop")
+    )
+    await _click(bot, progress, "Stop")
+    await _decided(bot, asking, "The turn was stopped")
+    messages = await _answer(bot, thread_id, "❌ Stopped.")
+    assert fake_backend.runs == []
+    assert not any("never sent" in m.content for m in messages)
+    assert len(model.requests) == 1  # the model was not asked again

@@ -101,7 +101,8 @@ class ApprovalButton(
 
 class EditModal(discord.ui.Modal, title="Edit the code, then run it"):
     def __init__(self, key: str, code: str) -> None:
-        super().__init__(timeout=None)
+        # A modal closed without submitting is forgotten after 15 minutes.
+        super().__init__(timeout=900)
         self.key = key
         self.code: discord.ui.TextInput[EditModal] = discord.ui.TextInput(
             label="Code", style=discord.TextStyle.paragraph, default=code, max_length=EDIT_LIMIT
