@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from bot.events import (
     Answer,
     AnswerDelta,
+    ApprovalDecided,
+    ApprovalRequested,
     ArtifactsPublished,
     CodeStarted,
     ExecutionFinished,
@@ -82,6 +84,8 @@ class TurnView:
     draft: str = ""
     """The model's reply so far, while it is being written (streaming); cleared when the
     model is asked again or runs code, and no longer shown once the answer is there."""
+    awaiting_approval: bool = False
+    """The model's code waits for a person's Run, Edit or Cancel (shown in its own message)."""
 
     @property
     def done(self) -> bool:
@@ -97,6 +101,8 @@ class TurnView:
             self.draft = ""
         elif isinstance(event, AnswerDelta):
             self.draft = event.text
+        elif isinstance(event, ApprovalRequested | ApprovalDecided):
+            self.awaiting_approval = isinstance(event, ApprovalRequested)
         elif isinstance(event, CodeStarted):
             self.draft = ""
             self.runs.append(RunView(event.code))

@@ -170,6 +170,12 @@ async def test_approved_code_runs_after_run_and_others_are_refused(
     assert ASKED in asking.content
     assert f"<@{ALICE}> or a moderator" in asking.content
     assert fake_backend.runs == []  # nothing runs before a person says so
+    await bot.server.wait_for(
+        lambda: any(
+            "🔐 Waiting for someone to Run, Edit or Cancel" in m.content and _has_button(m, "Stop")
+            for m in bot.server.channel_messages(thread_id, by_bot=True)
+        )
+    )
 
     denied = await _click(bot, asking, "Run", user=BOB)
     assert await _told(bot, denied) == NOT_APPROVER["requester"]

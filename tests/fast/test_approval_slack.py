@@ -162,6 +162,12 @@ async def test_approved_code_runs_after_run_and_others_are_refused(
     asking = await _approval(bot, root)
     assert ASKED in asking.text
     assert f"<@{ALICE}> or a moderator" in asking.text
+    await bot.server.wait_for(
+        lambda: any(
+            ":lock: Waiting for someone to Run, Edit or Cancel" in m.text and _button(m, "cm_stop")
+            for m in bot.thread(C_GENERAL, root)
+        )
+    )
     await bot.server.click(asking, RUN, user=BOB)
     await bot.server.wait_for(lambda: NOT_APPROVER["requester"] in _told(bot))
     assert fake_backend.runs == []

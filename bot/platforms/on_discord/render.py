@@ -42,6 +42,8 @@ def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     if view.draft.strip() and not view.done:
         # The answer as it is written; the final answer message replaces it.
         thinking = f"{tail(view.draft.strip(), 2 * output_room + 200)}\n\n✍️ Writing…"
+    if view.awaiting_approval and not view.done:
+        thinking = "🔐 Waiting for someone to Run, Edit or Cancel the model's code (below)…"
     if run is None:
         return thinking if not view.done else ""
     count = len(view.runs)

@@ -181,12 +181,12 @@ class Reply:
             )
 
     def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
+        self.view.apply(event)
+        self.pacer.poke()
         if isinstance(event, ApprovalRequested):
             return self._ask(event)
         if isinstance(event, ApprovalDecided):
             return self._decided(event)
-        self.view.apply(event)
-        self.pacer.poke()
         return None
 
     async def _ask(self, event: ApprovalRequested) -> None:

@@ -37,6 +37,8 @@ def _progress(view: TurnView, code_room: int, output_room: int) -> str:
         # The answer as it is written; the final answer message replaces it.
         written = to_mrkdwn(tail(view.draft.strip(), 2 * output_room))
         thinking = f"{written}\n\n:writing_hand: Writing…"
+    if view.awaiting_approval and not view.done:
+        thinking = ":lock: Waiting for someone to Run, Edit or Cancel the model's code (below)…"
     if run is None:
         return thinking if not view.done else ""
     count = len(view.runs)
