@@ -5,8 +5,9 @@ The bot of `cellmate serve` (the same services, no model: fenced code runs direc
 to the stand-in Slack (HTTP mode) and Discord servers of tests/platforms on loopback through
 the real slack_bolt and discord.py clients. Each sample's code prints a token of its own;
 a figure is the time from the event's arrival (the signed POST to /slack/events, or the
-gateway dispatch) to the first platform API call whose message carries that token
-(chat.postMessage / chat.update; a message created or edited on Discord):
+gateway dispatch; timed as the stand-in sends it) to the first platform API call whose
+message carries that token (chat.postMessage / chat.update; a message created or edited on
+Discord), as the stand-in receives it:
 
 * a follow-up in a thread whose session is warm;
 * the first message of a new thread (a new conversation: a sandbox from the warm pool);
@@ -44,6 +45,7 @@ from aiohttp import web
 
 from bench.executor_bench import Figures, machine, percentile
 from bot.conversations import Conversations
+from bot.conversations.quotas import QuotaSettings
 from bot.http import start_server
 from bot.platforms.on_discord import build_client, run_discord
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
@@ -394,7 +396,8 @@ def named(calls: collections.Counter[str]) -> str:
 def bench_settings(
     settings: Settings, data: Path, runtime: Runtime | None, pool_size: int | None
 ) -> Settings:
-    """The operator's settings, with no model, local storage in `data` and its own instance."""
+    """The operator's settings (limits, pool, image, backend), with no model and no quotas,
+    local storage in `data` and an instance of its own."""
     sandbox = settings.sandbox
     if runtime:
         sandbox = dataclasses.replace(sandbox, runtime=runtime)
@@ -406,6 +409,7 @@ def bench_settings(
         sandbox=sandbox,
         pool=pool,
         model=ModelSettings(),
+        quotas=QuotaSettings(),
         storage=dataclasses.replace(settings.storage, backend="local", public_base_url=""),
         data_dir=data,
         instance=INSTANCE,
@@ -414,11 +418,7 @@ def bench_settings(
 
 async def run(settings: Settings, samples: int) -> Figures:
     async with services(settings) as running:
-        executor = running.agent.executor
-        async with asyncio.timeout(SAMPLE_TIMEOUT_S):
-            while executor.pool.ready < executor.pool.size:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-        return await measure(running.conversations, executor, samples)
+        return await measure(running.conversations, running.agent.executor, samples)
 
 
 def main(argv: list[str]) -> int:
@@ -441,6 +441,7 @@ def main(argv: list[str]) -> int:
             f"settings: runtime {limits.runtime}, memory {limits.memory_mb} MB, cpus "
             f"{limits.cpus}, pool {pool.size} ready (max_live {pool.max_live}), "
             f"{args.samples} samples (+{WARM_UP} warm-up) per figure, image {settings.image}, "
+            f"backend {settings.executor_backend}, "
             f"workspaces {'on' if settings.workspace.enabled else 'off'}, no model"
         )
         figures = asyncio.run(run(settings, args.samples))
