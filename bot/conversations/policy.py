@@ -72,6 +72,8 @@ class Scope:
 
     @property
     def name(self) -> str:
+        if self.platform == "console":
+            return "the console"
         if self.workspace == "dm":
             return "this direct message"
         return "this channel" if self.channel else "this workspace"
@@ -81,7 +83,7 @@ class Scope:
 class Effective:
     mode: Mode
     source: str
-    """Where it comes from: 'this channel', 'this workspace', or 'the default'."""
+    """Where it comes from: 'this channel', 'this workspace', 'the default', ..."""
 
 
 class Policies:

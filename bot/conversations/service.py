@@ -341,6 +341,7 @@ class Conversations:
             code = waiting.code
         if not waiting.settle(Decision(verdict, code, person.user)):
             raise Refused(ALREADY_DECIDED)
+        log.info("code in %s: %s by %s", waiting.conversation.id, verdict.value, person.user)
 
     def policy(self, key: ConversationKey) -> str:
         """The code policy that applies to a conversation, for anyone to read."""

@@ -110,12 +110,12 @@ async def test_policy_command_sets_off_which_persists_and_refuses_code(
     out = await chat().pipe("/policy", "/policy never", "/policy off")
     assert "The code policy here is auto (from the default)" in out
     assert "Use /policy auto, /policy approve or /policy off" in out
-    assert "The code policy of this direct message is now off" in out
+    assert "The code policy of the console is now off" in out
 
     again = chat()  # a new process over the same data directory
     model.script(runs(ASKED), says("I cannot run code here."))
     out = await again.pipe("/policy", "what is 6 times 7?", f"```python\n{ASKED}\n```")
-    assert "The code policy here is off (from this direct message)" in out
+    assert "The code policy here is off (from the console)" in out
     assert f"note: {OFF_NOTICE}" in out
     assert "I cannot run code here." in out
     assert f"✗ {OFF_REFUSAL}" in out
