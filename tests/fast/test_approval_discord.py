@@ -17,7 +17,7 @@ import yarl
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.access import NOT_HERE
-from bot.conversations.approval import OFF_NOTICE, OFF_REFUSAL
+from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.service import NOT_APPROVER, POLICY_FOR_ADMINS
 from bot.platforms.on_discord import build_client, run_discord
@@ -219,6 +219,34 @@ async def test_edited_code_runs_instead_and_the_model_is_told(
     assert "edited your code" in told
     assert EDITED in told
     assert "once 1" in told
+
+
+async def test_an_edit_submitted_after_someone_else_decided_is_refused(
+    start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel, fake_backend: FakeBackend
+) -> None:
+    bot = await start_bot(default="approve")
+    model.script(runs(ASKED), says("Cancelled, so nothing ran."))
+    thread_id = await _ask(bot)
+    asking = await _approval(bot, thread_id)
+    opened = await _click(bot, asking, "Edit")
+    modal = await bot.server.wait_for(
+        lambda: next(
+            (
+                c
+                for c in bot.server.callbacks
+                if c["interaction_id"] == opened.id and c["type"] == 9
+            ),
+            None,
+        )
+    )
+    assert isinstance(modal, dict)
+    await _click(bot, asking, "Cancel", user=OWNER)
+    await _decided(bot, asking, f"Cancelled by <@{OWNER}>")
+    field = _text_input_id(modal["data"])
+    late = await bot.server.submit_modal(modal["data"], {field: EDITED}, channel_id=thread_id)
+    assert await _told(bot, late) == ALREADY_DECIDED
+    await _answer(bot, thread_id, "Cancelled, so nothing ran.")
+    assert fake_backend.runs == []
 
 
 async def test_cancel_ends_the_turn_with_one_answer_and_asks_nobody_again(

@@ -1,6 +1,7 @@
 """Code approval on Slack, as people see it: /policy, then the model's code shown with Run,
 Edit and Cancel in the thread (Edit opens a modal with views.open); the real slack_bolt app
-against the Slack test server (Socket Mode) and the scripted model, on the fake sandbox."""
+against the Slack test server (Socket Mode and HTTP mode) and the scripted model, on the
+fake sandbox."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from bot.agent import Agent
 from bot.conversations import Conversations
-from bot.conversations.approval import OFF_NOTICE, OFF_REFUSAL
+from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.service import NOT_APPROVER, POLICY_FOR_ADMINS
-from bot.platforms.on_slack import build_slack
+from bot.http import start_server
+from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
 from bot.platforms.on_slack.approval import CANCEL, EDIT, RUN
 from bot.settings import SlackSettings
 from executor import Executor, SandboxLimits
@@ -29,10 +32,12 @@ from tests.platforms.slack_server import (
     BOB,
     BOT_TOKEN,
     C_GENERAL,
+    SIGNING_SECRET,
     Message,
     SlackServer,
 )
 from tests.platforms.test_slack import Bot, _button
+from tests.storage.azurite import free_port
 
 ASKED = "print(6 * 7)"
 EDITED = "print('once', 1)"
@@ -53,8 +58,14 @@ def fake_backend() -> FakeBackend:
     )
 
 
+@pytest.fixture(params=["socket", "http"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
 async def start_bot(
+    mode: str,
     model: ScriptedModel,
     fake_executor: Executor,
     make_agent: Callable[..., Agent],
@@ -65,22 +76,34 @@ async def start_bot(
     async def start(**policy: Any) -> Bot:
         from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
-        server = SlackServer(mode="socket")
+        server = SlackServer(mode=mode)  # type: ignore[arg-type]
         await server.start()
         cleanups.append(server.close)
         agent = make_agent(fake_executor, model, tmp_path, timeout=5)
         policies = Policies(tmp_path / "policies.sqlite3", PolicySettings(**policy))
         conversations = Conversations(agent, policies=policies)
         settings = SlackSettings(
-            bot_token=BOT_TOKEN, app_token=APP_TOKEN, api_url=server.api_url, cooldown_s=0
+            bot_token=BOT_TOKEN,
+            app_token=APP_TOKEN if mode == "socket" else "",
+            signing_secret=SIGNING_SECRET if mode == "http" else "",
+            api_url=server.api_url,
+            cooldown_s=0,
         )
         slack = build_slack(conversations, settings)
         await slack.connect()
-        handler = AsyncSocketModeHandler(slack.app, APP_TOKEN)
-        await handler.connect_async()  # type: ignore[no-untyped-call]
-        cleanups.insert(0, handler.close_async)
         cleanups.append(_closing(policies))
-        await server.wait_connected()
+        if mode == "socket":
+            handler = AsyncSocketModeHandler(slack.app, APP_TOKEN)
+            await handler.connect_async()  # type: ignore[no-untyped-call]
+            cleanups.insert(0, handler.close_async)
+            await server.wait_connected()
+        else:
+            app = web.Application()
+            add_http_route(slack, app)
+            port = free_port()
+            runner = await start_server(app, "127.0.0.1", port)
+            cleanups.insert(0, runner.cleanup)
+            server.bot_url = f"http://127.0.0.1:{port}{EVENTS_PATH}"
         return Bot(server, slack)
 
     yield start
@@ -200,6 +223,24 @@ async def test_edit_opens_the_code_in_a_modal_and_the_edited_code_runs(
     (told,) = _tool_results(model)
     assert "edited your code" in told
     assert EDITED in told
+
+
+async def test_an_edit_submitted_after_someone_else_decided_stays_in_its_modal(
+    start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel, fake_backend: FakeBackend
+) -> None:
+    bot = await start_bot(default="approve")
+    model.script(runs(ASKED), says("Cancelled, so nothing ran."))
+    root = await _ask(bot)
+    asking = await _approval(bot, root)
+    await bot.server.click(asking, EDIT)
+    opened = await bot.server.wait_for(lambda: bot.server.views[-1] if bot.server.views else None)
+    assert isinstance(opened, dict)
+    await bot.server.click(asking, CANCEL, user=ADMIN)
+    await _decided(bot, root, f"Cancelled by <@{ADMIN}>")
+    late = await bot.server.submit_view(opened, {"code": EDITED})
+    assert late.ack == {"response_action": "errors", "errors": {"code": ALREADY_DECIDED}}
+    await _answer(bot, root, "Cancelled, so nothing ran.")
+    assert fake_backend.runs == []
 
 
 async def test_cancel_and_time_out_end_the_turn_with_one_answer(
