@@ -21,6 +21,7 @@ from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.service import NOT_APPROVER, POLICY_FOR_ADMINS
 from bot.platforms.on_discord import build_client, run_discord
+from bot.platforms.on_discord.approval import TOO_LONG_TO_EDIT
 from bot.settings import DiscordSettings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -384,3 +385,21 @@ async def test_stop_while_code_waits_for_approval_ends_the_turn(
     assert fake_backend.runs == []
     assert not any("never sent" in m.content for m in messages)
     assert len(model.requests) == 1  # the model was not asked again
+
+
+async def test_code_too_long_to_show_is_attached_whole_to_its_approval(
+    start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel, fake_backend: FakeBackend
+) -> None:
+    bot = await start_bot(default="approve")
+    long = "".join(f"row_{i} = {i}\n" for i in range(400)) + "print('the end')"
+    model.script(runs(long), says("Not run."))
+    thread_id = await _ask(bot)
+    asking = await _approval(bot, thread_id)
+    assert "The whole code is attached." in asking.content
+    assert "print('the end')" not in asking.content
+    assert [(a.name, a.content) for a in asking.attachments] == [("code.py", long.encode())]
+    edit = await _click(bot, asking, "Edit")  # past Discord's 4,000 characters for a modal
+    assert await _told(bot, edit) == TOO_LONG_TO_EDIT
+    await _click(bot, asking, "Cancel")
+    await _answer(bot, thread_id, "Not run.")
+    assert fake_backend.runs == []

@@ -20,7 +20,7 @@ from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.service import NOT_APPROVER, POLICY_FOR_ADMINS
 from bot.http import start_server
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
-from bot.platforms.on_slack.approval import CANCEL, EDIT, RUN
+from bot.platforms.on_slack.approval import CANCEL, EDIT, RUN, TOO_LONG_TO_EDIT
 from bot.settings import SlackSettings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -309,4 +309,24 @@ async def test_policy_off_answers_without_code_refuses_run_and_outlives_a_restar
     await bot.server.wait_for(
         lambda: sum(OFF_REFUSAL in str(e.get("text")) for e in bot.server.ephemeral) == 2
     )
+    assert fake_backend.runs == []
+
+
+async def test_code_too_long_to_show_is_uploaded_whole_before_it_is_approved(
+    start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel, fake_backend: FakeBackend
+) -> None:
+    bot = await start_bot(default="approve")
+    long = "".join(f"row_{i} = {i}\n" for i in range(400)) + "print('the end')"
+    model.script(runs(long), says("Not run."))
+    root = await _ask(bot)
+    asking = await _approval(bot, root)
+    assert "The whole code is in `code.py` above." in asking.text
+    assert "print('the end')" not in asking.text
+    (whole,) = [f for f in bot.server.files if f.name == "code.py"]
+    assert (whole.content, whole.thread_ts) == (long.encode(), root)
+    await bot.server.click(asking, EDIT)  # past Slack's 3,000 characters for an input
+    await bot.server.wait_for(lambda: TOO_LONG_TO_EDIT in _told(bot))
+    assert bot.server.views == []
+    await bot.server.click(asking, CANCEL)
+    await _answer(bot, root, "Not run.")
     assert fake_backend.runs == []

@@ -31,15 +31,24 @@ LOOKS = {
 
 
 def request_text(event: ApprovalRequested) -> str:
-    """The approval message: who may decide, by when, and the code."""
+    """The approval message: who may decide, by when, and the code (attached in full by
+    `request_files` when it is longer than the message shows)."""
     who = approvers_text(event, f"<@{event.requester}>")
+    whole = " The whole code is attached." if request_files(event) else ""
     return "\n".join(
         [
             "🔐 **The model wants to run this code.** "
-            f"{who} can Run, Edit or Cancel it (it waits {human_duration(event.timeout_s)}).",
+            f"{who} can Run, Edit or Cancel it (it waits {human_duration(event.timeout_s)})."
+            + whole,
             code_block(head(event.code, CODE_SHOWN), "py"),
         ]
     )
+
+
+def request_files(event: ApprovalRequested) -> list[tuple[str, bytes]]:
+    """Code too long to show in full goes with the message, so that nobody approves code
+    they could not read."""
+    return [("code.py", event.code.encode())] if len(event.code) > CODE_SHOWN else []
 
 
 def decided_text(asked: ApprovalRequested, event: ApprovalDecided) -> str:

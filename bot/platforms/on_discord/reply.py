@@ -15,7 +15,12 @@ from typing import Any, Protocol
 import discord
 
 from bot.events import ApprovalDecided, ApprovalRequested, TurnEvent
-from bot.platforms.on_discord.approval import approval_view, decided_text, request_text
+from bot.platforms.on_discord.approval import (
+    approval_view,
+    decided_text,
+    request_files,
+    request_text,
+)
 from bot.platforms.on_discord.render import Outgoing, answer_messages, progress_text
 from bot.platforms.progress import Pacer, TurnView
 
@@ -190,7 +195,9 @@ class Reply:
         return None
 
     async def _ask(self, event: ApprovalRequested) -> None:
-        message = await self.surface.send(request_text(event), view=approval_view(event.key))
+        message = await self.surface.send(
+            request_text(event), request_files(event), view=approval_view(event.key)
+        )
         self.approvals[event.key] = (event, message)
 
     async def _decided(self, event: ApprovalDecided) -> None:

@@ -23,13 +23,21 @@ EDIT_MODAL = "cm_approval_edit"
 RUN, EDIT, CANCEL = "cm_approval_run", "cm_approval_edit", "cm_approval_cancel"
 
 
+def request_files(event: ApprovalRequested) -> list[tuple[str, bytes]]:
+    """Code too long to show in full is uploaded before its approval message, so that nobody
+    approves code they could not read."""
+    return [("code.py", event.code.encode())] if len(event.code) > CODE_SHOWN else []
+
+
 def request_message(event: ApprovalRequested) -> tuple[str, list[dict[str, Any]]]:
     """The approval message (text and blocks): who may decide, by when, and the code."""
     who = approvers_text(event, f"<@{event.requester}>")
+    whole = " The whole code is in `code.py` above." if request_files(event) else ""
     text = "\n".join(
         [
             ":lock: *The model wants to run this code.* "
-            f"{who} can Run, Edit or Cancel it (it waits {human_duration(event.timeout_s)}).",
+            f"{who} can Run, Edit or Cancel it (it waits {human_duration(event.timeout_s)})."
+            + whole,
             slack_code(head(event.code, CODE_SHOWN)),
         ]
     )

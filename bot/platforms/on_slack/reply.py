@@ -10,7 +10,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.events import ApprovalDecided, ApprovalRequested, TurnEvent
-from bot.platforms.on_slack.approval import decided_message, request_message
+from bot.platforms.on_slack.approval import decided_message, request_files, request_message
 from bot.platforms.on_slack.render import answer_texts, blocks, progress_text, uploads
 from bot.platforms.progress import Pacer, TurnView, shown_artifacts
 from storage.artifacts import Artifact
@@ -108,6 +108,9 @@ class SlackReply:
         return None
 
     async def _ask(self, event: ApprovalRequested) -> None:
+        files = request_files(event)
+        if files:
+            await self.thread.upload(files)
         text, shown = request_message(event)
         self.approvals[event.key] = (event, await self.thread.post(text, shown))
 
