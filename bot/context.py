@@ -10,6 +10,7 @@ turn never fails because of it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,7 @@ async def fit(
     budget: int,
     summarise: Summarise,
 ) -> Context:
+    await asyncio.to_thread(counter.load)
     summary = await history.summary(conversation)
     rows = await history.load(conversation, after=summary.last_id if summary else 0)
     turns = _turns(rows)

@@ -12,6 +12,7 @@ and the count is marked approximate; modern tokenizers of this size land within 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import gzip
 import hashlib
@@ -136,6 +137,12 @@ class Counter:
         if self.exact:
             return f"with tiktoken ({self.encoding_name})"
         return f"approximately (tiktoken {self.encoding_name}; {self.model} is not an OpenAI model)"
+
+    def load(self) -> None:
+        """Build the encoding now (a fraction of a second, once per process): call it in a
+        thread so that the first count does not hold up the event loop."""
+        with contextlib.suppress(EncodingUnavailable):
+            encoding(self.encoding_name)
 
     @property
     def available(self) -> bool:
