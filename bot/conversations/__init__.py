@@ -4,7 +4,8 @@
                                           │
                        Conversations (service): admission (allowlist, quotas, draining),
                        each person's line (one turn at a time, later ones queued),
-                       running turns (Stop, Re-run), reset, export, files
+                       running turns (Stop, Re-run), reset, export, files,
+                       each place's code policy and approvals (policy, approval)
                                           │
                                         Agent ──> executor, storage
 

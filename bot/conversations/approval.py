@@ -1,13 +1,12 @@
 """Approval of code the model wants to run, where the place's policy asks for it.
 
-    Agent._tool ──> Turn.approval(code) ──> Approver (one per turn; the policy decides)
-                                               │ auto: run    off: never run
-                                               │ approve: ApprovalRequested ──> the front end
-                                               │          shows Run / Edit / Cancel
-    a person presses one ──> Conversations.decide ──> Pending.settle ──┘
-                                               │ ApprovalDecided ──> the front end updates
-                                               ▼
-                                        Decision (run, edited code, or why not)
+    Agent._tool ──> Turn.approval(code) ──> Approver (one per turn) asks the policy:
+      auto     run it
+      off      never run it (a Notice says so; the model is told)
+      approve  ApprovalRequested ──> the front end shows Run / Edit / Cancel
+               a press ──> Conversations.decide ──> Pending.settle
+               (or the timeout, or Stop) ──> ApprovalDecided ──> the front end updates
+    Agent._tool <── Decision: run, run edited code, or why not
 
 Once a turn's code was declined (cancelled, timed out, stopped, or the policy is off), the
 turn asks nobody again: later code of the same turn is declined the same way, and the model
