@@ -4,12 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint typecheck unit build-image engine compose venv bench clean azurite kube
+.PHONY: run test check lint typecheck unit build-image build-bot-image build-azurite-image engine compose venv bench clean azurite kube
 
 run: build-image
 	$(BIN)/cellmate start
 
-test: check build-image azurite compose
+test: check build-image build-bot-image build-azurite-image azurite compose
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 check: lint typecheck
@@ -27,6 +27,14 @@ unit: venv
 build-image: venv engine
 	bash scripts/build-image.sh
 
+# The images docker-compose.yml runs: the bot (and its Docker proxy), and Azurite from the
+# npm package for the dev profile. Built on the host, like the sandbox image.
+build-bot-image: build-image
+	bash scripts/build-image.sh --bot
+
+build-azurite-image: build-image azurite
+	bash scripts/build-image.sh --azurite
+
 engine:
 	bash scripts/ensure-docker.sh
 
@@ -35,7 +43,7 @@ engine:
 kube: build-image
 	bash scripts/ensure-kubernetes.sh
 
-# Compose, to validate docker-compose.yml in the tests.
+# Compose, to run docker-compose.yml in the tests.
 compose:
 	bash scripts/ensure-compose.sh >/dev/null
 
@@ -50,7 +58,7 @@ bench: build-image
 	$(BIN)/python -m bench executor $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) out .tools .mypy_cache .ruff_cache .pytest_cache environments/jupyter/wheels
+	rm -rf $(VENV) out .tools .mypy_cache .ruff_cache .pytest_cache environments/jupyter/wheels build
 
 # Azurite, Microsoft's Blob Storage emulator, for the storage tests (the tests start it).
 azurite: .tools/node_modules/.bin/azurite-blob

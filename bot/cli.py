@@ -19,6 +19,7 @@ from slack_sdk.errors import SlackApiError
 from bot.demo import DEMO_CODE
 from bot.doctor import diagnose, report
 from bot.exec_output import print_result, save_outputs
+from bot.images import build_azurite_image, build_bot_image
 from bot.logs import setup_logging
 from bot.platforms.console import Console, is_terminal, run_interactive, run_piped
 from bot.serve import NoPlatform, configured_platforms, serve
@@ -143,6 +144,15 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--force", action="store_true", help="build even if an up-to-date image exists"
     )
+    which = build.add_mutually_exclusive_group()
+    which.add_argument(
+        "--bot", action="store_true", help="build the bot's image (cellmate-bot) for Compose"
+    )
+    which.add_argument(
+        "--azurite",
+        action="store_true",
+        help="build an Azurite image (cellmate-azurite) from the npm package, for Compose",
+    )
     build.set_defaults(handler=_build_image)
     return parser
 
@@ -258,6 +268,12 @@ async def _run_once(
 
 def _build_image(args: argparse.Namespace, settings: Settings) -> int:
     client = connect(timeout=900)
+    if args.bot:
+        build_bot_image(client, mirror=settings.debian_mirror, force=args.force)
+        return 0
+    if args.azurite:
+        build_azurite_image(client, mirror=settings.debian_mirror, force=args.force)
+        return 0
     build_image(
         client, tag=settings.sandbox_image or None, mirror=settings.debian_mirror, force=args.force
     )

@@ -68,7 +68,7 @@ def build_image(
         return tag
     say(f"Building sandbox image {tag} ...")
     download_wheels(context, say)
-    base = official_base(client, say) or debootstrap_base(client, mirror, say)
+    base = base_image(client, mirror, say)
     say(f"Building on {base} (this takes a minute or two) ...")
     try:
         for chunk in client.api.build(
@@ -104,9 +104,15 @@ def remove_stale_images(client: docker.DockerClient, keep: str) -> None:
 
 
 def download_wheels(context: Path, say: Say) -> None:
-    """Fetch the pinned wheels for CPython 3.11 on manylinux into the build context."""
-    wheels = context / "wheels"
-    wheels.mkdir(exist_ok=True)
+    """Fetch the sandbox's pinned wheels for CPython 3.11 on manylinux into its build context."""
+    say("Downloading the sandbox's Python wheels on the host ...")
+    download_pinned_wheels(context / "requirements.txt", context / "wheels", "the sandbox's")
+
+
+def download_pinned_wheels(requirements: Path, dest: Path, what: str) -> None:
+    """Fetch exactly the wheels `requirements` pins, for CPython 3.11 on manylinux, into
+    `dest`: containers reach no package index, so the host downloads for them."""
+    dest.mkdir(parents=True, exist_ok=True)
     arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(
         platform.machine().lower(), platform.machine()
     )
@@ -129,16 +135,21 @@ def download_wheels(context: Path, say: Say) -> None:
         "--abi",
         "cp311",
         "--dest",
-        str(wheels),
+        str(dest),
         "-r",
-        str(context / "requirements.txt"),
+        str(requirements),
     ]
     for name in platforms:
         command += ["--platform", name]
-    say("Downloading the sandbox's Python wheels on the host ...")
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise ImageBuildError(f"could not download the sandbox's wheels:\n{result.stderr[-3000:]}")
+        raise ImageBuildError(f"could not download {what} wheels:\n{result.stderr[-3000:]}")
+
+
+def base_image(client: docker.DockerClient, mirror: str, say: Say) -> str:
+    """python:3.11-slim-bookworm where the engine has it or can pull it, else a debootstrap
+    root imported into the engine (made once, then found by its tag)."""
+    return official_base(client, say) or debootstrap_base(client, mirror, say)
 
 
 def official_base(client: docker.DockerClient, say: Say) -> str | None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make a Compose command available for validating docker-compose.yml: `docker compose` (v2)
+# Make a Compose command available for running docker-compose.yml: `docker compose` (v2)
 # when present, else `docker-compose`; on Debian/Ubuntu as root, install Debian's
 # docker-compose when neither exists. Prints the command to use on stdout.
 set -euo pipefail

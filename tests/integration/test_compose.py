@@ -1,4 +1,5 @@
-"""docker-compose.yml validates, and keeps the Docker socket away from the bot."""
+"""docker-compose.yml validates, and keeps the Docker socket away from the bot (the stack
+itself runs in tests/compose/test_stack.py)."""
 
 from __future__ import annotations
 
@@ -67,5 +68,10 @@ def test_the_compose_file_validates_and_only_the_proxy_holds_the_socket(tmp_path
         "--upstream=/var/run/docker.sock",
     ]
     assert proxy["command"][3] == "--sandbox-user=61000:61000"
-    assert services["bot"]["build"]["dockerfile"].endswith("bot/Dockerfile")
+    # Images come from the host's builds (cellmate build-image --bot / --azurite), not from
+    # a registry or a Compose build.
+    assert bot["image"] == proxy["image"] == "cellmate-bot:latest"
+    assert "build" not in bot
+    assert services["azurite"]["image"] == "cellmate-azurite:latest"
+    assert str(services["azurite"]["ports"][0]).startswith("127.0.0.1:")
     assert (ROOT / "bot" / "Dockerfile").read_text().count("USER cellmate") == 1

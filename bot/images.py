@@ -1,0 +1,189 @@
+"""The bot's container image, and an Azurite image for Compose, built without a registry.
+
+Like the sandbox image (executor/image.py): the base is python:3.11-slim-bookworm where the
+engine has it or can pull it, else the debootstrap base; the host downloads the wheels into
+the build context (containers reach no package index); the tag is a hash of all that goes
+in, so an image is rebuilt exactly when its inputs change. Earlier images stay (removing
+one can wait for minutes on a busy engine; most layers are shared). The bot's wheels are
+those of the dependency closure installed here, pinned, so the image runs what the tests
+ran.
+
+Azurite (Microsoft's Blob emulator) comes from npm, not from a registry image: the host's
+node binary and the npm-installed package (`make azurite`) on the same base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tarfile
+import tempfile
+import tomllib
+from importlib import metadata
+from pathlib import Path
+from typing import IO
+
+import docker
+import docker.errors
+
+from executor.errors import ImageBuildError
+from executor.image import Say, base_image, download_pinned_wheels, image_exists
+
+ROOT = Path(__file__).resolve().parent.parent
+BOT_REPOSITORY = "cellmate-bot"
+AZURITE_REPOSITORY = "cellmate-azurite"
+WHEELS = ROOT / "build" / "bot-wheels"
+# What the bot's build context holds (.dockerignore lets in nothing else).
+BOT_INPUTS = (
+    ".dockerignore",
+    "bot",
+    "dockerproxy",
+    "executor",
+    "storage",
+    "environments/jupyter/Dockerfile",
+    "environments/jupyter/requirements.txt",
+    "environments/jupyter/cellmate_runner.py",
+)
+AZURITE_DOCKERFILE = ROOT / "deploy" / "azurite" / "Dockerfile"
+NODE_MODULES = ROOT / ".tools" / "node_modules"
+
+
+def runtime_requirements() -> str:
+    """`name==version` lines for pyproject.toml's runtime dependencies and theirs, as
+    installed in this environment (extras only where a requirement asks for them; no dev
+    tools)."""
+    from packaging.requirements import Requirement  # host-side only, at build time
+    from packaging.utils import canonicalize_name
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins: dict[str, str] = {}
+    done: set[tuple[str, str]] = set()
+    todo: list[tuple[str, str]] = [(spec, "") for spec in declared]
+    while todo:
+        spec, extra = todo.pop()
+        requirement = Requirement(spec)
+        if requirement.marker and not requirement.marker.evaluate({"extra": extra}):
+            continue
+        name = canonicalize_name(requirement.name)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError as exc:
+            raise ImageBuildError(f"{name} is not installed here: run `make venv`") from exc
+        pins[name] = dist.version
+        for wanted in ("", *sorted(requirement.extras)):
+            if (name, wanted) not in done:
+                done.add((name, wanted))
+                todo += [(child, wanted) for child in dist.requires or []]
+    return "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
+
+
+def bot_tag(requirements: str, root: Path = ROOT) -> str:
+    digest = hashlib.sha256(requirements.encode())
+    for path in _input_files(root):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{BOT_REPOSITORY}:{digest.hexdigest()[:12]}"
+
+
+def _input_files(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for name in BOT_INPUTS:
+        path = root / name
+        if path.is_file():
+            found.append(path)
+            continue
+        found += [
+            p
+            for p in path.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        ]
+    return sorted(found)
+
+
+def build_bot_image(
+    client: docker.DockerClient, mirror: str, force: bool = False, say: Say = print
+) -> str:
+    """Build cellmate-bot:<hash> (also tagged latest) unless it exists."""
+    requirements = runtime_requirements()
+    tag = bot_tag(requirements)
+    if not force and image_exists(client, tag):
+        client.images.get(tag).tag(BOT_REPOSITORY, "latest")
+        say(f"Bot image {tag} is up to date.")
+        return tag
+    say(f"Building bot image {tag} ...")
+    if WHEELS.exists():
+        shutil.rmtree(WHEELS)  # only the pinned wheels go into the context
+    WHEELS.mkdir(parents=True)
+    (WHEELS / "requirements.txt").write_text(requirements)
+    say("Downloading the bot's Python wheels on the host ...")
+    download_pinned_wheels(WHEELS / "requirements.txt", WHEELS, "the bot's")
+    base = base_image(client, mirror, say)
+    say(f"Building on {base} ...")
+    _build(client, tag, base, path=str(ROOT), dockerfile="bot/Dockerfile", say=say)
+    client.images.get(tag).tag(BOT_REPOSITORY, "latest")
+    say(f"Built {tag}.")
+    return tag
+
+
+def build_azurite_image(
+    client: docker.DockerClient, mirror: str, force: bool = False, say: Say = print
+) -> str:
+    """Build cellmate-azurite:<hash> (also tagged latest) from the host's node binary and
+    the Azurite package `make azurite` installed."""
+    node = shutil.which("node")
+    package = NODE_MODULES / "azurite" / "package.json"
+    if node is None or not package.exists():
+        raise ImageBuildError(
+            "the Azurite image needs node and the npm package: run `make azurite` "
+            "(or set CELLMATE_AZURITE_IMAGE to an Azurite image your engine can pull)"
+        )
+    node_binary = Path(node).resolve()
+    digest = hashlib.sha256(AZURITE_DOCKERFILE.read_bytes())
+    digest.update(hashlib.sha256(node_binary.read_bytes()).digest() + package.read_bytes())
+    tag = f"{AZURITE_REPOSITORY}:{digest.hexdigest()[:12]}"
+    if not force and image_exists(client, tag):
+        client.images.get(tag).tag(AZURITE_REPOSITORY, "latest")
+        say(f"Azurite image {tag} is up to date.")
+        return tag
+    base = base_image(client, mirror, say)
+    say(f"Building Azurite image {tag} on {base} ...")
+    with tempfile.TemporaryFile(prefix="cellmate-azurite-") as context:
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            tar.add(AZURITE_DOCKERFILE, arcname="Dockerfile")
+            tar.add(node_binary, arcname="node")
+            tar.add(NODE_MODULES, arcname="node_modules")
+        context.seek(0)
+        _build(client, tag, base, fileobj=context, say=say)
+    client.images.get(tag).tag(AZURITE_REPOSITORY, "latest")
+    say(f"Built {tag}.")
+    return tag
+
+
+def _build(
+    client: docker.DockerClient,
+    tag: str,
+    base: str,
+    *,
+    say: Say,
+    path: str | None = None,
+    dockerfile: str | None = None,
+    fileobj: IO[bytes] | None = None,
+) -> None:
+    try:
+        for chunk in client.api.build(
+            path=path,
+            dockerfile=dockerfile,
+            fileobj=fileobj,
+            custom_context=fileobj is not None,
+            tag=tag,
+            buildargs={"BASE_IMAGE": base},
+            rm=True,
+            forcerm=True,
+            decode=True,
+        ):
+            if "error" in chunk:
+                raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}")
+            line = str(chunk.get("stream", "")).strip()
+            if line.startswith("Step "):
+                say(f"  {line}")
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"docker build failed: {exc}") from exc
