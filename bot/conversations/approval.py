@@ -20,6 +20,7 @@ import contextlib
 import enum
 import inspect
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,6 +137,7 @@ class Approver:
         requester: str,
         emit: Emit,
         stop: asyncio.Event,
+        deadline: float | None = None,
     ) -> None:
         self.policies = policies
         self.pending = pending
@@ -143,6 +145,9 @@ class Approver:
         self.requester = requester
         self.emit = emit
         self.stop = stop
+        self.deadline = deadline
+        """When (time.monotonic) waiting must end so that the turn, within its time budget,
+        can still answer politely."""
         self.declined: Decision | None = None
 
     async def __call__(self, code: str) -> Decision:
@@ -162,15 +167,21 @@ class Approver:
 
     async def _ask(self, code: str) -> Decision:
         settings = self.policies.settings
+        timeout_s = settings.timeout_s
+        if self.deadline is not None:
+            timeout_s = max(0.0, min(timeout_s, self.deadline - time.monotonic()))
         key = secrets.token_hex(8)
         waiting = Pending(self.key, self.requester, code)
         self.pending[key] = waiting
-        asking = ApprovalRequested(
-            key, code, self.requester, settings.approvers, settings.timeout_s
-        )
+        asking = ApprovalRequested(key, code, self.requester, settings.approvers, timeout_s)
         try:
             await _call(self.emit, asking)
-            decision = await self._wait(waiting, settings.timeout_s)
+            decision = await self._wait(waiting, timeout_s)
+        except asyncio.CancelledError:
+            # The turn ended around the wait (its time budget, shutdown): the buttons go.
+            waiting.settle(Decision(Verdict.STOPPED))
+            await _call(self.emit, ApprovalDecided(key, Verdict.STOPPED.value))
+            raise
         finally:
             self.pending.pop(key, None)
         await _call(self.emit, ApprovalDecided(key, decision.verdict.value, decision.by))

@@ -42,8 +42,9 @@ class PolicySettings:
     """The policy of places no one has set one for."""
     approvers: typing.Literal["requester", "moderators"] = "requester"
     """Who may approve: the person who asked (or a moderator), or only moderators."""
-    timeout_s: float = 600.0
-    """How long code waits for approval before the turn ends without running it."""
+    timeout_s: float = 240.0
+    """How long code waits for approval before the turn ends without running it (less when
+    the turn's time budget would run out first)."""
 
     def __post_init__(self) -> None:
         if self.default not in MODES:

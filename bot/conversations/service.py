@@ -10,6 +10,7 @@ at-a-time line of each person, the running turns, and who may act on a conversat
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -173,6 +174,7 @@ class Conversations:
                             person.user,
                             emit,
                             entry.turn.stop_requested,
+                            self._approval_deadline(),
                         )
                     await self.agent.turn(key.id, message, emit, entry.turn)
                     notices = [SHUTDOWN_NOTICE] if entry.shutdown else []
@@ -201,6 +203,12 @@ class Conversations:
             raise Draining
         if self.quotas is not None:
             self.quotas.check(person.user, server)
+
+    def _approval_deadline(self) -> float:
+        """Waiting for approval counts toward the turn's time budget: it ends early enough
+        for the model to answer after a timeout (a fifth of the budget, at most 30 s)."""
+        budget = self.agent.limits.budget_s
+        return time.monotonic() + budget - min(30.0, budget / 5)
 
     def _direct_run_allowed(self, key: ConversationKey, text: str) -> None:
         """Direct runs are their author's own decision, except where no code may run."""
