@@ -211,7 +211,10 @@ async def check_the_stack(
     assert "/tmp" in bot["HostConfig"]["Tmpfs"]
     assert "no-new-privileges:true" in bot["HostConfig"]["SecurityOpt"]
     assert not any("docker.sock" in m["Source"] for m in bot["Mounts"])
-    assert any("docker.sock" in m["Source"] for m in stack.inspect("docker-proxy")["Mounts"])
+    proxy = stack.inspect("docker-proxy")
+    assert any("docker.sock" in m["Source"] for m in proxy["Mounts"])
+    assert proxy["HostConfig"]["ReadonlyRootfs"] is True
+    assert proxy["HostConfig"]["CapDrop"] == ["ALL"]
     probe = stack.run("exec", "-T", "bot", "python", "-c", SOCKET_PROBE)
     assert probe.strip() == "refused FileNotFoundError", probe
 
