@@ -32,19 +32,56 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v runsc >/dev/null 2>&1; t
   log "installed docker.io and runsc."
 fi
 
+# gVisor: Debian bookworm's runsc (2022) runs on the slow ptrace platform; the trixie build
+# (2024, static, systrap platform) answers a kernel round trip about twice as fast. Its package
+# is downloaded with a private apt configuration (nothing from trixie is installed) and checked
+# against a pinned checksum; the binary goes to /usr/local/lib/cellmate. Where that fails, the
+# runtime stays Debian's own runsc, and this says so.
+RUNSC_DEB="runsc_0.0~20240729.0-4+b7_amd64.deb"
+RUNSC_SHA256="3c25a5130dfac2f71237d5baad56ac86a255de87a0400f11b36a555156dc325a"
+RUNSC_DIR=/usr/local/lib/cellmate
+fetch_runsc() {
+  [ -x "$RUNSC_DIR/runsc" ] && return 0
+  [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ] || return 1
+  local work; work=$(mktemp -d)
+  mkdir -p "$work/lists" "$work/cache" "$work/debs"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" >"$work/sources.list"
+  local apt=(-o "Dir::Etc::sourcelist=$work/sources.list" -o Dir::Etc::sourceparts=/dev/null
+             -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
+  if apt-get "${apt[@]}" update -q >/dev/null 2>&1 \
+     && (cd "$work/debs" && apt-get "${apt[@]}" download "runsc=0.0~20240729.0-4+b7" >/dev/null 2>&1) \
+     && echo "$RUNSC_SHA256  $work/debs/$RUNSC_DEB" | sha256sum -c --status \
+     && dpkg -x "$work/debs/$RUNSC_DEB" "$work/root"; then
+    mkdir -p "$RUNSC_DIR"
+    install -m 0755 "$work/root/usr/bin/runsc" "$RUNSC_DIR/runsc"
+    rm -rf "$work"
+    log "installed gVisor's trixie runsc (2024-07-29, checksum verified) as $RUNSC_DIR/runsc."
+    return 0
+  fi
+  rm -rf "$work"
+  return 1
+}
+if fetch_runsc; then
+  export CELLMATE_RUNSC="$RUNSC_DIR/runsc"
+else
+  log "could not fetch the pinned trixie runsc ($RUNSC_DEB); using Debian's $(command -v runsc)."
+  export CELLMATE_RUNSC="$(command -v runsc)"
+fi
+
 # gVisor cannot create its own network stack inside the root network namespace of this kind of
 # machine, so the registered runtime always runs without network (sandboxes are offline anyway).
 mkdir -p /etc/docker
 python3 - <<'PY'
-import json, pathlib, shutil
+import json, os, pathlib
 path = pathlib.Path("/etc/docker/daemon.json")
 config = json.loads(path.read_text()) if path.exists() and path.read_text().strip() else {}
-runsc = shutil.which("runsc")
+runsc = os.environ["CELLMATE_RUNSC"]
 runtimes = config.setdefault("runtimes", {})
-if runsc and "runsc" not in runtimes:
-    runtimes["runsc"] = {"path": runsc, "runtimeArgs": ["--network=none"]}
+wanted = {"path": runsc, "runtimeArgs": ["--network=none"]}
+if runtimes.get("runsc") != wanted:
+    runtimes["runsc"] = wanted
     path.write_text(json.dumps(config, indent=2) + "\n")
-    print("[cellmate] registered runtime 'runsc' in /etc/docker/daemon.json")
+    print(f"[cellmate] registered runtime 'runsc' ({runsc}) in /etc/docker/daemon.json")
 PY
 
 if pgrep -x dockerd >/dev/null 2>&1; then
