@@ -258,14 +258,18 @@ async def test_container_limits_cannot_change_per_session_run(executor: Executor
         await executor.session("limits").run("1", memory_mb=4096)
 
 
-async def test_a_new_session_has_the_data_stack_loaded_and_nothing_visible(
+async def test_a_new_session_warms_the_data_stack_up_and_shows_nothing(
     executor: Executor,
 ) -> None:
+    # The first run does not wait for the warm-up, which loads the data stack beside it.
     result = await executor.session("fresh").run(
-        "import sys\n"
+        "import sys, threading\n"
+        "warming = [t for t in threading.enumerate() if t.name == 'cellmate-warm-up']\n"
+        "for t in warming: t.join(120)\n"
         "print(all(m in sys.modules for m in ['numpy', 'pandas', 'matplotlib.pyplot']))\n"
         "print(sorted(n for n in globals() if not n.startswith('_') and n not in "
-        "('In', 'Out', 'get_ipython', 'exit', 'quit', 'open', 'sys')))\n"
+        "('In', 'Out', 'get_ipython', 'exit', 'quit', 'open', 'sys', 'threading', 'warming', "
+        "'t')))\n"
         "print(len(In))"
     )
     assert result.stdout == "True\n[]\n2\n"
