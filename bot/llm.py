@@ -188,9 +188,16 @@ class _Assembly:
 
     def _fragment(self, fragment: Any) -> None:
         index = fragment.index
-        if index is None:  # servers that omit it send one call's fragments in a row
-            new = fragment.id and all(call.id != fragment.id for call in self.calls.values())
-            index = len(self.calls) if new or not self.calls else max(self.calls)
+        if index is None:
+            # Without an index, a fragment's id names its call; a fragment with neither
+            # continues the newest call (servers that omit both send one call in a row).
+            known = [i for i, call in self.calls.items() if fragment.id and call.id == fragment.id]
+            if known:
+                index = known[0]
+            elif fragment.id or not self.calls:
+                index = len(self.calls)
+            else:
+                index = max(self.calls)
         call = self.calls.setdefault(index, _Call())
         if fragment.id and not call.id:
             call.id = fragment.id

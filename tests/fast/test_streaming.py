@@ -7,12 +7,14 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.events import Answer, AnswerDelta, CodeStarted, Failure, Thinking
+from bot.llm import _Assembly
 from bot.metrics import Metrics
 from bot.platforms.console import Console, run_piped
 from executor import Executor
@@ -185,3 +187,27 @@ async def test_the_console_prints_the_answer_as_it_is_written(
     # The answer came in pieces, each written as it arrived.
     pieces = [w for w in out.writes if w and w in ANSWER and len(w) < len(ANSWER)]
     assert len(pieces) >= 5
+
+
+def _chunk(call_id: str | None, arguments: str, finish: str | None = None) -> SimpleNamespace:
+    """A streamed chunk as the openai client parses it, from a server that sends no index
+    (the client's parser lets a missing index through)."""
+    function = SimpleNamespace(name="python" if call_id else None, arguments=arguments)
+    call = SimpleNamespace(index=None, id=call_id, function=function)
+    delta = SimpleNamespace(content=None, tool_calls=[call])
+    choice = SimpleNamespace(index=0, delta=delta, finish_reason=finish)
+    return SimpleNamespace(usage=None, choices=[choice])
+
+
+def test_fragments_without_an_index_join_the_call_their_id_names() -> None:
+    assembly = _Assembly()
+    assembly.add(_chunk("A", '{"code": "print('))
+    assembly.add(_chunk("B", '{"code": "x = '))
+    assembly.add(_chunk("A", '1)"}'))
+    assembly.add(_chunk("B", "2"))
+    assembly.add(_chunk(None, '"}', finish="tool_calls"))  # no id: the newest call goes on
+    calls = assembly.reply().tool_calls
+    assert [(c.id, c.function.arguments) for c in calls] == [
+        ("A", '{"code": "print(1)"}'),
+        ("B", '{"code": "x = 2"}'),
+    ]
