@@ -61,6 +61,26 @@ NO_MODEL = (
     "OPENAI_BASE_URL for Ollama, vLLM, LM Studio) in .env."
 )
 
+UNFINISHED = {
+    "length": (
+        "The model's reply was cut off by its length limit, so its code was not run. "
+        "Ask for less at once.",
+        "The reply was cut off by the model's length limit.",
+    ),
+    "content_filter": (
+        "The provider's content filter stopped the model's reply, so its code was not run. "
+        "Try asking in other words.",
+        "The provider's content filter stopped the reply here.",
+    ),
+    "": (
+        "The model's reply ended early, before it was complete, so its code was not run. "
+        "Try again.",
+        "The reply ended early and may be incomplete.",
+    ),
+}
+"""Why a reply that did not finish is not used as it is (with code; without): by finish
+reason, "" for none or one not known."""
+
 
 @dataclass(frozen=True, slots=True)
 class UserMessage:
@@ -218,8 +238,11 @@ class Agent:
                     finally:
                         turn.model_call = None
                     calls = reply.tool_calls
-                    if reply.finish_reason == "length":
-                        await self._cut_off(conversation, new, reply.content, bool(calls), emit)
+                    # Some servers end a reply with tool calls as "stop"; anything else (its
+                    # length limit, a content filter, a stream that broke off) may leave the
+                    # code half written, so none of it runs.
+                    if reply.finish_reason not in ("tool_calls", "stop"):
+                        await self._unfinished(conversation, new, reply, emit)
                         return
                     if not calls:
                         text = reply.content
@@ -343,23 +366,17 @@ class Agent:
             await _call(emit, ArtifactsPublished(manifest))
         return result, manifest
 
-    async def _cut_off(
-        self, conversation: str, new: list[dict[str, Any]], text: str, had_code: bool, emit: Emit
+    async def _unfinished(
+        self, conversation: str, new: list[dict[str, Any]], reply: Reply, emit: Emit
     ) -> None:
+        """A reply that did not finish: its text with a note saying why, or, when it had
+        code, a failure saying why the code was not run."""
         await self.history.append(conversation, new)
-        if had_code:
-            await _call(
-                emit,
-                Failure(
-                    "The model's reply was cut off by its length limit, so its code was not run. "
-                    "Ask for less at once."
-                ),
-            )
+        why, note = UNFINISHED.get(reply.finish_reason or "", UNFINISHED[""])
+        if reply.tool_calls:
+            await _call(emit, Failure(why))
         else:
-            await _call(
-                emit,
-                Answer(f"{text}\n\n(The reply was cut off by the model's length limit.)".strip()),
-            )
+            await _call(emit, Answer(f"{reply.content}\n\n({note})".strip()))
 
 
 def direct_code(text: str) -> str | None:

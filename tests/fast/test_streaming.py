@@ -98,6 +98,67 @@ async def test_a_streamed_reply_cut_off_by_length_never_runs_its_code(
     assert model.requests[0]["stream"] is True
 
 
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        (
+            Reply(code="open('/mnt/data/half', 'w')", finish_reason="content_filter", pieces=3),
+            "The provider's content filter stopped the model's reply, so its code was not run.",
+        ),
+        (
+            Reply(code="open('/mnt/data/half', 'w')", more_code=(FIRST,), unfinished=True),
+            "The model's reply ended early, before it was complete, so its code was not run.",
+        ),
+    ],
+)
+async def test_a_reply_that_did_not_finish_never_runs_its_code(
+    make_agent: Callable[..., Agent],
+    fake_executor: Executor,
+    fake_backend: FakeBackend,
+    model: ScriptedModel,
+    tmp_path: Path,
+    reply: Reply,
+    why: str,
+) -> None:
+    model.script(reply)
+    events = await turn(make_agent(fake_executor, model, tmp_path), "s-unfinished", "a program")
+    ending = final(events)
+    assert isinstance(ending, Failure)
+    assert why in ending.message
+    assert [e for e in events if isinstance(e, Answer | Failure)] == [ending]
+    assert not any(isinstance(e, CodeStarted) for e in events)
+    assert fake_backend.runs == []
+
+
+async def test_text_that_did_not_finish_is_kept_with_a_note_saying_why(
+    make_agent: Callable[..., Agent], fake_executor: Executor, model: ScriptedModel, tmp_path: Path
+) -> None:
+    model.script(
+        Reply(content="The first half of", finish_reason="content_filter", pieces=2),
+        Reply(content="The first half of", unfinished=True, pieces=2),
+    )
+    agent = make_agent(fake_executor, model, tmp_path)
+    assert final(await turn(agent, "s-filtered", "explain")) == Answer(
+        "The first half of\n\n(The provider's content filter stopped the reply here.)"
+    )
+    assert final(await turn(agent, "s-broken", "explain")) == Answer(
+        "The first half of\n\n(The reply ended early and may be incomplete.)"
+    )
+
+
+async def test_some_servers_end_a_reply_with_tool_calls_as_stop_and_its_code_runs(
+    make_agent: Callable[..., Agent],
+    fake_executor: Executor,
+    fake_backend: FakeBackend,
+    model: ScriptedModel,
+    tmp_path: Path,
+) -> None:
+    model.script(Reply(code=FIRST, finish_reason="stop", pieces=3), says("Three rows."))
+    events = await turn(make_agent(fake_executor, model, tmp_path), "s-stop", "count")
+    assert final(events) == Answer("Three rows.")
+    assert fake_backend.runs == [FIRST]
+
+
 async def test_a_cut_off_streamed_text_is_kept_with_a_note(
     make_agent: Callable[..., Agent], fake_executor: Executor, model: ScriptedModel, tmp_path: Path
 ) -> None:

@@ -44,6 +44,8 @@ class Reply:
     """When streamed: the text and each call's arguments in this many fragments."""
     piece_delay_s: float = 0.0
     """When streamed: the pause before each fragment (a model writing slowly)."""
+    unfinished: bool = False
+    """When streamed: the stream ends without a finish reason (as when it breaks off)."""
 
 
 def says(text: str) -> Reply:
@@ -204,7 +206,7 @@ class ScriptedModel:
             )
             for piece in rest:
                 await send({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-        await send({}, choice["finish_reason"])
+        await send({}, None if reply.unfinished else choice["finish_reason"])
         if usage:
             last = {**head, "choices": [], "usage": completion["usage"]}
             await response.write(f"data: {json.dumps(last)}\n\n".encode())
