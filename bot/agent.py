@@ -213,6 +213,7 @@ class Agent:
         user = {"role": "user", "content": _user_content(message.text, files, previews)}
         new: list[dict[str, Any]] = [user]
         shown: list[dict[str, Any]] = []
+        turn.budget_started = time.monotonic()
         try:
             async with asyncio.timeout(self.limits.budget_s):
                 for step in range(1, self.limits.max_steps + 1):

@@ -137,7 +137,7 @@ class Approver:
         requester: str,
         emit: Emit,
         stop: asyncio.Event,
-        deadline: float | None = None,
+        deadline: Callable[[], float | None] | None = None,
     ) -> None:
         self.policies = policies
         self.pending = pending
@@ -147,7 +147,8 @@ class Approver:
         self.stop = stop
         self.deadline = deadline
         """When (time.monotonic) waiting must end so that the turn, within its time budget,
-        can still answer politely."""
+        can still answer politely; asked when code waits, since the budget starts only once
+        the turn holds its conversation (None: no limit)."""
         self.declined: Decision | None = None
 
     async def __call__(self, code: str) -> Decision:
@@ -168,8 +169,9 @@ class Approver:
     async def _ask(self, code: str) -> Decision:
         settings = self.policies.settings
         timeout_s = settings.timeout_s
-        if self.deadline is not None:
-            timeout_s = max(0.0, min(timeout_s, self.deadline - time.monotonic()))
+        deadline = self.deadline() if self.deadline is not None else None
+        if deadline is not None:
+            timeout_s = max(0.0, min(timeout_s, deadline - time.monotonic()))
         key = secrets.token_hex(8)
         waiting = Pending(self.key, self.requester, code)
         self.pending[key] = waiting

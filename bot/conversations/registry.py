@@ -38,6 +38,9 @@ class Turn:
     conversation: str
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     model_call: asyncio.Task[Any] | None = None
+    budget_started: float | None = None
+    """When (time.monotonic) the turn's time budget started: once it holds the conversation,
+    not when it was admitted (it may have waited behind another turn)."""
     allowance: Callable[[], None] | None = None
     """Raises a `Refused` when the person may not run more code now (a quota)."""
     approve: Callable[[str], Awaitable[Decision]] | None = None

@@ -10,7 +10,6 @@ at-a-time line of each person, the running turns, and who may act on a conversat
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -174,7 +173,7 @@ class Conversations:
                             person.user,
                             emit,
                             entry.turn.stop_requested,
-                            self._approval_deadline(),
+                            lambda: self._approval_deadline(entry.turn),
                         )
                     await self.agent.turn(key.id, message, emit, entry.turn)
                     notices = [SHUTDOWN_NOTICE] if entry.shutdown else []
@@ -204,11 +203,14 @@ class Conversations:
         if self.quotas is not None:
             self.quotas.check(person.user, server)
 
-    def _approval_deadline(self) -> float:
-        """Waiting for approval counts toward the turn's time budget: it ends early enough
-        for the model to answer after a timeout (a fifth of the budget, at most 30 s)."""
+    def _approval_deadline(self, turn: Turn) -> float | None:
+        """Waiting for approval counts toward the turn's time budget, from when that budget
+        started: it ends early enough for the model to answer after a timeout (a fifth of
+        the budget, at most 30 s)."""
+        if turn.budget_started is None:
+            return None
         budget = self.agent.limits.budget_s
-        return time.monotonic() + budget - min(30.0, budget / 5)
+        return turn.budget_started + budget - min(30.0, budget / 5)
 
     def _direct_run_allowed(self, key: ConversationKey, text: str) -> None:
         """Direct runs are their author's own decision, except where no code may run."""

@@ -22,7 +22,7 @@ KEY = ConversationKey("slack", "T1", "C1", "1.0")
 class Seam:
     """An approver over a fresh policy store, recording what it emits."""
 
-    def __init__(self, tmp_path: Path, deadline: float | None = None) -> None:
+    def __init__(self, tmp_path: Path, deadline: Callable[[], float | None] | None = None) -> None:
         self.policies = Policies(tmp_path / "p.sqlite3", PolicySettings(default="approve"))
         self.events: list[TurnEvent] = []
         self.pending: dict[str, Pending] = {}
@@ -42,7 +42,7 @@ class Seam:
 def make_seam(tmp_path: Path) -> Iterator[Callable[..., Seam]]:
     made: list[Seam] = []
 
-    def make(deadline: float | None = None) -> Seam:
+    def make(deadline: Callable[[], float | None] | None = None) -> Seam:
         made.append(Seam(tmp_path, deadline))
         return made[-1]
 
@@ -54,7 +54,8 @@ def make_seam(tmp_path: Path) -> Iterator[Callable[..., Seam]]:
 async def test_a_spent_time_budget_declines_at_once_with_nobody_asked_to_wait(
     make_seam: Callable[..., Seam],
 ) -> None:
-    seam = make_seam(deadline=time.monotonic() - 1)
+    spent = time.monotonic() - 1
+    seam = make_seam(deadline=lambda: spent)
     approver, events, pending = seam.approver, seam.events, seam.pending
     decision = await approver("print(1)")
     assert decision == Decision(Verdict.TIMED_OUT)

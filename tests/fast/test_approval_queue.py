@@ -1,0 +1,97 @@
+"""Approvals of turns that waited: a turn queued behind another gets its whole time to be
+approved, a direct run queued while an admin turns code off is refused, and only a press
+from the conversation where code waits decides on it; on the fake sandbox (no Docker)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from bot.agent import Agent, UserMessage
+from bot.conversations import (
+    AccessRules,
+    Admission,
+    ConversationKey,
+    Conversations,
+    Person,
+    Place,
+)
+from bot.conversations.approval import Verdict
+from bot.conversations.policy import Policies, PolicySettings
+from bot.events import ApprovalRequested, TurnEvent
+from executor import Executor, SandboxLimits
+from executor.fake_backend import FakeBackend, FakeRun, stdout
+from tests.fast.test_conversations import Recorder
+from tests.platforms.openai_server import ScriptedModel, runs, says
+
+KEY = ConversationKey("slack", "T1", "C1", "1700000000.000100")
+ALICE = Person("alice", Place("alice", "T1", "C1"))
+BOB = Person("bob", Place("bob", "T1", "C1"))
+ADMIN = "admin"
+BUDGET_S = 2.5
+"""The model turn's time budget: approval may wait 2 s of it."""
+
+
+@pytest.fixture
+def sandbox_limits() -> SandboxLimits:
+    return SandboxLimits(timeout_s=20, interrupt_grace_s=0.2)
+
+
+@pytest.fixture
+def fake_backend() -> FakeBackend:
+    return FakeBackend(
+        {"print(1)": FakeRun(outputs=[stdout("1\n")]), "sleep()": FakeRun(hang=True)}
+    )
+
+
+class Watched(Recorder):
+    """A reply that also says when the turn asks for approval."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: asyncio.Queue[ApprovalRequested] = asyncio.Queue()
+
+    def __call__(self, event: TurnEvent) -> None:
+        super().__call__(event)
+        if isinstance(event, ApprovalRequested):
+            self.asked.put_nowait(event)
+
+
+@pytest.fixture
+async def service(
+    fake_executor: Executor, make_agent: Callable[..., Agent], model: ScriptedModel, tmp_path: Path
+) -> AsyncIterator[Conversations]:
+    agent = make_agent(fake_executor, model, tmp_path, budget_s=BUDGET_S)
+    policies = Policies(tmp_path / "p.sqlite3", PolicySettings(default="approve", timeout_s=240))
+    yield Conversations(agent, admins=frozenset({ADMIN}), policies=policies)
+    with contextlib.suppress(Exception):
+        policies.close()
+
+
+def run(code: str, user: str = "alice") -> UserMessage:
+    return UserMessage(f"/run {code}", user=user, server="T1")
+
+
+async def test_a_turn_queued_behind_another_gets_its_whole_time_for_approval(
+    service: Conversations, model: ScriptedModel, fake_backend: FakeBackend
+) -> None:
+    door = Admission(AccessRules())
+    first, second = Watched(), Watched()
+    model.script(runs("print(1)"), says("It printed 1."))
+    running = asyncio.create_task(service.turn(door, ALICE, KEY, run("sleep()"), first))
+    await first.started.wait()
+    asking = UserMessage("print one", user="bob", server="T1")
+    waiting = asyncio.create_task(service.turn(door, BOB, KEY, asking, second))
+    # Bob's turn waits for Alice's longer than the part of a budget approval may use.
+    await asyncio.sleep(BUDGET_S)
+    assert await service.stop(door, ALICE, first.stop_key) is None
+    asked = await second.asked.get()
+    assert asked.timeout_s > 0
+    await service.decide(door, BOB, asked.key, Verdict.RUN)
+    await asyncio.gather(running, waiting)
+    assert second.shown[-1] == "answer: It printed 1."
+    assert fake_backend.runs == ["sleep()", "print(1)"]
