@@ -159,6 +159,8 @@ class Conversations:
                     await reply.queued(entry.key, text)
 
                 async with door.lines.turn(person.user, queued):
+                    # An admin may have turned code off while this turn waited.
+                    self._direct_run_allowed(key, message.text)
                     if rerun_code is not None:
                         conversation = None if key.is_one_off else key.id
                         spec = RerunSpec(rerun_code, conversation, message.server, person.user)

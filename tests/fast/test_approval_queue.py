@@ -20,8 +20,8 @@ from bot.conversations import (
     Person,
     Place,
 )
-from bot.conversations.approval import Verdict
-from bot.conversations.policy import Policies, PolicySettings
+from bot.conversations.approval import OFF_REFUSAL, Verdict
+from bot.conversations.policy import Policies, PolicySettings, Scope
 from bot.events import ApprovalRequested, TurnEvent
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -49,11 +49,16 @@ def fake_backend() -> FakeBackend:
 
 
 class Watched(Recorder):
-    """A reply that also says when the turn asks for approval."""
+    """A reply that also says when the turn waits in line and when it asks for approval."""
 
     def __init__(self) -> None:
         super().__init__()
         self.asked: asyncio.Queue[ApprovalRequested] = asyncio.Queue()
+        self.waits = asyncio.Event()
+
+    async def queued(self, stop: str, text: str) -> None:
+        await super().queued(stop, text)
+        self.waits.set()
 
     def __call__(self, event: TurnEvent) -> None:
         super().__call__(event)
@@ -95,3 +100,23 @@ async def test_a_turn_queued_behind_another_gets_its_whole_time_for_approval(
     await asyncio.gather(running, waiting)
     assert second.shown[-1] == "answer: It printed 1."
     assert fake_backend.runs == ["sleep()", "print(1)"]
+
+
+async def test_a_direct_run_queued_while_code_is_turned_off_is_refused_once(
+    service: Conversations, fake_backend: FakeBackend
+) -> None:
+    door = Admission(AccessRules())
+    first, second = Watched(), Watched()
+    running = asyncio.create_task(service.turn(door, ALICE, KEY, run("sleep()"), first))
+    await first.started.wait()
+    waiting = asyncio.create_task(service.turn(door, ALICE, KEY, run("print(1)"), second))
+    await second.waits.wait()  # queued behind Alice's own running turn
+    admin = Person(ADMIN, Place(ADMIN, "T1", "C1"))
+    await service.set_policy(door, admin, Scope.channel_of(KEY), "off")
+    assert await service.stop(door, ALICE, first.stop_key) is None
+    await asyncio.gather(running, waiting)
+    assert second.shown == [
+        "queued: Queued: your previous request is still running.",
+        f"refused: {OFF_REFUSAL}",
+    ]
+    assert "print(1)" not in fake_backend.runs
