@@ -51,6 +51,7 @@ NOT_APPROVER = {
     "requester": "Only the person who asked, or a moderator, can decide on this code.",
     "moderators": "Only a moderator can decide on this code.",
 }
+ELSEWHERE = "That code waits in another conversation; it can only be decided there."
 POLICY_FOR_ADMINS = "Only admins and moderators can change the code policy."
 NO_POLICIES = "Code policies are not kept by this bot."
 EMPTY_EDIT = "The edited code is empty, so nothing was decided; the code still waits."
@@ -334,6 +335,8 @@ class Conversations:
         waiting = self.pending.get(key)
         if waiting is None or waiting.decided.done():
             raise Refused(ALREADY_DECIDED)
+        if not _pressed_in(person, waiting.conversation):
+            raise Refused(ELSEWHERE)
         approvers = self.policies.settings.approvers if self.policies else "requester"
         if approvers == "requester" and person.user == waiting.requester:
             return waiting
@@ -385,6 +388,15 @@ class Conversations:
         lines = ["Top users, last 24 hours (runs, sandbox-seconds):"]
         lines += [f"{i}. {u.who}: {u.runs} runs, {u.seconds:.0f} s" for i, u in enumerate(top, 1)]
         return "\n".join(lines)
+
+
+def _pressed_in(person: Person, key: ConversationKey) -> bool:
+    """Whether a press comes from the conversation `key` (its server and channel; a DM's own
+    person), so that a decision key seen in one place decides nothing in another."""
+    if key.is_dm:
+        return person.user == key.channel
+    place = person.place
+    return (place.server or "") == key.workspace and (place.channel or "") == key.channel
 
 
 async def _safely(telling: Awaitable[None]) -> None:

@@ -19,6 +19,7 @@ from bot.conversations import (
     Conversations,
     Person,
     Place,
+    Refused,
 )
 from bot.conversations.approval import OFF_REFUSAL, Verdict
 from bot.conversations.policy import Policies, PolicySettings, Scope
@@ -120,3 +121,26 @@ async def test_a_direct_run_queued_while_code_is_turned_off_is_refused_once(
         f"refused: {OFF_REFUSAL}",
     ]
     assert "print(1)" not in fake_backend.runs
+
+
+async def test_only_a_press_from_the_conversation_where_code_waits_decides(
+    service: Conversations, model: ScriptedModel, fake_backend: FakeBackend
+) -> None:
+    door = Admission(AccessRules())
+    reply = Watched()
+    model.script(runs("print(1)"), says("It printed 1."))
+    asking = UserMessage("print one", user="bob", server="T1")
+    turn = asyncio.create_task(service.turn(door, BOB, KEY, asking, reply))
+    asked = await reply.asked.get()
+    for elsewhere in (
+        Person("bob", Place("bob", "T1", "C2")),
+        Person("bob", Place("bob", "T2", "C1")),
+        Person(ADMIN, Place(ADMIN, "T1", "C2")),
+    ):
+        with pytest.raises(Refused, match="waits in another conversation"):
+            await service.decide(door, elsewhere, asked.key, Verdict.RUN)
+    assert fake_backend.runs == []
+    await service.decide(door, BOB, asked.key, Verdict.RUN)
+    await turn
+    assert reply.shown[-1] == "answer: It printed 1."
+    assert fake_backend.runs == ["print(1)"]
