@@ -222,13 +222,23 @@ class Agent:
                         return
                     await _call(emit, Thinking(step))
                     if step == 1:
-                        context = await fit(
-                            self.history,
-                            conversation,
-                            self.counter,
-                            self.limits.history_tokens,
-                            self._summarise,
+                        # Writing the history's summary is a model call too: Stop cancels it.
+                        turn.model_call = asyncio.create_task(
+                            fit(
+                                self.history,
+                                conversation,
+                                self.counter,
+                                self.limits.history_tokens,
+                                self._summarise,
+                            )
                         )
+                        try:
+                            context = await turn.model_call
+                        finally:
+                            turn.model_call = None
+                        if turn.stop_requested.is_set():
+                            await _call(emit, Failure("Stopped."))
+                            return
                         earlier = context.messages
                         if context.note:
                             system = f"{system}\n\n{context.note}"

@@ -5,6 +5,7 @@ scripted model server, on the fake sandbox (no Docker)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -12,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from bot.agent import Agent
-from bot.events import Answer
+from bot.agent import Agent, UserMessage
+from bot.conversations.registry import Turn
+from bot.events import Answer, Failure, TurnEvent
 from bot.tokens import Counter
 from executor import Executor
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -152,3 +154,48 @@ async def test_reset_forgets_the_summary_too(
     assert [m["role"] for m in last] == ["system", "user"]
     assert "Summary" not in last[0]["content"]
     assert await agent.history.summary("h-reset") is None
+
+
+async def test_stop_while_the_summary_is_written_ends_the_turn_at_once(
+    make_agent: Callable[..., Agent],
+    fake_executor: Executor,
+    fake_backend: FakeBackend,
+    model: ScriptedModel,
+    tmp_path: Path,
+) -> None:
+    scripted = Model(model)
+    agent = make_agent(fake_executor, model, tmp_path, history_tokens=BUDGET)
+    n = 0
+    while not scripted.summaries:
+        await turn(agent, "h-stop", f"Remember fact {n}: {FILLER}")
+        n += 1
+    asked = len(scripted.turns)
+    runs_before = len(fake_backend.runs)
+    writing = asyncio.Event()
+    answer = scripted.answer
+
+    def slow_summary(body: dict[str, Any]) -> Reply:
+        if is_summary(body):
+            writing.set()
+            return Reply(content="A summary too late.", delay_s=3)
+        return answer(body)
+
+    model.responder = slow_summary
+    stopping = Turn("h-stop")
+    events: list[TurnEvent] = []
+    summary_asked = asyncio.create_task(writing.wait())
+    while True:  # the next turn that must write a summary
+        events.clear()
+        message = UserMessage(f"Remember fact {n}: {FILLER}")
+        running = asyncio.create_task(agent.turn("h-stop", message, events.append, stopping))
+        await asyncio.wait([running, summary_asked], return_when=asyncio.FIRST_COMPLETED)
+        if not running.done():
+            break
+        n += 1
+        asked = len(scripted.turns)
+        runs_before = len(fake_backend.runs)
+    stopping.stop()
+    await running
+    assert final(events) == Failure("Stopped.")
+    assert len(scripted.turns) == asked  # the turn's own model call never started
+    assert len(fake_backend.runs) == runs_before
