@@ -168,6 +168,7 @@ class Conversations:
                         self.turns.remember(entry.key, spec)
                     await reply.start(entry.key)
                     emit = self._metered(reply, person.user, message.server, entry.turn)
+                    self._keep_off(entry.turn, key, message.text)
                     if self.policies is not None:
                         entry.turn.approve = Approver(
                             self.policies,
@@ -223,6 +224,20 @@ class Conversations:
             return
         if self.policies.mode(key) == "off":
             raise Refused(OFF_REFUSAL)
+
+    def _keep_off(self, turn: Turn, key: ConversationKey, text: str) -> None:
+        """A direct run checks the policy again as it starts: the turn may have waited for
+        the conversation while an admin turned code off."""
+        if self.policies is None:
+            return
+        quota = turn.allowance
+
+        def allowance() -> None:
+            self._direct_run_allowed(key, text)
+            if quota is not None:
+                quota()
+
+        turn.allowance = allowance
 
     def _metered(
         self, reply: Reply, user: str, server: str, turn: Turn

@@ -144,3 +144,23 @@ async def test_only_a_press_from_the_conversation_where_code_waits_decides(
     await turn
     assert reply.shown[-1] == "answer: It printed 1."
     assert fake_backend.runs == ["print(1)"]
+
+
+async def test_a_direct_run_waiting_for_the_conversation_while_code_is_turned_off_never_runs(
+    service: Conversations, model: ScriptedModel, fake_backend: FakeBackend
+) -> None:
+    door = Admission(AccessRules())
+    first, second = Watched(), Watched()
+    model.script(runs("print(1)"), says("Not run."))
+    asking = UserMessage("print one", user="bob", server="T1")
+    running = asyncio.create_task(service.turn(door, BOB, KEY, asking, first))
+    asked = await first.asked.get()  # Bob's turn holds the conversation while code waits
+    waiting = asyncio.create_task(service.turn(door, ALICE, KEY, run("print(1)"), second))
+    await second.started.wait()
+    admin = Person(ADMIN, Place(ADMIN, "T1", "C1"))
+    await service.set_policy(door, admin, Scope.channel_of(KEY), "off")
+    await service.decide(door, BOB, asked.key, Verdict.CANCELLED)
+    await asyncio.gather(running, waiting)
+    assert first.shown[-1] == "answer: Not run."
+    assert second.shown == ["started", f"answer: failed: {OFF_REFUSAL}"]
+    assert fake_backend.runs == []
