@@ -339,6 +339,7 @@ class FakeBackend:
         self.started += 1
         self.live.add(sandbox)
         await sandbox._emit({"type": "ready", "python": "3.11 (fake)", "startup_ms": 0})
+        await sandbox._emit({"type": "warm"})
         return sandbox
 
     async def remove_leftovers(self, keep: Collection[str] = ()) -> int:

@@ -297,6 +297,8 @@ class KubernetesSandbox:
             async with asyncio.timeout(RESUME_ANSWER_S):
                 await self._write(self._events.resume_line(nonce))
                 answer = await self.receive()
+                while answer is not None and answer.get("type") == "warm":
+                    answer = await self.receive()  # a runner still warming up says so first
                 if answer is None or not answer.get("session"):
                     return None
                 if answer.get("busy"):

@@ -202,7 +202,7 @@ class SandboxPool:
         sandbox: Sandbox | None = None
         try:
             sandbox = await self.backend.start(self.limits, None)
-            startup_ms = await wait_ready(sandbox, self.limits.startup_timeout_s)
+            startup_ms = await wait_ready(sandbox, self.limits.startup_timeout_s, warm=True)
         except ExecutorError as exc:
             self.last_error = exc
             log.warning("could not start a sandbox: %s", exc)

@@ -91,7 +91,7 @@ SNAPSHOT_LIMIT = 20_000
 # Schema beside their HTML, whichever thread imported pandas first. It binds no names in
 # the user's namespace.
 KERNEL_SETUP = """
-def _cellmate_setup():
+def _cellmate_setup(mark):
     import sys, threading
     from IPython.core.formatters import BaseFormatter
     from traitlets import ObjectName
@@ -113,22 +113,31 @@ def _cellmate_setup():
     formatters["application/vnd.dataresource+json"] = TableSchemaFormatter()
 
     def warm_up():
-        import numpy, pandas
-        pandas.set_option("display.html.table_schema", True)
-        import matplotlib.pyplot
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-        import matplotlib_inline.config, IPython.core.pylabtools
-        figure = Figure()
-        FigureCanvasAgg(figure)
-        figure.add_subplot().plot([0, 1], [0, 1])
-        figure.canvas.draw()
+        try:
+            import numpy, pandas
+            pandas.set_option("display.html.table_schema", True)
+            import matplotlib.pyplot
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+            import matplotlib_inline.config, IPython.core.pylabtools
+            figure = Figure()
+            FigureCanvasAgg(figure)
+            figure.add_subplot().plot([0, 1], [0, 1])
+            figure.canvas.draw()
+        finally:
+            open(mark, "w").close()
 
     threading.Thread(target=warm_up, name="cellmate-warm-up", daemon=True).start()
-_cellmate_setup()
+_cellmate_setup(WARM_MARK_PATH)
 del _cellmate_setup
 """
 MATPLOTLIBRC = "figure.dpi: 100\nsavefig.dpi: 100\nfigure.figsize: 8, 5\n"
+# The warm-up thread leaves this mark when it is done, and the runner then says `warm`
+# (a warm pool hands out only sandboxes that are). Code that makes it early only makes its
+# own sandbox count as warm sooner.
+WARM_MARK = Path("/tmp/cellmate-warm")  # noqa: S108 (the sandbox's own private tmpfs)
+WARM_POLL_S = 0.02
+WARM_LIMIT_S = 120
 
 
 # Reads untrusted files with pandas in a separate process (not the user's kernel, whose
@@ -364,7 +373,11 @@ class Runner:
         self.client.km = self.client.create_kernel_manager()
         await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
         await self.client.async_start_new_kernel_client()
-        await self.client.kc.execute_interactive(KERNEL_SETUP, silent=True, store_history=False)
+        await self.client.kc.execute_interactive(
+            KERNEL_SETUP.replace("WARM_MARK_PATH", repr(str(WARM_MARK))),
+            silent=True,
+            store_history=False,
+        )
         ready = {
             "type": "ready",
             "python": sys.version.split()[0],
@@ -473,6 +486,13 @@ class Runner:
             if parent == os.getpid() and state == "Z" and pid != kernel and pid not in self.helpers:
                 with contextlib.suppress(OSError):
                     os.waitpid(pid, os.WNOHANG)
+
+    async def say_when_warm(self) -> None:
+        for _ in range(round(WARM_LIMIT_S / WARM_POLL_S)):
+            if WARM_MARK.exists():  # noqa: ASYNC240 (one stat on a tmpfs)
+                break
+            await asyncio.sleep(WARM_POLL_S)
+        self.emit({"type": "warm"})
 
     async def reap_loop(self) -> None:
         while True:
@@ -587,6 +607,7 @@ class Runner:
         reader = await stdin_reader()
         await self.start(reader)
         reaper = asyncio.create_task(self.reap_loop())
+        warming = asyncio.create_task(self.say_when_warm())
         while True:
             line = await reader.readline()
             if not line:
@@ -636,6 +657,7 @@ class Runner:
             elif op == "shutdown":
                 break
         reaper.cancel()
+        warming.cancel()
         if self.running is not None:
             self.running.cancel()
         await self.client._async_cleanup_kernel()
