@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from executor.errors import ExecutorError, SandboxBusy
 from executor.limits import SandboxLimits
 from executor.protocol import Sandbox, SandboxBackend
-from executor.run import wait_ready
+from executor.run import wait_ready, wait_warm
 
 log = logging.getLogger(__name__)
 
 QueueCallback = Callable[[int], Awaitable[None] | None]
 MAX_PARALLEL_STARTS = 2
+WANTED_POLL_S = 0.05
+"""How soon a sandbox still warming up goes to a caller that waits for one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +204,8 @@ class SandboxPool:
         sandbox: Sandbox | None = None
         try:
             sandbox = await self.backend.start(self.limits, None)
-            startup_ms = await wait_ready(sandbox, self.limits.startup_timeout_s, warm=True)
+            startup_ms = await wait_ready(sandbox, self.limits.startup_timeout_s)
+            await self._warm_unless_wanted(sandbox)
         except ExecutorError as exc:
             self.last_error = exc
             log.warning("could not start a sandbox: %s", exc)
@@ -220,6 +223,21 @@ class SandboxPool:
         finally:
             self._starting -= 1
             self._wake.set()
+
+    async def _warm_unless_wanted(self, sandbox: Sandbox) -> None:
+        """Keep a new sandbox until its data stack is loaded, so that the first chart from the
+        pool finds it warm; but hand it out at once to a caller that waits for one."""
+        warming = asyncio.create_task(wait_warm(sandbox))
+        try:
+            async with asyncio.timeout(self.limits.startup_timeout_s):
+                while not warming.done() and self._waiting <= self._ready.qsize():
+                    await asyncio.wait({warming}, timeout=WANTED_POLL_S)
+        except TimeoutError:
+            pass  # warming up for that long: it is usable all the same
+        finally:
+            warming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await warming
 
     async def close(self) -> None:
         """Stop refilling and destroy every sandbox the pool still holds or is starting."""

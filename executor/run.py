@@ -48,11 +48,8 @@ class RunOutcome:
         return self.status in ("ok", "error") and not self.killed_by_host
 
 
-async def wait_ready(sandbox: Sandbox, timeout_s: float, warm: bool = False) -> int:
-    """Wait for the runner's ready event (and with `warm`, for its data stack to be loaded
-    too, as a pool that hands sandboxes out later does); return the time in ms."""
-    started = time.monotonic()
-    startup_ms: int | None = None
+async def wait_ready(sandbox: Sandbox, timeout_s: float) -> int:
+    """Wait for the runner's ready event; return its start-up time in ms."""
     try:
         async with asyncio.timeout(timeout_s):
             while True:
@@ -63,13 +60,18 @@ async def wait_ready(sandbox: Sandbox, timeout_s: float, warm: bool = False) -> 
                         f"the sandbox exited before its kernel was ready. {tail[-2000:]}".strip()
                     )
                 if event.get("type") == "ready":
-                    startup_ms = int(event.get("startup_ms") or 0)
-                    if not warm:
-                        return startup_ms
-                elif event.get("type") == "warm" and startup_ms is not None:
-                    return max(startup_ms, round((time.monotonic() - started) * 1000))
+                    return int(event.get("startup_ms") or 0)
     except TimeoutError:
         raise SandboxError(f"the sandbox's kernel was not ready within {timeout_s:.0f} s") from None
+
+
+async def wait_warm(sandbox: Sandbox) -> bool:
+    """After ready: wait until the runner says its data stack is loaded (False: the sandbox
+    stopped first)."""
+    while (event := await sandbox.receive()) is not None:
+        if event.get("type") == "warm":
+            return True
+    return False
 
 
 async def execute(
