@@ -67,7 +67,7 @@ from tests.integration.test_sandbox_isolation import (
 from tests.integration.test_sessions import (
     test_a_dead_kernel_restarts_the_session_and_says_so,
     test_a_link_written_by_code_is_never_followed,
-    test_a_new_session_has_the_data_stack_loaded_and_nothing_visible,
+    test_a_new_session_warms_the_data_stack_up_and_shows_nothing,
     test_a_stop_set_before_the_run_starts_runs_nothing,
     test_closing_a_session_forgets_it_quietly,
     test_container_limits_cannot_change_per_session_run,
@@ -89,7 +89,7 @@ __all__ = [
     "test_a_dead_kernel_restarts_the_session_and_says_so",
     "test_a_hundred_megabytes_of_output_is_cut",
     "test_a_link_written_by_code_is_never_followed",
-    "test_a_new_session_has_the_data_stack_loaded_and_nothing_visible",
+    "test_a_new_session_warms_the_data_stack_up_and_shows_nothing",
     "test_a_session_and_notebook_runs_start_from_the_pool",
     "test_a_stop_set_before_the_run_starts_runs_nothing",
     "test_a_waiting_session_gets_the_sandbox_an_idle_one_no_longer_uses",
