@@ -230,7 +230,7 @@ class SandboxPool:
         warming = asyncio.create_task(wait_warm(sandbox))
         try:
             async with asyncio.timeout(self.limits.startup_timeout_s):
-                while not warming.done() and self._waiting <= self._ready.qsize():
+                while not (warming.done() or self._closed or self._waiting > self._ready.qsize()):
                     await asyncio.wait({warming}, timeout=WANTED_POLL_S)
         except TimeoutError:
             pass  # warming up for that long: it is usable all the same
