@@ -212,17 +212,25 @@ async def _engine(call: Callable[..., T], *args: Any) -> T:
         raise
 
 
+def _going(exc: docker.errors.APIError) -> bool:
+    """Whether the engine says the container is gone, or already being removed (by another
+    call: a sweep of the same instance's labels, say)."""
+    return exc.status_code == 404 or (exc.status_code == 409 and "already in progress" in str(exc))
+
+
 def _remove(client: docker.DockerClient, container_id: str, volume_name: str) -> None:
     try:
         client.api.remove_container(container_id, force=True, v=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError:
-        # gVisor cannot kill a frozen sandbox: thaw it, then remove it.
-        with contextlib.suppress(docker.errors.APIError):
-            client.api.unpause(container_id)
-        with contextlib.suppress(docker.errors.NotFound):
-            client.api.remove_container(container_id, force=True, v=True)
+    except docker.errors.APIError as exc:
+        if not _going(exc):
+            # gVisor cannot kill a frozen sandbox: thaw it, then remove it.
+            with contextlib.suppress(docker.errors.APIError):
+                client.api.unpause(container_id)
+            try:
+                client.api.remove_container(container_id, force=True, v=True)
+            except docker.errors.APIError as again:
+                if not _going(again):
+                    raise
     with contextlib.suppress(docker.errors.NotFound):
         client.api.remove_volume(volume_name, force=True)
 
@@ -388,8 +396,11 @@ class DockerBackend:
             selector = [f"{k}={v}" for k, v in self.labels.items()]
             containers = client.containers.list(all=True, filters={"label": selector})
             for container in containers:
-                with contextlib.suppress(docker.errors.NotFound):
+                try:
                     container.remove(force=True, v=True)
+                except docker.errors.APIError as exc:
+                    if not _going(exc):
+                        raise
             for volume in client.volumes.list(filters={"label": selector}):
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     volume.remove(force=True)
