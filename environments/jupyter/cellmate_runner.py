@@ -86,7 +86,8 @@ SNAPSHOT_LIMIT = 20_000
 # imported and warmed up in a thread of the kernel, so a sandbox is ready (and a session's
 # first run starts) without waiting for it, while the first chart still finds it loaded
 # (code that imports the same modules meanwhile waits for the import to finish). The
-# thread stays away from pyplot's figures and backend, which belong to the user's code; chart
+# thread stays away from pyplot's figures and the inline backend (importing that from two
+# threads at once can deadlock Python's import locks), which belong to the user's code; chart
 # sizes come from the matplotlibrc that the runner writes. DataFrames also come as Table
 # Schema beside their HTML, whichever thread imported pandas first. It binds no names in
 # the user's namespace.
@@ -119,7 +120,6 @@ def _cellmate_setup(mark):
             import matplotlib.pyplot
             from matplotlib.backends.backend_agg import FigureCanvasAgg
             from matplotlib.figure import Figure
-            import matplotlib_inline.config, IPython.core.pylabtools
             figure = Figure()
             FigureCanvasAgg(figure)
             figure.add_subplot().plot([0, 1], [0, 1])
