@@ -86,14 +86,18 @@ SNAPSHOT_LIMIT = 20_000
 # imported and warmed up in a thread of the kernel, so a sandbox is ready (and a session's
 # first run starts) without waiting for it, while the first chart still finds it loaded
 # (code that imports the same modules meanwhile waits for the import to finish). The
-# thread stays away from pyplot's figures and the inline backend (importing that from two
-# threads at once can deadlock Python's import locks), which belong to the user's code; chart
-# sizes come from the matplotlibrc that the runner writes. DataFrames also come as Table
+# thread stays away from pyplot's figures, which belong to the user's code; chart sizes come
+# from the matplotlibrc that the runner writes. A cell that imports (or may import: magics,
+# exec) waits for the warm-up to end before it starts: two threads importing at once can
+# deadlock Python's import locks (importing pyplot imports the inline backend, which imports
+# pyplot), and such code would mostly wait for the data stack's imports anyway. A cell
+# without imports runs at once. DataFrames also come as Table
 # Schema beside their HTML, whichever thread imported pandas first. It binds no names in
 # the user's namespace.
 KERNEL_SETUP = """
 def _cellmate_setup(mark):
-    import sys, threading
+    import ast, sys, threading
+    from IPython.core.error import InputRejected
     from IPython.core.formatters import BaseFormatter
     from traitlets import ObjectName
 
@@ -127,7 +131,25 @@ def _cellmate_setup(mark):
         finally:
             open(mark, "w").close()
 
-    threading.Thread(target=warm_up, name="cellmate-warm-up", daemon=True).start()
+    warming = threading.Thread(target=warm_up, name="cellmate-warm-up", daemon=True)
+    warming.start()
+
+    class FinishWarmUpBeforeImports(ast.NodeTransformer):
+        def visit(self, tree):
+            if warming.is_alive() and any(map(imports, ast.walk(tree))):
+                try:
+                    warming.join(WARM_JOIN_S)
+                except KeyboardInterrupt:
+                    raise InputRejected("interrupted before it started") from None
+            return tree
+
+    def imports(node):
+        name = getattr(node, "id", None) or getattr(node, "attr", None) or ""
+        return isinstance(node, (ast.Import, ast.ImportFrom)) or "import" in name or name in (
+            "get_ipython", "exec", "eval", "compile", "help"
+        )
+
+    get_ipython().ast_transformers.append(FinishWarmUpBeforeImports())
 _cellmate_setup(WARM_MARK_PATH)
 del _cellmate_setup
 """
@@ -138,6 +160,10 @@ MATPLOTLIBRC = "figure.dpi: 100\nsavefig.dpi: 100\nfigure.figsize: 8, 5\n"
 WARM_MARK = Path("/tmp/cellmate-warm")  # noqa: S108 (the sandbox's own private tmpfs)
 WARM_POLL_S = 0.02
 WARM_LIMIT_S = 120
+# How long the client waits, after a cell's reply, for the rest of its output. Output still
+# on its way when this runs out is lost without a word, so it is generous: the host's own
+# time limit is what ends a run.
+IOPUB_GRACE_S = 120
 
 
 # Reads untrusted files with pandas in a separate process (not the user's kernel, whose
@@ -332,7 +358,7 @@ class Runner:
             allow_errors=False,
             kernel_name="python3",
             record_timing=True,
-            iopub_timeout=10,
+            iopub_timeout=IOPUB_GRACE_S,
             shutdown_kernel="immediate",
         )
         self.running: asyncio.Task[None] | None = None
@@ -374,7 +400,9 @@ class Runner:
         await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
         await self.client.async_start_new_kernel_client()
         await self.client.kc.execute_interactive(
-            KERNEL_SETUP.replace("WARM_MARK_PATH", repr(str(WARM_MARK))),
+            KERNEL_SETUP.replace("WARM_MARK_PATH", repr(str(WARM_MARK))).replace(
+                "WARM_JOIN_S", str(WARM_LIMIT_S)
+            ),
             silent=True,
             store_history=False,
         )

@@ -258,6 +258,42 @@ async def test_container_limits_cannot_change_per_session_run(executor: Executor
         await executor.session("limits").run("1", memory_mb=4096)
 
 
+# The first cell of a new sandbox, while the warm-up thread may still be importing: each
+# way of importing waits for it (importing beside it could deadlock Python's import locks,
+# or leave the user's output behind), and shows what it should. The warm-up's mark is there
+# when the cell starts (`open` fails if not: the cell imports nothing to look).
+WARMED = "open('/tmp/cellmate-warm').close()\n"
+FIRST_CELLS = {
+    "pyplot chart": (
+        "import matplotlib.pyplot as plt\n" + WARMED + "plt.plot([1, 2], [3, 4]); plt.show()",
+        "",
+        "image/png",
+    ),
+    "inline backend, then pyplot": (
+        "from matplotlib_inline import backend_inline\n"
+        "import matplotlib.pyplot as plt\n" + WARMED + "print(plt.get_backend())",
+        "module://matplotlib_inline.backend_inline\n",
+        None,
+    ),
+    "a module already loaded": ("import os\n" + WARMED + "print(os.sep)", "/\n", None),
+    "__import__": (WARMED + "__import__('pandas').DataFrame({'a': [1]})", "", "text/html"),
+    "a magic": ("%matplotlib inline\n" + WARMED + "print('shown')", "shown\n", None),
+}
+
+
+@pytest.mark.parametrize("name", list(FIRST_CELLS))
+async def test_a_first_cell_that_imports_waits_for_the_warm_up_and_shows_its_output(
+    executor: Executor, name: str
+) -> None:
+    code, stdout, mime = FIRST_CELLS[name]
+    result = await executor.session(f"first-{len(name)}").run(code)
+    assert result.status is Status.OK, (result.message, result.error)
+    assert result.stdout == stdout
+    assert result.stderr == ""
+    if mime is not None:
+        assert any(mime in r.data for r in result.results), result.results
+
+
 async def test_a_new_session_warms_the_data_stack_up_and_shows_nothing(
     executor: Executor,
 ) -> None:
