@@ -89,6 +89,9 @@ class TextFormatter(logging.Formatter):
         return clean(line)
 
 
+AZURE_HTTP_LOGGER = "azure.core.pipeline.policies.http_logging_policy"
+
+
 def setup_logging(form: str = "text", level: str = "WARNING", secrets: Iterable[str] = ()) -> None:
     """Configure the root logger once for the process (stderr)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -100,3 +103,7 @@ def setup_logging(form: str = "text", level: str = "WARNING", secrets: Iterable[
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # The Azure SDK logs every HTTP request and response at INFO: one upload would bury the
+    # bot's own lines. Those come through at DEBUG only.
+    chatty = logging.getLogger(AZURE_HTTP_LOGGER)
+    chatty.setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING)
