@@ -60,8 +60,14 @@ async def test_output_streams_while_the_code_runs(executor: Executor) -> None:
 async def test_stop_interrupts_and_keeps_state(executor: Executor) -> None:
     session = executor.session("stoppable")
     await session.run("kept = 'still here'")
-    running = asyncio.create_task(session.run("import time\nwhile True:\n    time.sleep(0.1)"))
-    await asyncio.sleep(1.5)
+    started = asyncio.Event()
+    running = asyncio.create_task(
+        session.run(
+            "import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.1)",
+            on_output=lambda event: started.set(),
+        )
+    )
+    await asyncio.wait_for(started.wait(), 60)
     assert session.stop()
     stopped = await running
     assert stopped.status is Status.KILLED
@@ -88,15 +94,20 @@ async def test_stop_freezes_code_that_ignores_it_and_the_session_restarts(
 ) -> None:
     session = executor.session("stubborn")
     await session.run("pass")
+    started = asyncio.Event()
     running = asyncio.create_task(
         session.run(
             "import signal, time\n"
             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "print('ignoring interrupts', flush=True)\n"
             "while True:\n"
-            "    time.sleep(0.1)"
+            "    time.sleep(0.1)",
+            on_output=lambda event: started.set(),
         )
     )
-    await asyncio.sleep(1.5)
+    # Stopped once the code runs (a new sandbox's cell that imports may first wait for the
+    # warm-up, and a stop then ends it before it starts).
+    await asyncio.wait_for(started.wait(), 60)
     assert session.stop()
     stopped = await running
     assert stopped.status is Status.KILLED
