@@ -97,7 +97,6 @@ SNAPSHOT_LIMIT = 20_000
 KERNEL_SETUP = """
 def _cellmate_setup(mark):
     import ast, sys, threading
-    from IPython.core.error import InputRejected
     from IPython.core.formatters import BaseFormatter
     from traitlets import ObjectName
 
@@ -140,7 +139,10 @@ def _cellmate_setup(mark):
                 try:
                     warming.join(WARM_JOIN_S)
                 except KeyboardInterrupt:
-                    raise InputRejected("interrupted before it started") from None
+                    # Stopped while waiting: the cell stops as any interrupted cell does,
+                    # before any of its code ran.
+                    stop = ast.Raise(exc=ast.Name(id="KeyboardInterrupt", ctx=ast.Load()))
+                    return ast.fix_missing_locations(ast.Module(body=[stop], type_ignores=[]))
             return tree
 
     def imports(node):
