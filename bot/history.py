@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bot.database import open_database
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -60,9 +61,7 @@ class History:
     """Chat messages (OpenAI format, tool calls included) per conversation key."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.executescript(SCHEMA)
+        self._db = open_database(path, SCHEMA)
         self._lock = asyncio.Lock()
 
     async def load(self, conversation: str, after: int = 0) -> list[Stored]:

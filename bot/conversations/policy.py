@@ -12,7 +12,6 @@ only code) are their author's own decision and never wait for approval.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 import typing
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.conversations.keys import ConversationKey
+from bot.database import open_database
 
 Mode = typing.Literal["auto", "approve", "off"]
 MODES: tuple[Mode, ...] = ("auto", "approve", "off")
@@ -89,10 +89,8 @@ class Effective:
 
 class Policies:
     def __init__(self, path: Path, settings: PolicySettings) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.settings = settings
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.executescript(SCHEMA)
+        self._db = open_database(path, SCHEMA)
         self._lock = threading.Lock()
 
     def close(self) -> None:

@@ -4,13 +4,13 @@ survive restarts. A limit of 0 means no limit."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from bot.conversations.access import Refused
+from bot.database import open_database
 from bot.text import human_duration
 
 HOUR = 3600.0
@@ -65,10 +65,8 @@ class Usage:
 
 class Quotas:
     def __init__(self, path: Path, settings: QuotaSettings) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.settings = settings
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.executescript(SCHEMA)
+        self._db = open_database(path, SCHEMA)
         # Checks and records are single small statements; a lock keeps them off each other.
         self._lock = threading.Lock()
 
