@@ -21,13 +21,12 @@ import tempfile
 import tomllib
 from importlib import metadata
 from pathlib import Path
-from typing import IO
 
 import docker
 import docker.errors
 
 from executor.errors import ImageBuildError
-from executor.image import Say, base_image, download_pinned_wheels, image_exists
+from executor.image import Say, base_image, docker_build, download_pinned_wheels, image_exists
 
 ROOT = Path(__file__).resolve().parent.parent
 BOT_REPOSITORY = "cellmate-bot"
@@ -118,7 +117,7 @@ def build_bot_image(
     download_pinned_wheels(WHEELS / "requirements.txt", WHEELS, "the bot's")
     base = base_image(client, mirror, say)
     say(f"Building on {base} ...")
-    _build(client, tag, base, path=str(ROOT), dockerfile="bot/Dockerfile", say=say)
+    docker_build(client, tag, base, path=str(ROOT), dockerfile="bot/Dockerfile", say=say)
     client.images.get(tag).tag(BOT_REPOSITORY, "latest")
     say(f"Built {tag}.")
     return tag
@@ -152,38 +151,7 @@ def build_azurite_image(
             tar.add(node_binary, arcname="node")
             tar.add(NODE_MODULES, arcname="node_modules")
         context.seek(0)
-        _build(client, tag, base, fileobj=context, say=say)
+        docker_build(client, tag, base, fileobj=context, say=say)
     client.images.get(tag).tag(AZURITE_REPOSITORY, "latest")
     say(f"Built {tag}.")
     return tag
-
-
-def _build(
-    client: docker.DockerClient,
-    tag: str,
-    base: str,
-    *,
-    say: Say,
-    path: str | None = None,
-    dockerfile: str | None = None,
-    fileobj: IO[bytes] | None = None,
-) -> None:
-    try:
-        for chunk in client.api.build(
-            path=path,
-            dockerfile=dockerfile,
-            fileobj=fileobj,
-            custom_context=fileobj is not None,
-            tag=tag,
-            buildargs={"BASE_IMAGE": base},
-            rm=True,
-            forcerm=True,
-            decode=True,
-        ):
-            if "error" in chunk:
-                raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}")
-            line = str(chunk.get("stream", "")).strip()
-            if line.startswith("Step "):
-                say(f"  {line}")
-    except docker.errors.APIError as exc:
-        raise ImageBuildError(f"docker build failed: {exc}") from exc

@@ -18,6 +18,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import docker
 import docker.errors
@@ -70,9 +71,31 @@ def build_image(
     download_wheels(context, say)
     base = base_image(client, mirror, say)
     say(f"Building on {base} (this takes a minute or two) ...")
+    docker_build(client, tag, base, path=str(context), say=say)
+    client.images.get(tag).tag(IMAGE_REPOSITORY, "latest")
+    say(f"Built {tag}.")
+    remove_stale_images(client, keep=tag)
+    return tag
+
+
+def docker_build(
+    client: docker.DockerClient,
+    tag: str,
+    base: str,
+    *,
+    say: Say,
+    path: str | None = None,
+    dockerfile: str | None = None,
+    fileobj: IO[bytes] | None = None,
+) -> None:
+    """Build `tag` on `base` from a folder or a tar stream, showing each step; any failure
+    is an ImageBuildError with the engine's reason."""
     try:
         for chunk in client.api.build(
-            path=str(context),
+            path=path,
+            dockerfile=dockerfile,
+            fileobj=fileobj,
+            custom_context=fileobj is not None,
             tag=tag,
             buildargs={"BASE_IMAGE": base},
             rm=True,
@@ -86,10 +109,6 @@ def build_image(
                 say(f"  {line}")
     except docker.errors.APIError as exc:
         raise ImageBuildError(f"docker build failed: {exc}") from exc
-    client.images.get(tag).tag(IMAGE_REPOSITORY, "latest")
-    say(f"Built {tag}.")
-    remove_stale_images(client, keep=tag)
-    return tag
 
 
 def remove_stale_images(client: docker.DockerClient, keep: str) -> None:
