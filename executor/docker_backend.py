@@ -271,6 +271,7 @@ def sandbox_specs(
             "OMP_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
+            "CELLMATE_PRELOAD": ",".join(limits.preloaded()),
         },
         "network_mode": "bridge" if limits.network else "none",
         "read_only": True,

@@ -151,6 +151,7 @@ def pod_manifest(
                     {"name": "OPENBLAS_NUM_THREADS", "value": threads},
                     {"name": "MKL_NUM_THREADS", "value": threads},
                     {"name": "CELLMATE_RUNNER_AWAIT_HELLO", "value": "1"},
+                    {"name": "CELLMATE_PRELOAD", "value": ",".join(limits.preloaded())},
                     # A Pod has no per-file size limit of its own: the runner sets it.
                     {
                         "name": "CELLMATE_FILE_SIZE_BYTES",

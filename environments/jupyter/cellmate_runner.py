@@ -82,8 +82,9 @@ DATA_DIR = Path("/mnt/data")
 MPL_CACHE_SEED = Path("/opt/cellmate/mplconfig")
 SNAPSHOT_LIMIT = 20_000
 
-# Runs silently in the kernel before any user code, and returns at once: the data stack is
-# imported and warmed up in a thread of the kernel, so a sandbox is ready (and a session's
+# Runs silently in the kernel before any user code, and returns at once: the data stack (the
+# modules of PRELOAD, from CELLMATE_PRELOAD) is imported and warmed up in a thread of the
+# kernel, so a sandbox is ready (and a session's
 # first run starts) without waiting for it, while the first chart still finds it loaded
 # (code that imports the same modules meanwhile waits for the import to finish). The
 # thread stays away from pyplot's figures, which belong to the user's code; chart sizes come
@@ -95,7 +96,7 @@ SNAPSHOT_LIMIT = 20_000
 # Schema beside their HTML, whichever thread imported pandas first. It binds no names in
 # the user's namespace.
 KERNEL_SETUP = """
-def _cellmate_setup(mark):
+def _cellmate_setup(mark, preload):
     import ast, sys, threading
     from IPython.core.formatters import BaseFormatter
     from traitlets import ObjectName
@@ -118,15 +119,19 @@ def _cellmate_setup(mark):
 
     def warm_up():
         try:
-            import numpy, pandas
-            pandas.set_option("display.html.table_schema", True)
-            import matplotlib.pyplot
-            from matplotlib.backends.backend_agg import FigureCanvasAgg
-            from matplotlib.figure import Figure
-            figure = Figure()
-            FigureCanvasAgg(figure)
-            figure.add_subplot().plot([0, 1], [0, 1])
-            figure.canvas.draw()
+            if "numpy" in preload:
+                import numpy
+            if "pandas" in preload:
+                import pandas
+                pandas.set_option("display.html.table_schema", True)
+            if "matplotlib" in preload:
+                import matplotlib.pyplot
+                from matplotlib.backends.backend_agg import FigureCanvasAgg
+                from matplotlib.figure import Figure
+                figure = Figure()
+                FigureCanvasAgg(figure)
+                figure.add_subplot().plot([0, 1], [0, 1])
+                figure.canvas.draw()
         finally:
             open(mark, "w").close()
 
@@ -152,9 +157,12 @@ def _cellmate_setup(mark):
         )
 
     get_ipython().ast_transformers.append(FinishWarmUpBeforeImports())
-_cellmate_setup(WARM_MARK_PATH)
+_cellmate_setup(WARM_MARK_PATH, PRELOAD)
 del _cellmate_setup
 """
+# What the warm-up may import, from CELLMATE_PRELOAD (comma-separated; the host sets it, and
+# by default leaves pandas out under gVisor, where its libraries cost each sandbox ~30 MB).
+PRELOADABLE = ("numpy", "pandas", "matplotlib")
 MATPLOTLIBRC = "figure.dpi: 100\nsavefig.dpi: 100\nfigure.figsize: 8, 5\n"
 # The warm-up thread leaves this mark when it is done, and the runner then says `warm`
 # (a warm pool hands out only sandboxes that are). Code that makes it early only makes its
@@ -402,9 +410,9 @@ class Runner:
         await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
         await self.client.async_start_new_kernel_client()
         await self.client.kc.execute_interactive(
-            KERNEL_SETUP.replace("WARM_MARK_PATH", repr(str(WARM_MARK))).replace(
-                "WARM_JOIN_S", str(WARM_LIMIT_S)
-            ),
+            KERNEL_SETUP.replace("WARM_MARK_PATH", repr(str(WARM_MARK)))
+            .replace("WARM_JOIN_S", str(WARM_LIMIT_S))
+            .replace("PRELOAD", repr(preload_modules())),
             silent=True,
             store_history=False,
         )
@@ -728,6 +736,13 @@ def processes() -> list[tuple[int, str, int]]:
         if len(fields) >= 2 and fields[1].isdigit():
             found.append((int(entry.name), fields[0], int(fields[1])))
     return found
+
+
+def preload_modules() -> tuple[str, ...]:
+    """The modules the warm-up imports: those of PRELOADABLE that CELLMATE_PRELOAD names (all
+    of them where it is not set)."""
+    wanted = os.environ.get("CELLMATE_PRELOAD", ",".join(PRELOADABLE)).split(",")
+    return tuple(name for name in PRELOADABLE if name in {part.strip() for part in wanted})
 
 
 def prepare_writable_dirs() -> None:

@@ -39,6 +39,7 @@ def test_the_pod_meets_the_restricted_level_and_holds_no_credentials() -> None:
         "MKL_NUM_THREADS",
         "CELLMATE_RUNNER_AWAIT_HELLO",
         "CELLMATE_FILE_SIZE_BYTES",
+        "CELLMATE_PRELOAD",
     }
     assert (container["stdin"], container["tty"]) == (True, False)
     assert "runtimeClassName" not in spec  # runc: the cluster's default
@@ -58,6 +59,8 @@ def test_limits_become_requests_limits_and_sized_scratch_space() -> None:
     assert volumes == {"data": {"sizeLimit": "300Mi"}, "tmp": {"sizeLimit": "100Mi"}}
     assert spec["runtimeClassName"] == "gvisor"
     assert spec["activeDeadlineSeconds"] == 600
+    env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+    assert env["CELLMATE_PRELOAD"] == "numpy,matplotlib"
     memory = _pod()["spec"]
     assert isinstance(memory, dict)
     assert memory["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "512Mi"}

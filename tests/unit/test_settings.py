@@ -42,11 +42,33 @@ def test_environment_overrides_the_env_file(tmp_path: Path) -> None:
         ("CELLMATE_SANDBOX_RUNTIME", "kata", "must be one of runc, runsc"),
         ("CELLMATE_SANDBOX_TIMEOUT_S", "0", "timeout_s must be positive"),
         ("CELLMATE_SANDBOX_MEMORY_MB", "64", "at least 128"),
+        ("CELLMATE_SANDBOX_PRELOAD", "numpy,scipy", "names scipy: use auto, none, or some of"),
+        ("CELLMATE_SANDBOX_PRELOAD", "os; import x", "names os; import x"),
     ],
 )
 def test_bad_values_name_the_setting(name: str, value: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_settings({name: value}, env_file=None)
+
+
+@pytest.mark.parametrize(
+    ("values", "preloaded"),
+    [
+        ({}, ("numpy", "pandas", "matplotlib")),
+        ({"CELLMATE_SANDBOX_RUNTIME": "runsc"}, ("numpy", "matplotlib")),
+        ({"CELLMATE_SANDBOX_PRELOAD": "none"}, ()),
+        ({"CELLMATE_SANDBOX_PRELOAD": " matplotlib , pandas "}, ("pandas", "matplotlib")),
+        (
+            {"CELLMATE_SANDBOX_RUNTIME": "runsc", "CELLMATE_SANDBOX_PRELOAD": "pandas"},
+            ("pandas",),
+        ),
+    ],
+)
+def test_what_new_sandboxes_preload(values: dict[str, str], preloaded: tuple[str, ...]) -> None:
+    limits = load_settings(values, env_file=None).sandbox
+    assert limits.preloaded() == preloaded
+    # Sandboxes that preload differently are not interchangeable in the pool.
+    assert preloaded in limits.container_spec()
 
 
 def test_network_cannot_be_enabled_under_runsc() -> None:
