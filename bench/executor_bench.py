@@ -117,9 +117,10 @@ async def measure(
 
         for count in (10, 30):
             sessions = [executor.session(f"busy-{count}-{i}") for i in range(count)]
-            # A cell that imports waits for its sandbox's warm-up: the rounds then time runs,
-            # not 28 sandboxes importing their data stack beside them.
+            # A cell that imports waits for its sandbox's warm-up, and the pool refills: the
+            # rounds then time runs, not sandboxes starting and importing beside them.
             await asyncio.gather(*(s.run("import sys; x = 0") for s in sessions))
+            await until(lambda: executor.pool.ready == pool.size)
             rounds: list[float] = []
             for _ in range(max(3, samples // 2)):
                 rounds += await asyncio.gather(*(timed(partial(s.run, TRIVIAL)) for s in sessions))
