@@ -103,8 +103,11 @@ class SandboxLimits:
         """The modules named by `preload`, in the order the warm-up imports them."""
         if self.preload == "auto":
             return PRELOADABLE if self.runtime == "runc" else ("numpy", "matplotlib")
-        named = {part.strip() for part in self.preload.split(",")} - {"", "none"}
+        named = self._preload_names()
         return tuple(name for name in PRELOADABLE if name in named)
+
+    def _preload_names(self) -> set[str]:
+        return {part.strip() for part in self.preload.split(",")} - {"", "none"}
 
     def __post_init__(self) -> None:
         positive = {
@@ -131,11 +134,7 @@ class SandboxLimits:
                     "the bot's own settings or secrets"
                 )
         if self.preload != "auto":
-            unknown = {part.strip() for part in self.preload.split(",")} - {
-                *PRELOADABLE,
-                "none",
-                "",
-            }
+            unknown = self._preload_names() - set(PRELOADABLE)
             if unknown:
                 raise ValueError(
                     f"sandbox preload {self.preload!r} names {', '.join(sorted(unknown))}: "
