@@ -170,6 +170,8 @@ def test_host_fields_outside_the_policy_are_refused(changes: dict[str, Any], rea
         ({"Env": ["LD_PRELOAD=/tmp/x.so"]}, "LD_PRELOAD"),
         ({"Env": ["PYTHONPATH=/mnt/data"]}, "PYTHONPATH"),
         ({"Env": ["OMP_NUM_THREADS=1", "OMP_NUM_THREADS=64"]}, "twice"),
+        ({"Env": ["CELLMATE_PRELOAD=numpy');__import__('os').system('id"]}, "CELLMATE_PRELOAD"),
+        ({"Env": ["CELLMATE_PRELOAD=numpy\nLD_PRELOAD=/tmp/x.so"]}, "CELLMATE_PRELOAD"),
         ({"Labels": {"cellmate.instance": "x"}}, "cellmate.sandbox"),
         ({"Labels": {"cellmate.sandbox": "1", "com.docker.compose.project": "x"}}, "label"),
         ({"Tty": True}, "Tty"),
