@@ -4,13 +4,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint typecheck unit build-image build-bot-image build-azurite-image engine compose venv bench clean azurite kube
+.PHONY: run test check lint typecheck unit fast build-image build-bot-image build-azurite-image engine compose venv bench clean azurite kube
 
 run: build-image
 	$(BIN)/cellmate start
 
 test: check build-image build-bot-image build-azurite-image azurite compose
-	$(BIN)/pytest $(PYTEST_ARGS)
+	bash scripts/run-tests.sh $(PYTEST_ARGS)
 
 check: lint typecheck
 
@@ -23,6 +23,10 @@ typecheck: venv
 
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+# The layer without Docker, Azurite or a cluster: logic, fakes and stand-in servers.
+fast: venv
+	$(BIN)/pytest -n 2 tests/fast tests/unit tests/proxy $(PYTEST_ARGS)
 
 build-image: venv engine
 	bash scripts/build-image.sh

@@ -4,6 +4,7 @@ never skips them."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,29 @@ from storage.local import LocalStorage
 from tests.storage.azurite import Azurite, free_port
 
 SECRET = b"test-secret-for-links-0123456789"
+
+# Under pytest-xdist every worker is its own test instance (sandbox label, and so its own
+# sweep), so that workers never see or remove each other's sandboxes. Set before the
+# layers' conftests read it.
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["CELLMATE_TEST_INSTANCE"] = (
+        f"{os.environ.get('CELLMATE_TEST_INSTANCE', 'tests')}-{worker}"
+    )
+
+SERIAL_PATHS = (
+    "tests/integration/test_engine_restart.py",  # restarts dockerd under everyone's sandboxes
+    "tests/platforms/test_load.py",  # 100 turns at once, an engine restart, memory bounds
+    "tests/compose/",  # a whole Compose stack with the bot's fixed ports
+)
+"""Tests that take the whole engine or machine: marked `serial`, run after the parallel phase."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        path = item.path.relative_to(root).as_posix()
+        if path.startswith(SERIAL_PATHS):
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session")
@@ -64,3 +88,15 @@ async def azure_storage(azurite: Azurite) -> AsyncIterator[AzureBlobStorage]:
 @pytest.fixture(params=["local", "azure"])
 def storage(request: pytest.FixtureRequest) -> Storage:
     return request.getfixturevalue(f"{request.param}_storage")  # type: ignore[no-any-return]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Captured output holding lone surrogates (tests of undecodable file names) is escaped,
+    so that pytest-xdist can send the report from its worker."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [
+        (title, text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        for title, text in report.sections
+    ]

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The test suite in two phases: everything that can share the engine runs in parallel
+# (pytest-xdist, one sandbox label per worker), then the `serial` tests (engine restarts,
+# the Compose stack, the load test) run alone. Arguments go to both phases (paths, -k, ...);
+# a phase that selects no test is not a failure as long as the other one ran some.
+# CELLMATE_TEST_WORKERS sets the parallel phase's workers (default 3; 0 runs it in-process).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTEST=.venv/bin/pytest
+WORKERS="${CELLMATE_TEST_WORKERS:-3}"
+parallel=(-m "not serial")
+if [ "$WORKERS" != 0 ]; then
+  parallel+=(-n "$WORKERS" --dist load)
+fi
+started=$(date +%s)
+echo "[cellmate] tests, phase 1 of 2: in parallel ($WORKERS workers)"
+"$PYTEST" "${parallel[@]}" "$@"
+first=$?
+echo "[cellmate] phase 1 took $(( $(date +%s) - started )) s"
+started=$(date +%s)
+echo "[cellmate] tests, phase 2 of 2: the serial tests, alone"
+"$PYTEST" -m serial "$@"
+second=$?
+echo "[cellmate] phase 2 took $(( $(date +%s) - started )) s"
+# pytest's 5 means "no test selected": fine for one phase, not for both.
+if [ "$first" = 5 ] && [ "$second" = 5 ]; then
+  exit 5
+fi
+for code in "$first" "$second"; do
+  if [ "$code" != 0 ] && [ "$code" != 5 ]; then
+    exit "$code"
+  fi
+done
+exit 0
