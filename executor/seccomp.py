@@ -12,8 +12,9 @@ refused with EPERM) as it applies to a container with no capabilities, and refus
   seals the protocol; these calls would read and write its memory. No notebook debugs or
   traces other processes.
 - `personality` keeps only PER_LINUX (0) and the query (0xffffffff): the default also
-  allows ADDR_NO_RANDOMIZE and PER_LINUX32, which turn off address randomisation for a
-  program the code starts, an exploit's helper.
+  allows PER_LINUX32 and UNAME26 (uname then reports a 2.6 kernel to old programs; it once
+  leaked kernel memory, CVE-2012-0957). A notebook needs neither; ADDR_NO_RANDOMIZE (no
+  address randomisation) stays refused, as in the default.
 - `modify_ldt` (x86 only): 16-bit segments for Wine and DOS emulators; a history of
   kernel bugs.
 - `name_to_handle_at`: file handles are only good for `open_by_handle_at`, which needs a
