@@ -21,13 +21,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import openai
 
 from bot import logs
 from bot.context import fit
 from bot.conversations.access import Refused
+from bot.conversations.approval import names_line
 from bot.conversations.registry import Turn
 from bot.events import (
     Answer,
@@ -41,7 +42,7 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
-from bot.fences import only_code
+from bot.fences import as_run, only_code
 from bot.history import History
 from bot.llm import Completions, EmptyReply, Reply, ToolCall
 from bot.metrics import Metrics
@@ -49,6 +50,7 @@ from bot.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
 from bot.run_outputs import artifact_sources
 from bot.tokens import Counter
 from executor import ExecutionResult, Executor, ExecutorError, OutputEvent
+from executor.session import Restore
 from storage.artifacts import Artifact, ArtifactLimits, publish
 from storage.base import Storage
 from storage.intake import Fetcher, IncomingFile, IntakeLimits, receive
@@ -80,6 +82,17 @@ UNFINISHED = {
 }
 """Why a reply that did not finish is not used as it is (with code; without): by finish
 reason, "" for none or one not known."""
+
+
+class RestoreGate(Protocol):
+    """How a turn may load a saved workspace's variables (unpickling runs code): the place's
+    policy, as the conversation layer applies it."""
+
+    def unasked(self) -> tuple[Restore, str]:
+        """With nobody asked; and why not, for the person, when they may not load."""
+
+    async def restore(self, by_run: bool = True) -> Restore:
+        """For a run that has no card of its own (a direct run); may ask a person."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +153,15 @@ class Agent:
         )
 
     async def turn(
-        self, conversation: str, message: UserMessage, emit: Emit, turn: Turn | None = None
+        self,
+        conversation: str,
+        message: UserMessage,
+        emit: Emit,
+        turn: Turn | None = None,
+        restores: RestoreGate | None = None,
     ) -> None:
-        """Handle one message; turns of one conversation run one at a time, in order."""
+        """Handle one message; turns of one conversation run one at a time, in order.
+        `restores`: the place's rule for loading saved variables (None: as code runs)."""
         turn = turn or Turn(conversation)
         logs.conversation_id.set(conversation)
         logs.turn_id.set(uuid.uuid4().hex[:12])
@@ -156,7 +175,7 @@ class Agent:
 
         async with self._locks.setdefault(conversation, asyncio.Lock()):
             try:
-                await self._turn(conversation, message, watched, turn)
+                await self._turn(conversation, message, watched, turn, restores)
             except ExecutorError as exc:
                 await _call(watched, Failure(f"The sandbox could not run the code: {exc}"))
             except Refused as exc:  # a quota reached between two runs of the turn
@@ -173,7 +192,14 @@ class Agent:
             await self.history.forget(conversation)
             await self.executor.session(conversation).close()
 
-    async def _turn(self, conversation: str, message: UserMessage, emit: Emit, turn: Turn) -> None:
+    async def _turn(
+        self,
+        conversation: str,
+        message: UserMessage,
+        emit: Emit,
+        turn: Turn,
+        restores: RestoreGate | None,
+    ) -> None:
         session = self.executor.session(conversation)
         previews: dict[str, str] = {}
         files: list[str] = []
@@ -187,9 +213,11 @@ class Agent:
                 await session.put_files(intake.files)
                 files = list(intake.files)
                 previews = await session.preview(intake.tabular)
+                await self._withheld(conversation, emit, restores)
         direct = direct_code(message.text)
         if direct is not None:
-            await self._run(conversation, direct, emit, turn)
+            restore = Restore.VARIABLES if restores is None else await restores.restore()
+            await self._run(conversation, direct, emit, turn, restore)
             # The run report (code, output, status) is the whole answer: no separate "Done.".
             await _call(emit, Answer(""))
             return
@@ -298,6 +326,18 @@ class Agent:
                 ),
             )
 
+    async def _withheld(self, conversation: str, emit: Emit, restores: RestoreGate | None) -> None:
+        """Files started the session (and brought back a saved workspace's files): say when
+        its variables may not load here without a person (policy off or approve)."""
+        if restores is None:
+            return
+        mode, why = restores.unasked()
+        if mode is Restore.VARIABLES:
+            return
+        names = await self.executor.session(conversation).restorable()
+        if names:
+            await _call(emit, Notice(f"{why} Not loaded: {names_line(names)}. The files are back."))
+
     async def _ask(self, messages: list[dict[str, Any]], emit: Emit) -> Reply:
         assert self.completions is not None
 
@@ -332,16 +372,19 @@ class Agent:
                 raise TypeError("code must be a string")
         except (ValueError, KeyError, TypeError) as exc:
             return f'The tool arguments were not valid ({exc}); send {{"code": "..."}}.', []
-        # The place's policy may want a person to approve (or edit) the model's code first.
-        decision = await turn.approval(code)
+        # The place's policy may want a person to approve (or edit) the model's code first;
+        # they see the lines that run.
+        decision = await turn.approval(as_run(code))
         if not decision.runs:
             return decision.for_model(), []
-        result, manifest = await self._run(conversation, decision.code, emit, turn)
+        result, manifest = await self._run(
+            conversation, decision.code, emit, turn, decision.restore
+        )
         told = tool_result(result, manifest, self.limits.result_chars)
         return decision.for_model() + told, manifest
 
     async def _run(
-        self, conversation: str, code: str, emit: Emit, turn: Turn
+        self, conversation: str, code: str, emit: Emit, turn: Turn, restore: Restore
     ) -> tuple[ExecutionResult, list[Artifact]]:
         await _call(emit, CodeStarted(code))
 
@@ -352,7 +395,7 @@ class Agent:
         logs.run_id.set(uuid.uuid4().hex[:12])
         # A Stop pressed while the sandbox is still starting applies to this run as well.
         result = await self.executor.session(conversation).run(
-            code, on_output=forward, stop=turn.stop_requested
+            code, on_output=forward, stop=turn.stop_requested, restore=restore
         )
         seconds = result.duration_ms / 1000
         log.info("run finished: %s in %.2f s", result.status.value, seconds)
@@ -391,11 +434,14 @@ class Agent:
 
 
 def direct_code(text: str) -> str | None:
-    """The code of a message that is only a fenced code block, or `/run ...`; else None."""
+    """The code of a message that is only a fenced code block, or `/run ...`, as it runs
+    (`as_run`); else None."""
     stripped = text.strip()
     if stripped.startswith("/run"):
-        return stripped.removeprefix("/run").strip() or None
-    return only_code(stripped)
+        code = stripped.removeprefix("/run").strip() or None
+    else:
+        code = only_code(stripped)
+    return None if code is None else as_run(code)
 
 
 def _user_content(text: str, files: list[str], previews: dict[str, str]) -> str:

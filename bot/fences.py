@@ -7,6 +7,7 @@ Slack sends ```print(1)``` on one line, Discord and the console send ```python\\
 from __future__ import annotations
 
 import re
+import unicodedata
 
 FENCE = re.compile(r"```(?P<first>[^\n`]*)(?P<newline>\n?)(?P<rest>.*?)```", re.DOTALL)
 TAG = re.compile(r"[A-Za-z0-9_+#.-]{1,20}")
@@ -31,3 +32,33 @@ def only_code(text: str) -> str | None:
     """The code of a message that is one fenced block and nothing else; else None."""
     found = FENCE.fullmatch(text.strip())
     return _code(found) if found else None
+
+
+LINE_END = re.compile(r"\r\n?")
+KEPT = frozenset("\n\t")
+HIDDEN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+"""Control, format (zero-width, bidirectional), surrogate, private and unassigned characters,
+and the line and paragraph separators: a client may draw them as nothing, as a line break
+Python does not see (U+2028, NEL, form feed), or reorder the text around them."""
+
+
+def as_run(code: str) -> str:
+    """Code as it is both shown (for approval, in the run's report) and run, so the two are
+    the same lines: CRLF and a lone CR (which end a line for Python) become LF, and every
+    character a client may not draw as Python reads it becomes its escape (`\\u2028`).
+
+    Inside a string literal an escape has the same value as the character; anywhere else the
+    character was not code Python runs (a comment, or a syntax error, which stays one)."""
+    code = LINE_END.sub("\n", code)
+    if all(char.isprintable() or char in KEPT for char in code):
+        return code
+    return "".join(_escaped(char) for char in code)
+
+
+def _escaped(char: str) -> str:
+    if char in KEPT or unicodedata.category(char) not in HIDDEN:
+        return char
+    point = ord(char)
+    if point < 0x100:
+        return f"\\x{point:02x}"
+    return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"

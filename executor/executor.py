@@ -16,7 +16,7 @@ from executor.notebook import run_notebook
 from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import SandboxBackend, SessionKeeper
 from executor.run import OutputCallback
-from executor.session import SessionManager
+from executor.session import SHUTDOWN_SAVE_S, Restore, Restored, SessionManager
 from executor.workspace import WorkspaceSettings, WorkspaceStore
 
 log = logging.getLogger(__name__)
@@ -34,12 +34,15 @@ class PoolSettings:
     """A session that ran nothing this long ends (its variables and files are gone)."""
     max_lifetime_s: float = 4 * 3600.0
     """A session ends this long after it started, however busy."""
+    shutdown_save_s: float = SHUTDOWN_SAVE_S
+    """On shutdown, every session's workspace is saved at once, each within this long (a
+    slower one is not saved); with the turns' grace it must fit the engine's stop grace."""
 
     def __post_init__(self) -> None:
         if self.size < 0 or self.max_live < 1 or self.queue_limit < 0:
             raise ValueError("pool size and queue_limit must be >= 0, and max_live >= 1")
-        if self.idle_timeout_s <= 0 or self.max_lifetime_s <= 0:
-            raise ValueError("idle_timeout_s and max_lifetime_s must be positive")
+        if self.idle_timeout_s <= 0 or self.max_lifetime_s <= 0 or self.shutdown_save_s <= 0:
+            raise ValueError("idle_timeout_s, max_lifetime_s and shutdown_save_s must be positive")
 
 
 class Executor:
@@ -73,6 +76,7 @@ class Executor:
             settings.max_lifetime_s,
             workspaces=workspaces,
             workspace_settings=workspace_settings,
+            shutdown_save_s=settings.shutdown_save_s,
         )
 
     @property
@@ -172,18 +176,23 @@ class Session:
         on_output: OutputCallback | None = None,
         on_queued: QueueCallback | None = None,
         stop: asyncio.Event | None = None,
+        restore: Restore = Restore.VARIABLES,
         **overrides: Any,
     ) -> ExecutionResult:
         """Run code in the session's kernel; variables and files carry over between runs.
 
         `stop`, when given, interrupts the run once set, even if it was set while the run
-        still waited for its sandbox."""
+        still waited for its sandbox. `restore`: in a new session that starts from a saved
+        workspace, whether its variables are loaded before the code (loading them runs
+        code: Restore.FILES where a run of them would not be allowed); files come back
+        either way."""
         return await self._manager.run(
             self.key,
             _cells(code),
             on_output=on_output,
             on_queued=on_queued,
             stop=stop,
+            restore=restore,
             **overrides,
         )
 
@@ -198,10 +207,15 @@ class Session:
     async def list_files(self) -> list[tuple[str, int]]:
         return await self._manager.list_files(self.key)
 
-    async def restore(self) -> str:
-        """Bring back the saved workspace now (when automatic restore is off); what came
-        back, as one line for the user."""
-        return await self._manager.restore(self.key)
+    async def restore(self, restore: Restore = Restore.VARIABLES) -> Restored:
+        """Bring back the saved workspace now (at most once per session); what came back, as
+        one line for the user. With Restore.FILES only its files come back."""
+        return await self._manager.restore(self.key, restore)
+
+    async def restorable(self, by_run: bool = True) -> tuple[str, ...]:
+        """The saved variables a run (`by_run`) or `restore` would load now, to show a
+        person who approves that; () when there are none."""
+        return await self._manager.restorable(self.key, by_run)
 
     async def saved_files(self) -> list[tuple[str, int]] | None:
         """The files of the saved workspace the next session restores (None: none saved)."""

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import enum
 import logging
 import time
 import uuid
@@ -60,6 +61,10 @@ REQUEST_TIMEOUT_S = 60.0
 STOPPED_BEFORE_START = "The run was stopped before it started; nothing ran."
 WORKSPACE_TIMEOUT_S = 150.0
 """Saving a workspace: the variables pickled in the kernel, then the files read."""
+SHUTDOWN_SAVE_S = 20.0
+"""On shutdown, how long every session's save may take, all of them at once."""
+NAMES_SHOWN = 8
+NAME_CHARS = 40
 RESUMED_NOTE = (
     "The bot restarted since the last run; this session carried on, with its variables and files."
 )
@@ -67,11 +72,40 @@ MAX_CHANGED_PATHS = 20_000
 """As many changed paths as the runner lists; more can only come from a forged event."""
 
 
+class Restore(enum.Enum):
+    """What a run (or /restore) may bring back of a saved workspace into a new session.
+
+    Loading pickled variables runs code (unpickling calls what `__reduce__` names), so it
+    is for the caller to allow, by the same rule as a run: files alone run nothing."""
+
+    VARIABLES = "variables"
+    """Files, then the variables."""
+    FILES = "files"
+    """Files only: a run then goes on without the variables, which are not loaded later."""
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What /restore did, for the person who asked."""
+
+    note: str
+    withheld: tuple[str, ...] = ()
+    """Saved variables not loaded (Restore.FILES); they still may be by a later restore."""
+
+
 @dataclass(eq=False, slots=True)
 class _Live:
     lease: Lease
     created: float
     last_used: float
+    saved: Workspace | None = None
+    """The saved workspace the session started with, while its variables are not loaded."""
+    files_back: bool = False
+    restored: str = ""
+    """Why nothing more may be restored into this session ('' while something may): a
+    restore happens at most once, so it never runs twice nor replaces newer variables."""
+    ran: bool = False
+    """Code ran in it (its variables are its own, not the saved ones)."""
 
 
 class SessionManager:
@@ -84,7 +118,10 @@ class SessionManager:
         reap_interval_s: float = 15.0,
         workspaces: WorkspaceStore | None = None,
         workspace_settings: WorkspaceSettings | None = None,
+        shutdown_save_s: float = SHUTDOWN_SAVE_S,
     ) -> None:
+        self.shutdown_save_s = shutdown_save_s
+        """On shutdown, sessions' workspaces are saved at once, each within this long."""
         self.workspaces = workspaces
         """Where a session's workspace goes when it ends for any reason but a reset, to be
         restored into the next session of the same key; None: sessions end with nothing kept."""
@@ -105,6 +142,9 @@ class SessionManager:
         self._saving: dict[str, asyncio.Task[None]] = {}
         self._workspace_notes: dict[str, str] = {}
         """What the next run's message says about a workspace restored (or not)."""
+        self._unsaved: set[str] = set()
+        """Keys whose last save failed: their next session restores nothing (an older
+        workspace is not what the user had)."""
         self._reaper: asyncio.Task[None] | None = None
 
     @property
@@ -126,8 +166,11 @@ class SessionManager:
         on_output: OutputCallback | None = None,
         on_queued: QueueCallback | None = None,
         stop: asyncio.Event | None = None,
+        restore: Restore = Restore.VARIABLES,
         **overrides: Any,
     ) -> ExecutionResult:
+        """Run cells in the key's session. `restore`: whether a saved workspace's variables
+        may be loaded first (a new session's, with automatic restore on)."""
         limits = self._run_limits(overrides)
         stop = stop or asyncio.Event()
         # Until the run starts, a stop for the key ends its wait (behind another run, or for
@@ -142,7 +185,9 @@ class SessionManager:
                         Status.KILLED, STOPPED_BEFORE_START, runtime=limits.runtime
                     )
                 waiting.discard(stop)
-                result = await self._run_on(key, found, cells, limits, on_output, on_queued, stop)
+                result = await self._run_on(
+                    key, found, cells, limits, on_output, on_queued, stop, restore
+                )
         finally:
             waiting.discard(stop)
             if not waiting:
@@ -159,6 +204,7 @@ class SessionManager:
         on_output: OutputCallback | None,
         on_queued: QueueCallback | None,
         stop: asyncio.Event,
+        restore: Restore,
     ) -> ExecutionResult:
         """Run cells in the key's live session (its lock held)."""
         live, ending = found
@@ -166,6 +212,7 @@ class SessionManager:
         collector = new_collector(limits)
         sandbox = live.lease.sandbox
         try:
+            await self._before_run(key, live, restore)
             try:
                 outcome = await execute(
                     sandbox, cells, limits, collector, on_output=on_output, stop=stop
@@ -177,6 +224,7 @@ class SessionManager:
                 # a new session instead of failing.
                 await self._end(key, "its sandbox had stopped")
                 live, ending = await self._session(key, on_queued)
+                await self._before_run(key, live, restore)
                 sandbox = live.lease.sandbox
                 outcome = await execute(
                     sandbox, cells, limits, collector, on_output=on_output, stop=stop
@@ -267,32 +315,153 @@ class SessionManager:
         live = self._live[key] = _Live(lease=lease, created=now, last_used=now)
         # The runner keeps whose session it holds, for a later process to find it again.
         await lease.sandbox.send({"op": "claim", "session": key})
-        if self.workspaces is not None and self.workspace_settings.auto_restore:
-            await self._restore(key, lease.sandbox)
-        elif self.workspaces is not None:
-            await self._mention_saved(key)
+        if self.workspaces is not None:
+            await self._start_from_saved(key, live)
         return live, self._endings.pop(key, None)
 
-    async def _mention_saved(self, key: str) -> None:
-        """Without automatic restore: tell the user a workspace is saved, and how to get it."""
-        saved = await self.saved_workspace(key)
-        if saved is not None:
+    async def _start_from_saved(self, key: str, live: _Live) -> None:
+        """A new session of a key with a saved workspace: with automatic restore, its files
+        come back at once (they run nothing); its variables wait for the first run, which
+        loads them only when its caller allows (`Restore`)."""
+        saved = await self._saved(key, started=True)
+        if saved is None:
+            return
+        live.saved = saved
+        if not self.workspace_settings.auto_restore:
             self._workspace_notes[key] = (
                 f"A workspace from {ago(time.time() - saved.created)} is saved "
-                f"({', '.join(saved.names[:8]) or 'empty'}): /restore brings it back."
+                f"({_shown(saved.names) or 'empty'}): /restore brings it back."
             )
+            return
+        await self._files_back(key, live)
 
-    async def restore(self, key: str) -> str:
-        """Restore the key's saved workspace into its session now (starting one if needed);
-        what came back, for the user."""
+    async def _files_back(self, key: str, live: _Live) -> None:
+        saved = live.saved
+        if saved is None or live.files_back:
+            return
+        live.files_back = True
+        if saved.files:
+            try:
+                await live.lease.sandbox.put_files(
+                    build_workspace_tar(saved.files, self.limits.uid, self.limits.gid)
+                )
+            except (SandboxError, InvalidInput) as exc:
+                log.warning("could not restore the files of session %s: %s", key, exc)
+                live.saved = None
+                live.restored = "Your workspace could not be restored into this session"
+                self._workspace_notes[key] = (
+                    f"Your saved workspace could not be restored ({exc}); "
+                    "this session starts empty."
+                )
+
+    async def _before_run(self, key: str, live: _Live, restore: Restore) -> None:
+        """The first run of a session that started from a saved workspace: its variables
+        are loaded first when `restore` allows, else the session goes on without them."""
+        live.ran = True
+        saved = live.saved
+        if saved is None or live.restored or not self._loads_by_run(live):
+            return
+        live.saved = None
+        if restore is Restore.VARIABLES:
+            self._workspace_notes[key] = await self._load_variables(key, live, saved)
+        else:
+            live.restored = "This session already ran code without the saved variables"
+            self._workspace_notes[key] = _withheld_note(saved)
+
+    async def _load_variables(self, key: str, live: _Live, saved: Workspace) -> str:
+        """Unpickle the saved variables in the session's kernel (once: the session is marked
+        restored first); what came back, for the user."""
+        live.restored = "Your workspace was already restored into this session"
+        await self._files_back(key, live)
+        if not saved.saved:
+            # No variable names were saved: nothing legitimate to load, so nothing is sent.
+            return restored_note(saved, [], {})
+        try:
+            reply = await _ask_sandbox(
+                live.lease.sandbox,
+                {
+                    "op": "restore",
+                    "variables": base64.b64encode(saved.variables).decode(),
+                    "cells": list(saved.cells),
+                },
+                "restored",
+            )
+        except TimeoutError:
+            reply = {"error": "it took too long"}
+        if reply is None or reply.get("error"):
+            why = "no answer" if reply is None else str(reply["error"])
+            log.warning("could not restore the variables of session %s: %s", key, why)
+            return restored_note(saved, [], {name: why for name in saved.saved})
+        failed = {str(k): str(v) for k, v in dict(reply.get("failed", {})).items()}
+        restored = [str(name) for name in reply.get("restored", [])]
+        return restored_note(saved, restored, failed)
+
+    async def _saved(self, key: str, started: bool = False) -> Workspace | None:
+        """The key's saved workspace once any save of it ended; None when there is none, it
+        cannot be read (said in the next run's note when `started`), or its last save
+        failed (an older one is not what the user had)."""
+        pending = self._saving.get(key)
+        if pending is not None:
+            await asyncio.wait([pending])
+        if key in self._unsaved:
+            if started:
+                self._unsaved.discard(key)
+            return None
+        settings = self.workspace_settings
+        try:
+            data = await self.workspaces.load(key) if self.workspaces is not None else None
+            if data is None:
+                return None
+            return unpack(data, settings.max_files, settings.max_mb * MB + 1_000_000)
+        except WorkspaceError as exc:
+            log.warning("could not read the workspace of session %s: %s", key, exc)
+            if started:
+                self._workspace_notes[key] = (
+                    f"Your saved workspace could not be restored ({exc}); "
+                    "this session starts empty."
+                )
+            return None
+
+    async def restorable(self, key: str, by_run: bool = True) -> tuple[str, ...]:
+        """The saved variables that loading would unpickle now: for a run (`by_run`, only
+        with automatic restore), or for /restore; () when there are none."""
         if self.workspaces is None:
-            return "Workspaces are not kept here (CELLMATE_WORKSPACE_ENABLED is off)."
+            return ()
+        live = self._live.get(key)
+        if live is not None and live.lease.sandbox.alive:
+            if live.saved is None or live.restored or (by_run and not self._loads_by_run(live)):
+                return ()
+            return live.saved.saved
+        if by_run and not self.workspace_settings.auto_restore:
+            return ()
+        saved = await self._saved(key)
+        return saved.saved if saved is not None else ()
+
+    def _loads_by_run(self, live: _Live) -> bool:
+        """Whether the session's next run loads the saved variables (if allowed): with
+        automatic restore, or once /restore brought back the files alone."""
+        return self.workspace_settings.auto_restore or live.files_back
+
+    async def restore(self, key: str, restore: Restore = Restore.VARIABLES) -> Restored:
+        """Restore the key's saved workspace into its session now (starting one if needed),
+        at most once per session; what came back, for the user."""
+        if self.workspaces is None:
+            return Restored("Workspaces are not kept here (CELLMATE_WORKSPACE_ENABLED is off).")
         async with self._lock(key):
             live, _ = await self._session(key, None)
-            self._workspace_notes.pop(key, None)
-            await self._restore(key, live.lease.sandbox)
             note = self._workspace_notes.pop(key, None)
-        return note or "There is no saved workspace for this conversation."
+            saved = live.saved
+            if live.restored:
+                return Restored(_not_again(live.restored))
+            if saved is None:
+                return Restored(note or "There is no saved workspace for this conversation.")
+            await self._files_back(key, live)
+            if live.restored:  # the files could not be put back
+                return Restored(self._workspace_notes.pop(key, "") or _not_again(live.restored))
+            if restore is Restore.FILES:
+                return Restored(_withheld_note(saved), withheld=saved.saved)
+            live.saved = None
+            return Restored(await self._load_variables(key, live, saved))
 
     def adopt(self, found: Sequence[Recovered]) -> None:
         """Take on sessions an earlier process left running: their next run says so."""
@@ -344,7 +513,7 @@ class SessionManager:
                 self._endings.popitem(last=False)
         sandbox = live.lease.sandbox
         if save and self.workspaces is not None and sandbox.alive:
-            task = asyncio.create_task(self._save_then_release(key, sandbox))
+            task = asyncio.create_task(self._save_then_release(key, live))
             self._saving[key] = task
             task.add_done_callback(lambda done: self._forget_saving(key, done))
             return
@@ -354,24 +523,30 @@ class SessionManager:
         if self._saving.get(key) is task:
             del self._saving[key]
 
-    async def _save_then_release(self, key: str, sandbox: Sandbox) -> None:
+    async def _save_then_release(
+        self, key: str, live: _Live, timeout_s: float = WORKSPACE_TIMEOUT_S
+    ) -> None:
         try:
-            await self._save(key, sandbox)
+            await self._save(key, live, timeout_s)
         finally:
-            self.pool.release(sandbox)
+            self.pool.release(live.lease.sandbox)
 
-    async def _save(self, key: str, sandbox: Sandbox) -> None:
-        """Save the session's workspace; a failure is kept for the next run to mention."""
+    async def _save(self, key: str, live: _Live, timeout_s: float = WORKSPACE_TIMEOUT_S) -> None:
+        """Save the session's workspace within `timeout_s`; a failure is kept for the next
+        run to mention. Saved variables that were never loaded into a session where no
+        code ran are kept as they were (its kernel has none of its own)."""
         assert self.workspaces is not None
         limits = self.workspace_settings
+        sandbox = live.lease.sandbox
+        carried = live.saved if live.saved is not None and not live.ran else None
         try:
-            async with asyncio.timeout(WORKSPACE_TIMEOUT_S):
+            async with asyncio.timeout(timeout_s):
                 variables_cap = min(limits.max_variables_mb, limits.max_mb) * MB
                 reply = await _ask_sandbox(
                     sandbox,
                     {"op": "snapshot", "max_bytes": variables_cap},
                     "snapshot",
-                    WORKSPACE_TIMEOUT_S,
+                    timeout_s,
                 )
                 if reply is None or reply.get("error"):
                     why = "no answer" if reply is None else reply["error"]
@@ -399,10 +574,19 @@ class SessionManager:
                     cells=tuple(str(cell) for cell in reply.get("cells", [])),
                     files={f.path: f.content for f in found.files},
                 )
+                if carried is not None:
+                    workspace = dataclasses.replace(
+                        workspace,
+                        variables=carried.variables,
+                        saved=carried.saved,
+                        cells=carried.cells,
+                        skipped={**carried.skipped, **workspace.skipped},
+                    )
                 await self.workspaces.save(key, pack(workspace))
         except (WorkspaceError, SandboxError, TimeoutError, ValueError) as exc:
             why = str(exc) or "it took too long"
             log.warning("could not save the workspace of session %s: %s", key, why)
+            self._unsaved.add(key)
             self._workspace_notes[key] = (
                 f"Your workspace could not be saved when the last session ended ({why}); "
                 "earlier variables and files are gone."
@@ -410,48 +594,6 @@ class SessionManager:
             # An older workspace would be restored in its place: it is not what the user had.
             with contextlib.suppress(WorkspaceError):
                 await self.workspaces.delete(key)
-
-    async def _restore(self, key: str, sandbox: Sandbox) -> None:
-        """Bring the key's saved workspace into its new sandbox, and note what came back."""
-        assert self.workspaces is not None
-        pending = self._saving.get(key)
-        if pending is not None:
-            await asyncio.wait([pending])
-        if key in self._workspace_notes:  # the save failed: nothing to restore
-            return
-        limits = self.workspace_settings
-        try:
-            data = await self.workspaces.load(key)
-            if data is None:
-                return
-            workspace = unpack(data, limits.max_files, limits.max_mb * MB + 1_000_000)
-            if workspace.files:
-                await sandbox.put_files(
-                    build_workspace_tar(workspace.files, self.limits.uid, self.limits.gid)
-                )
-            reply = await _ask_sandbox(
-                sandbox,
-                {
-                    "op": "restore",
-                    "variables": base64.b64encode(workspace.variables).decode(),
-                    "cells": list(workspace.cells),
-                },
-                "restored",
-            )
-            if reply is None or reply.get("error"):
-                why = "no answer" if reply is None else str(reply["error"])
-                failed = {name: why for name in workspace.saved}
-                restored: list[str] = []
-            else:
-                failed = {str(k): str(v) for k, v in dict(reply.get("failed", {})).items()}
-                restored = [str(name) for name in reply.get("restored", [])]
-            self._workspace_notes[key] = restored_note(workspace, restored, failed)
-        except (WorkspaceError, SandboxError, InvalidInput, TimeoutError) as exc:
-            log.warning("could not restore the workspace of session %s: %s", key, exc)
-            self._workspace_notes[key] = (
-                f"Your saved workspace could not be restored ({exc or 'it took too long'}); "
-                "this session starts empty."
-            )
 
     def stop(self, key: str) -> bool:
         """Interrupt the key's running run, and end the runs that wait to start (nothing of
@@ -511,17 +653,7 @@ class SessionManager:
         return sorted((path, len(content)) for path, content in saved.files.items())
 
     async def saved_workspace(self, key: str) -> Workspace | None:
-        if self.workspaces is None:
-            return None
-        settings = self.workspace_settings
-        try:
-            data = await self.workspaces.load(key)
-            if data is None:
-                return None
-            return unpack(data, settings.max_files, settings.max_mb * MB + 1_000_000)
-        except WorkspaceError as exc:
-            log.warning("could not read the workspace of session %s: %s", key, exc)
-            return None
+        return await self._saved(key)
 
     async def get_file(self, key: str, path: str) -> bytes | None:
         if not _safe_relative(path):
@@ -667,28 +799,42 @@ class SessionManager:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
-        kept: list[Sandbox] = []
         for key in list(self._live):
             self.stop(key)
-            if not keep and self.workspaces is None:
+        if not keep and self.workspaces is None:
+            for key in list(self._live):
                 await self._end(key, None)
-                continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.limits.interrupt_grace_s + 5):
-                    await self._lock(key).acquire()  # the stopped run has ended
-            live = self._live.pop(key, None)
-            if live is None:
-                continue
-            sandbox = live.lease.sandbox
-            if keep and sandbox.alive:
-                kept.append(sandbox)
-                continue
-            if self.workspaces is not None and sandbox.alive:
-                await self._save(key, sandbox)
-            self.pool.release(sandbox)
+        # Every session ends at once, each save within its own deadline: one that pickles
+        # slowly loses only its own workspace, never another's, within the engine's grace.
+        ended = await asyncio.gather(*(self._close_one(key, keep) for key in list(self._live)))
+        kept = [sandbox for sandbox in ended if sandbox is not None]
         if self._saving:
-            await asyncio.wait(list(self._saving.values()))
+            _, late = await asyncio.wait(list(self._saving.values()), timeout=self.shutdown_save_s)
+            for task in late:
+                log.warning("a workspace save still running at shutdown was abandoned")
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
         return kept
+
+    async def _close_one(self, key: str, keep: bool) -> Sandbox | None:
+        """End one session on shutdown (its run stopped): its sandbox when kept, else its
+        workspace saved within `shutdown_save_s` and its sandbox released."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.limits.interrupt_grace_s + 5):
+                await self._lock(key).acquire()  # the stopped run has ended
+        live = self._live.pop(key, None)
+        if live is None:
+            return None
+        sandbox = live.lease.sandbox
+        if keep and sandbox.alive:
+            return sandbox
+        if self.workspaces is not None and sandbox.alive:
+            started = time.monotonic()
+            await self._save(key, live, self.shutdown_save_s)
+            log.info("saved session %s in %.1f s on shutdown", key, time.monotonic() - started)
+        self.pool.release(sandbox)
+        return None
 
     def _run_limits(self, overrides: Mapping[str, Any]) -> SandboxLimits:
         limits = dataclasses.replace(self.limits, **overrides) if overrides else self.limits
@@ -784,3 +930,27 @@ def _duration(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds / 60:g} min"
     return f"{seconds:g} s"
+
+
+def _shown(names: Sequence[str]) -> str:
+    """Names for a one-line note: the first few, each cut short, and how many more."""
+    cut = [name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…" for name in names]
+    more = len(cut) - NAMES_SHOWN
+    return ", ".join(cut[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def _withheld_note(saved: Workspace) -> str:
+    """A workspace's files came back and its variables were not loaded."""
+    when = ago(time.time() - saved.created)
+    files = f" ({_shown(sorted(saved.files))})" if saved.files else ""
+    line = f"The files of your workspace from {when} are back{files}"
+    if saved.saved:
+        line += f"; its variables were not loaded: {_shown(saved.saved)}"
+    return line + "."
+
+
+def _not_again(why: str) -> str:
+    return (
+        f"{why}; a workspace is restored at most once per session (again, it would replace "
+        "newer variables with older ones)."
+    )

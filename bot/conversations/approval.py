@@ -11,23 +11,31 @@
 Once a turn's code was declined (cancelled, timed out, stopped, or the policy is off), the
 turn asks nobody again: later code of the same turn is declined the same way, and the model
 is told to answer without running code.
+
+Loading a saved workspace's variables runs code too (unpickling calls what the pickle names),
+so it passes the same gate: under auto it happens, under off only the files come back, and
+under approve the variables are named on the card of the code they load before, or on a card
+of their own (a direct run, /restore), and nothing is loaded before a person says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import inspect
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.conversations.keys import ConversationKey
-from bot.conversations.policy import Policies
+from bot.conversations.policy import Mode, Policies
 from bot.events import ApprovalDecided, ApprovalRequested, Notice, TurnEvent
+from bot.fences import as_run
+from executor.session import Restore
 
 ALREADY_DECIDED = "That code has already been decided on, or it is no longer waiting."
 OFF_NOTICE = (
@@ -38,6 +46,17 @@ OFF_REFUSAL = (
     "Running code is turned off here (policy off), so this code was not run. "
     "An admin can change this with /policy."
 )
+OFF_RESTORE = (
+    "Running code is turned off here (policy off), and loading saved variables runs code, so "
+    "they were not loaded."
+)
+APPROVE_RESTORE = (
+    "Code here waits for approval (policy approve), and loading saved variables runs code, so "
+    "they were not loaded; they are named for approval with the next code that runs here."
+)
+NOTHING_TO_EDIT = "Only a restore waits here, with no code to edit: Run or Cancel it."
+NAMES_SHOWN = 12
+NAME_CHARS = 40
 
 
 class Verdict(enum.Enum):
@@ -56,6 +75,8 @@ class Decision:
     """The code that runs (edited, perhaps)."""
     by: str = ""
     """Who decided (a user id); '' when nobody did."""
+    restore: Restore = Restore.VARIABLES
+    """Whether saved variables may be loaded before the code (only where they were shown)."""
 
     @property
     def runs(self) -> bool:
@@ -82,9 +103,71 @@ class Decision:
         )
 
 
-def outcome(event: ApprovalDecided, who: str) -> str:
-    """One line saying what became of code that waited for approval; `who` names the person
-    (as the platform shows people)."""
+@dataclass(frozen=True, slots=True)
+class RestoreRequested(ApprovalRequested):
+    """An approval that also loads a saved workspace's variables before the code (`code`
+    is '' when only the restore waits: a direct run, /restore)."""
+
+    restoring: tuple[str, ...] = ()
+    """The saved variables' names, as the workspace lists them."""
+
+
+def restoring_of(event: ApprovalRequested) -> tuple[str, ...]:
+    return event.restoring if isinstance(event, RestoreRequested) else ()
+
+
+def restore_heading(event: ApprovalRequested) -> str:
+    """What the card asks about, for its first line."""
+    if not restoring_of(event):
+        return "The model wants to run this code."
+    if not event.code:
+        return "This conversation's saved variables are to be loaded, which runs code."
+    return "The model wants to run this code, after loading saved variables (which runs code)."
+
+
+def restore_text(event: ApprovalRequested) -> str:
+    """The card's line about the variables a Run loads ('' when none): their names, which
+    the code block after it shows as they are."""
+    names = restoring_of(event)
+    if not names:
+        return ""
+    return (
+        f"Run first loads {len(names)} saved variable{'s' if len(names) != 1 else ''} of this "
+        "conversation's workspace; unpickling them runs whatever code was saved with them "
+        "(Cancel: they are not loaded):"
+    )
+
+
+def shown_names(names: Sequence[str]) -> str:
+    """Variable names for a card, one a line: the first few, each cut short, made visible
+    (a name can be any string), and how many more."""
+    lines = [_short(as_run(name).replace("\n", "\\n")) for name in names[:NAMES_SHOWN]]
+    if len(names) > NAMES_SHOWN:
+        lines.append(f"… and {len(names) - NAMES_SHOWN} more")
+    return "\n".join(lines)
+
+
+def names_line(names: Sequence[str], shown: int = 8) -> str:
+    """Variable names for a one-line note: the first few, each cut short and made visible."""
+    line = ", ".join(_short(as_run(name).replace("\n", "\\n")) for name in names[:shown])
+    return line + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
+
+
+def outcome(event: ApprovalDecided, who: str, restore_only: bool = False) -> str:
+    """One line saying what became of code that waited for approval (or of a restore alone:
+    `restore_only`); `who` names the person (as the platform shows people)."""
+    if restore_only:
+        if event.verdict == Verdict.RUN.value:
+            return f"✅ Approved by {who}; the saved variables are loaded."
+        if event.verdict == Verdict.CANCELLED.value:
+            return f"🚫 Cancelled by {who}; the saved variables were not loaded."
+        if event.verdict == Verdict.TIMED_OUT.value:
+            return "⌛ Nobody approved it in time; the saved variables were not loaded."
+        return "⏹️ The turn was stopped; the saved variables were not loaded."
     if event.verdict == Verdict.RUN.value:
         return f"✅ Approved by {who}; it runs."
     if event.verdict == Verdict.EDITED.value:
@@ -110,6 +193,7 @@ class Pending:
     conversation: ConversationKey
     requester: str
     code: str
+    """'' when only a restore waits."""
     decided: asyncio.Future[Decision] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -138,6 +222,7 @@ class Approver:
         emit: Emit,
         stop: asyncio.Event,
         deadline: Callable[[], float | None] | None = None,
+        restorable: Callable[[bool], Awaitable[tuple[str, ...]]] | None = None,
     ) -> None:
         self.policies = policies
         self.pending = pending
@@ -149,6 +234,9 @@ class Approver:
         """When (time.monotonic) waiting must end so that the turn, within its time budget,
         can still answer politely; asked when code waits, since the budget starts only once
         the turn holds its conversation (None: no limit)."""
+        self.restorable = restorable
+        """The saved variables that loading would unpickle now (for a run: True), to name
+        on the card; None: none are kept."""
         self.declined: Decision | None = None
 
     async def __call__(self, code: str) -> Decision:
@@ -161,12 +249,37 @@ class Approver:
             self.declined = Decision(Verdict.OFF)
             await _call(self.emit, Notice(OFF_NOTICE))
             return self.declined
-        decision = await self._ask(code)
+        restoring = await self._restorable(True)
+        decision = await self._ask(code, restoring)
         if not decision.runs:
             self.declined = decision
-        return decision
+            return decision
+        # Variables load only where the card named them: a Run of a card without them
+        # leaves any that turn up later unloaded.
+        return decision if restoring else dataclasses.replace(decision, restore=Restore.FILES)
 
-    async def _ask(self, code: str) -> Decision:
+    def unasked(self) -> tuple[Restore, str]:
+        """How saved variables may load with nobody asked (a message with only files), and
+        why not, for the person, when they may not."""
+        return _unasked(self.policies.mode(self.key))
+
+    async def restore(self, by_run: bool = True) -> Restore:
+        """Whether saved variables may be loaded for a run with no card of its own (a
+        direct run: `by_run`) or for /restore; under approve, a person decides on a card
+        that names them (a declined card loads nothing, and the run goes on without them)."""
+        mode = self.policies.mode(self.key)
+        if mode != "approve":
+            return _unasked(mode)[0]
+        restoring = await self._restorable(by_run)
+        if not restoring:
+            return Restore.FILES
+        decision = await self._ask("", restoring)
+        return Restore.VARIABLES if decision.runs else Restore.FILES
+
+    async def _restorable(self, by_run: bool) -> tuple[str, ...]:
+        return await self.restorable(by_run) if self.restorable is not None else ()
+
+    async def _ask(self, code: str, restoring: tuple[str, ...] = ()) -> Decision:
         settings = self.policies.settings
         timeout_s = settings.timeout_s
         deadline = self.deadline() if self.deadline is not None else None
@@ -175,7 +288,11 @@ class Approver:
         key = secrets.token_hex(8)
         waiting = Pending(self.key, self.requester, code)
         self.pending[key] = waiting
-        asking = ApprovalRequested(key, code, self.requester, settings.approvers, timeout_s)
+        asking: ApprovalRequested = (
+            RestoreRequested(key, code, self.requester, settings.approvers, timeout_s, restoring)
+            if restoring
+            else ApprovalRequested(key, code, self.requester, settings.approvers, timeout_s)
+        )
         try:
             await _call(self.emit, asking)
             decision = await self._wait(waiting, timeout_s)
@@ -205,6 +322,12 @@ class Approver:
         verdict = Verdict.STOPPED if self.stop.is_set() else Verdict.TIMED_OUT
         waiting.settle(Decision(verdict))
         return waiting.decided.result()
+
+
+def _unasked(mode: Mode) -> tuple[Restore, str]:
+    if mode == "auto":
+        return Restore.VARIABLES, ""
+    return Restore.FILES, OFF_RESTORE if mode == "off" else APPROVE_RESTORE
 
 
 async def _call(emit: Emit, event: TurnEvent) -> None:

@@ -9,6 +9,7 @@ at-a-time line of each person, the running turns, and who may act on a conversat
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,9 +27,11 @@ from bot.conversations.access import (
 )
 from bot.conversations.approval import (
     ALREADY_DECIDED,
+    NOTHING_TO_EDIT,
     OFF_REFUSAL,
     Approver,
     Decision,
+    Emit,
     Pending,
     Verdict,
 )
@@ -39,6 +42,7 @@ from bot.conversations.quotas import Quotas
 from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Turn, Turns
 from bot.conversations.reply import Reply
 from bot.events import ExecutionFinished, TurnEvent
+from bot.fences import as_run
 
 if TYPE_CHECKING:
     from bot.agent import Agent, UserMessage
@@ -169,8 +173,9 @@ class Conversations:
                     await reply.start(entry.key)
                     emit = self._metered(reply, person.user, message.server, entry.turn)
                     self._keep_off(entry.turn, key, message.text)
+                    approver = None
                     if self.policies is not None:
-                        entry.turn.approve = Approver(
+                        approver = entry.turn.approve = Approver(
                             self.policies,
                             self.pending,
                             key,
@@ -178,8 +183,12 @@ class Conversations:
                             emit,
                             entry.turn.stop_requested,
                             lambda: self._approval_deadline(entry.turn),
+                            self.agent.executor.session(key.id).restorable,
                         )
-                    await self.agent.turn(key.id, message, emit, entry.turn)
+                    if approver is None:
+                        await self.agent.turn(key.id, message, emit, entry.turn)
+                    else:
+                        await self.agent.turn(key.id, message, emit, entry.turn, approver)
                     notices = [SHUTDOWN_NOTICE] if entry.shutdown else []
                     await reply.finish(entry.key if rerun_code is not None else None, notices)
         except NotHere:
@@ -314,10 +323,32 @@ class Conversations:
         await self.check(door, person, key)
         await self.agent.reset(key.id)
 
-    async def restore(self, door: Admission, person: Person, key: ConversationKey) -> str:
-        """Bring the conversation's saved workspace back into its session; what came back."""
+    async def restore(
+        self, door: Admission, person: Person, key: ConversationKey, ask: Emit | None = None
+    ) -> str:
+        """Bring the conversation's saved workspace back into its session (at most once per
+        session); what came back. Its variables pass the place's policy as a run does: under
+        off only the files come back; under approve a card on `ask` names them and waits for
+        a person (without `ask`, only the files come back, and the next code's card names
+        the variables)."""
         await self.check(door, person, key)
-        return await self.agent.executor.session(key.id).restore()
+        session = self.agent.executor.session(key.id)
+        if self.policies is None:
+            return (await session.restore()).note
+        approver = Approver(
+            self.policies,
+            self.pending,
+            key,
+            person.user,
+            ask or (lambda event: None),
+            asyncio.Event(),
+            restorable=session.restorable,
+        )
+        mode, why = approver.unasked()
+        if ask is not None:
+            mode = await approver.restore(by_run=False)
+        done = await session.restore(mode)
+        return f"{why} {done.note}" if done.withheld and why else done.note
 
     async def export(self, door: Admission, person: Person, key: ConversationKey) -> Any:
         """The conversation's session as a notebook, or None when no code has run."""
@@ -365,8 +396,13 @@ class Conversations:
         """Run (RUN), run edited `code` (EDITED) or not run (CANCELLED) the code waiting under
         `key`; raises a `Refused` saying why the person may not."""
         waiting = await self.approvable(door, person, key)
+        if verdict is Verdict.EDITED and not waiting.code:
+            raise Refused(NOTHING_TO_EDIT)
         if verdict is Verdict.EDITED and not code.strip():
             raise Refused(EMPTY_EDIT)
+        # What runs is what the reply then shows: line ends and hidden characters as the
+        # model's code gets them.
+        code = as_run(code)
         if verdict is not Verdict.EDITED:
             code = waiting.code
         if not waiting.settle(Decision(verdict, code, person.user)):

@@ -15,6 +15,7 @@ from bot.conversations.approval import Approver, Decision, Pending, Verdict
 from bot.conversations.keys import ConversationKey
 from bot.conversations.policy import Policies, PolicySettings
 from bot.events import ApprovalDecided, ApprovalRequested, TurnEvent
+from executor.session import Restore
 
 KEY = ConversationKey("slack", "T1", "C1", "1.0")
 
@@ -94,7 +95,8 @@ async def test_an_edit_decides_what_runs_and_stop_ends_the_next_wait(
     (entry,) = pending.values()
     assert entry.settle(Decision(Verdict.EDITED, "print(2)", "U2"))
     assert not entry.settle(Decision(Verdict.RUN, "print(1)", "U1"))  # the first one counts
-    assert await waiting == Decision(Verdict.EDITED, "print(2)", "U2")
+    # No saved variables were named on the card, so none may load before the edited code.
+    assert await waiting == Decision(Verdict.EDITED, "print(2)", "U2", Restore.FILES)
     assert events[-1] == ApprovalDecided(events[0].key, "edited", "U2")  # type: ignore[union-attr]
 
     stop.set()
