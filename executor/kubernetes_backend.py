@@ -10,7 +10,8 @@ sandbox, as the sandbox's own user: the archive that comes out is read within th
 and with the same refusals (links, devices, paths out of /mnt/data), as on Docker.
 
 The official `kubernetes` client is synchronous; its calls run in threads, and one thread
-per sandbox pumps the attach stream into the event queue. Its `stream()` swaps the request
+per sandbox pumps the attach stream into the event queue, which is bounded (see
+executor/kubernetes_stream.py). Its `stream()` swaps the request
 method of the client it is given while it connects, so streams use a client of their own,
 one connection set-up at a time.
 """
@@ -44,6 +45,8 @@ from websocket import ABNF
 
 from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_output_tar
 from executor.errors import EngineUnavailable, ImageNotFound, SandboxError
+from executor.kubernetes_seccomp import PROFILE_PATH
+from executor.kubernetes_stream import JUNK_BUDGET_BYTES, FrameQueue, Pump
 from executor.limits import SandboxLimits
 from executor.protocol import ExitState, Recovered, Sandbox
 from executor.stdio import STDERR, STDOUT, RunnerStream
@@ -71,6 +74,11 @@ NEEDED = (
     ("pods", "exec", "create"),
 )
 """What the executor does with Pods in its namespace (resource, subresource, verb)."""
+TERMINATION_MESSAGE_PATH = "/root/termination-log"
+"""Where the kubelet bind-mounts the container's termination message: a file on the node's
+disk, mode 0666, which no size limit of the Pod covers. Inside /root (root's, mode 0700 in
+the image, on a read-only root) the sandbox's user cannot reach it; at /dev/termination-log
+any code could fill it up to the file size limit."""
 IMAGE_FAILURES = {"ErrImageNeverPull", "ImagePullBackOff", "ErrImagePull", "InvalidImageName"}
 
 
@@ -93,8 +101,14 @@ class KubernetesSettings:
     """`key=value:Effect` (or `key:Effect`) taints sandboxes tolerate."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     memory_backed: bool = True
-    """/mnt/data and /tmp in memory (counted in the Pod's memory limit), or on the node's
-    disk."""
+    """/mnt/data and /tmp are in memory, counted in the Pod's memory limit. `false` (on the
+    node's disk) is refused: the kubelet enforces an emptyDir's sizeLimit by eviction, tens
+    of seconds after the fact, in which a sandbox writes gigabytes."""
+    seccomp_profile: str = PROFILE_PATH
+    """The Localhost seccomp profile of runc sandboxes, under the kubelet's seccomp folder
+    (scripts/install-seccomp-profile.sh puts it on a node); `RuntimeDefault`: the runtime's
+    default, which allows io_uring. gVisor sandboxes keep the runtime's default (gVisor answers the
+    system calls itself)."""
     cpu_request: float = 0.1
     """CPUs a sandbox asks the scheduler for; its limit is CELLMATE_SANDBOX_CPUS. Sessions
     are idle most of the time, so requests below the limits fit many more on a node."""
@@ -109,6 +123,15 @@ class KubernetesSettings:
     and files kept) instead of deleting them. Empty: a new secret per process, and sessions
     end with it."""
 
+    def __post_init__(self) -> None:
+        if not self.memory_backed:
+            raise ValueError(
+                "CELLMATE_KUBERNETES_MEMORY_BACKED=false is not supported: on the node's disk "
+                "a sandbox's files are bounded only by eviction, tens of seconds late; "
+                "/mnt/data and /tmp stay in memory (size them with CELLMATE_SANDBOX_DATA_MB "
+                "and _TMP_MB)"
+            )
+
     def runtime_class(self, runtime: str) -> str:
         return self.runtime_class_runsc if runtime == "runsc" else self.runtime_class_runc
 
@@ -122,8 +145,13 @@ def pod_manifest(
 ) -> dict[str, Any]:
     """The Pod for one sandbox: everything the cluster is asked for, in one place."""
     threads = str(max(1, int(limits.cpus)))
-    medium = {"medium": "Memory"} if settings.memory_backed else {}
     user = {"runAsNonRoot": True, "runAsUser": limits.uid, "runAsGroup": limits.gid}
+    seccomp = seccomp_profile(limits.runtime, settings)
+    requests = {
+        "cpu": str(min(settings.cpu_request, limits.cpus)),
+        "memory": f"{min(settings.memory_request_mb, limits.memory_mb)}Mi",
+    }
+    caps = {"cpu": str(limits.cpus), "memory": f"{limits.memory_mb}Mi"}
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -134,6 +162,8 @@ def pod_manifest(
         "securityContext": {
             **user,
             "fsGroup": limits.gid,
+            # The Pod's own (pause) container keeps the default: a missing Localhost
+            # profile then fails the sandbox container, with a reason the Pod reports.
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [
@@ -144,6 +174,8 @@ def pod_manifest(
                 "stdin": True,
                 "stdinOnce": False,
                 "tty": False,
+                "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+                "terminationMessagePolicy": "File",
                 "workingDir": DATA_DIR,
                 # Only these variables exist inside; nothing of the bot's environment.
                 "env": [
@@ -158,20 +190,14 @@ def pod_manifest(
                         "value": str(limits.file_size_mb * 1024 * 1024),
                     },
                 ],
-                "resources": {
-                    "requests": {
-                        "cpu": str(min(settings.cpu_request, limits.cpus)),
-                        "memory": f"{min(settings.memory_request_mb, limits.memory_mb)}Mi",
-                    },
-                    "limits": {"cpu": str(limits.cpus), "memory": f"{limits.memory_mb}Mi"},
-                },
+                "resources": {"requests": requests, "limits": caps},
                 "securityContext": {
                     **user,
                     "readOnlyRootFilesystem": True,
                     "allowPrivilegeEscalation": False,
                     "privileged": False,
                     "capabilities": {"drop": ["ALL"]},
-                    "seccompProfile": {"type": "RuntimeDefault"},
+                    "seccompProfile": seccomp,
                 },
                 "volumeMounts": [
                     {"name": "data", "mountPath": DATA_DIR},
@@ -180,8 +206,8 @@ def pod_manifest(
             }
         ],
         "volumes": [
-            {"name": "data", "emptyDir": {**medium, "sizeLimit": f"{limits.data_mb}Mi"}},
-            {"name": "tmp", "emptyDir": {**medium, "sizeLimit": f"{limits.tmp_mb}Mi"}},
+            {"name": "data", "emptyDir": {"medium": "Memory", "sizeLimit": f"{limits.data_mb}Mi"}},
+            {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": f"{limits.tmp_mb}Mi"}},
         ],
     }
     runtime_class = settings.runtime_class(limits.runtime)
@@ -197,6 +223,13 @@ def pod_manifest(
         "metadata": {"name": name, "labels": dict(labels)},
         "spec": spec,
     }
+
+
+def seccomp_profile(runtime: str, settings: KubernetesSettings) -> dict[str, str]:
+    """The seccomp profile of a sandbox Pod under `runtime`."""
+    if runtime == "runsc" or settings.seccomp_profile.lower() == "runtimedefault":
+        return {"type": "RuntimeDefault"}
+    return {"type": "Localhost", "localhostProfile": settings.seccomp_profile}
 
 
 def _pair(item: str) -> tuple[str, str]:
@@ -264,13 +297,29 @@ class KubernetesSandbox:
         self._name = name
         self._attach = attach
         self._key = key
-        self._frames: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
+        self._frames = FrameQueue()
         self._events = RunnerStream(frames=self._frames, key=key)
         self._destroyed = False
-        self._pump = threading.Thread(
-            target=_pump, args=(attach, asyncio.get_running_loop(), self._frames), daemon=True
+        self._reader = Pump(
+            functools.partial(_frames, attach), key, self._frames, asyncio.get_running_loop()
         )
+        self._pump = threading.Thread(target=self._read, daemon=True)
         self._pump.start()
+
+    def _read(self) -> None:
+        try:
+            self._reader.run()
+        finally:
+            _close(self._attach)  # the reader frees the connection: see `_abort`
+        if self._reader.flooded:
+            # Unread, the flood would go on into the container log on the node's disk.
+            log.warning(
+                "sandbox %s wrote more than %d MB outside its protocol; deleting its Pod",
+                self._name,
+                JUNK_BUDGET_BYTES // 2**20,
+            )
+            with contextlib.suppress(Exception):
+                _delete(self._api, self._namespace, self._name)
 
     @property
     def id(self) -> str:
@@ -284,7 +333,17 @@ class KubernetesSandbox:
 
     @property
     def stderr_tail(self) -> str:
-        return self._events.stderr_tail
+        if self._reader.flooded:
+            return (
+                f"The sandbox wrote more than {JUNK_BUDGET_BYTES // 2**20} MB outside its "
+                "protocol (error stream, unsealed lines) and was stopped."
+            )
+        return self._reader.tail.text()
+
+    @property
+    def flooded(self) -> bool:
+        """Whether the sandbox was cut off for writing too much outside its protocol."""
+        return self._reader.flooded
 
     async def hello(self) -> None:
         """The runner's first line, with its key: written before any user code exists."""
@@ -315,6 +374,7 @@ class KubernetesSandbox:
 
     def detach(self) -> None:
         """Stop reading the runner without stopping the Pod."""
+        self._frames.close()
         _abort(self._attach)
 
     async def send(self, request: Mapping[str, Any]) -> None:
@@ -445,6 +505,7 @@ class KubernetesSandbox:
     async def destroy(self) -> None:
         if self._destroyed:
             return
+        self._frames.close()
         _abort(self._attach)
         await _cluster(_delete, self._api, self._namespace, self._name)
         self._destroyed = True
@@ -479,26 +540,6 @@ def _frames(stream: Any) -> Iterator[tuple[int, bytes]]:
         if opcode in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) and len(frame.data) > 1:
             data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
             yield data[0], data[1:]
-
-
-def _pump(
-    attach: Any,
-    loop: asyncio.AbstractEventLoop,
-    frames: asyncio.Queue[tuple[int, bytes] | None],
-) -> None:
-    """Move the attach stream's output into the event queue, until it closes."""
-
-    def put(item: tuple[int, bytes] | None) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop has closed
-            loop.call_soon_threadsafe(frames.put_nowait, item)
-
-    try:
-        for channel, data in _frames(attach):
-            if channel in (STDOUT, STDERR):
-                put((channel, data))
-    finally:
-        _close(attach)  # the reader frees the connection: see `_abort`
-        put(None)
 
 
 def _stdout_chunks(running: Any) -> Iterator[bytes]:
@@ -642,7 +683,7 @@ class KubernetesBackend:
                 await sandbox.put_files(input_tar)
         except BaseException:
             if sandbox is not None:
-                _abort(sandbox._attach)
+                sandbox.detach()
             await asyncio.shield(asyncio.to_thread(_delete, api, self.namespace, name))
             raise
         return sandbox
@@ -662,9 +703,21 @@ class KubernetesBackend:
                         f"The cluster cannot run the sandbox image {self.image} "
                         f"({waiting.reason}): load or push it where the nodes pull from."
                     )
+                if waiting is not None and "seccomp" in (waiting.message or ""):
+                    raise SandboxError(self._no_profile(pod, waiting.message))
             if time.monotonic() > deadline:
                 raise SandboxError(f"the sandbox Pod was not running after {timeout_s:g} s")
             time.sleep(START_POLL_S)
+
+    def _no_profile(self, pod: Any, message: str) -> str:
+        node = pod.spec.node_name or "its node"
+        return (
+            f"The sandbox's seccomp profile {self.settings.seccomp_profile!r} is not installed "
+            f"on {node} ({message[:200]}). Install it on every node that runs sandboxes "
+            "(scripts/install-seccomp-profile.sh, into the kubelet's seccomp folder), or set "
+            "CELLMATE_KUBERNETES_SECCOMP_PROFILE=RuntimeDefault to run runc sandboxes under "
+            "the runtime's default profile, which allows io_uring."
+        )
 
     def _attach(self, name: str) -> Any:
         return open_stream(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A Kubernetes cluster for the Kubernetes backend's tests: start the single-node kit in
 # KIT (default ../shared/k8s-kit beside the checkout) in its own network namespace, copy the
-# sandbox image (already built in Docker) onto its node, and print the admin kubeconfig's
+# sandbox image (already built in Docker) onto its node, install the sandbox seccomp profile
+# in its kubelet's seccomp folder, and print the admin kubeconfig's
 # path as the last line. The kit never pulls (no registry): sandboxes use imagePullPolicy
 # Never there.
 set -euo pipefail
@@ -23,5 +24,10 @@ if [ ! -f "$KUBECONFIG_PATH" ]; then
 fi
 log "Loading $TAG onto the cluster's node ..."
 "$KIT/load-image" "$TAG" >&2
+# The kit's kubelet runs with --root-dir=<state>/data/kubelet, beside the kubeconfig: its
+# seccomp folder, where runc sandboxes find their Localhost profile, is under it.
+SECCOMP_DIR="$(dirname "$KUBECONFIG_PATH")/data/kubelet/seccomp"
+log "Installing the sandbox seccomp profile in $SECCOMP_DIR ..."
+scripts/install-seccomp-profile.sh "$SECCOMP_DIR" >&2
 log "Cluster ready: KUBECONFIG=$KUBECONFIG_PATH"
 echo "$KUBECONFIG_PATH"

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
 from executor.kubernetes_backend import KubernetesSettings, pod_manifest
 from executor.limits import SandboxLimits
 from executor.protocol import SandboxBackend
@@ -27,6 +33,12 @@ def test_the_pod_meets_the_restricted_level_and_holds_no_credentials() -> None:
     assert spec["restartPolicy"] == "Never"
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["seccompProfile"] == {
+        "type": "Localhost",
+        "localhostProfile": "cellmate/sandbox.json",
+    }
+    # The termination message's file (on the node's disk) is out of the sandbox user's reach.
+    assert container["terminationMessagePath"] == "/root/termination-log"
     security = container["securityContext"]
     assert (security["runAsUser"], security["runAsGroup"]) == (61000, 61000)
     assert security["readOnlyRootFilesystem"] is True
@@ -47,7 +59,7 @@ def test_the_pod_meets_the_restricted_level_and_holds_no_credentials() -> None:
 
 def test_limits_become_requests_limits_and_sized_scratch_space() -> None:
     limits = SandboxLimits(memory_mb=2048, cpus=1.5, data_mb=300, tmp_mb=100, runtime="runsc")
-    spec = _pod(limits, memory_backed=False, max_lifetime_s=600)["spec"]
+    spec = _pod(limits, max_lifetime_s=600)["spec"]
     assert isinstance(spec, dict)
     resources = spec["containers"][0]["resources"]
     assert resources["limits"] == {"cpu": "1.5", "memory": "2048Mi"}
@@ -56,14 +68,14 @@ def test_limits_become_requests_limits_and_sized_scratch_space() -> None:
     assert isinstance(guaranteed, dict)
     assert guaranteed["containers"][0]["resources"]["requests"] == resources["limits"]
     volumes = {v["name"]: v["emptyDir"] for v in spec["volumes"]}
-    assert volumes == {"data": {"sizeLimit": "300Mi"}, "tmp": {"sizeLimit": "100Mi"}}
+    assert volumes == {
+        "data": {"medium": "Memory", "sizeLimit": "300Mi"},
+        "tmp": {"medium": "Memory", "sizeLimit": "100Mi"},
+    }
     assert spec["runtimeClassName"] == "gvisor"
     assert spec["activeDeadlineSeconds"] == 600
     env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
     assert env["CELLMATE_PRELOAD"] == "numpy,matplotlib"
-    memory = _pod()["spec"]
-    assert isinstance(memory, dict)
-    assert memory["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "512Mi"}
 
 
 def test_node_selectors_and_tolerations_are_parsed() -> None:
@@ -91,3 +103,61 @@ def test_the_backend_is_chosen_by_a_setting() -> None:
     assert isinstance(backend, KubernetesBackend)
     assert backend.namespace == "sbx"
     assert load_settings({}, env_file=None).sandbox_backend() is None  # Docker, the default
+
+
+def test_scratch_space_on_the_nodes_disk_is_refused_with_the_reason() -> None:
+    from bot.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError) as refused:
+        load_settings({"CELLMATE_KUBERNETES_MEMORY_BACKED": "false"}, env_file=None)
+    assert "CELLMATE_KUBERNETES_MEMORY_BACKED=false is not supported" in str(refused.value)
+    assert "bounded only by eviction" in str(refused.value)
+
+
+def test_runc_sandboxes_name_the_localhost_profile_and_gvisor_keeps_the_default() -> None:
+    def profile(runtime: Literal["runc", "runsc"], **settings: object) -> object:
+        spec = _pod(SandboxLimits(runtime=runtime), **settings)["spec"]
+        assert isinstance(spec, dict)
+        return spec["containers"][0]["securityContext"]["seccompProfile"]
+
+    assert profile("runc", seccomp_profile="nodes/cellmate.json") == {
+        "type": "Localhost",
+        "localhostProfile": "nodes/cellmate.json",
+    }
+    assert profile("runsc") == {"type": "RuntimeDefault"}
+    for opted_out in ("RuntimeDefault", "runtimedefault"):
+        assert profile("runc", seccomp_profile=opted_out) == {"type": "RuntimeDefault"}
+
+
+def test_the_localhost_profile_is_resolved_for_the_nodes_architecture(tmp_path: Path) -> None:
+    from executor.kubernetes_seccomp import install, localhost_profile, main
+
+    for machine, native, own, foreign in (
+        ("x86_64", "SCMP_ARCH_X86_64", "arch_prctl", "cacheflush"),
+        ("amd64", "SCMP_ARCH_X86_64", "arch_prctl", "cacheflush"),
+        ("aarch64", "SCMP_ARCH_AARCH64", "cacheflush", "arch_prctl"),
+    ):
+        resolved = localhost_profile(machine)
+        # The OCI format the container runtime reads: no Docker-only fields anywhere.
+        assert set(resolved) == {"defaultAction", "defaultErrnoRet", "architectures", "syscalls"}
+        assert resolved["architectures"][0] == native
+        assert resolved["defaultAction"] == "SCMP_ACT_ERRNO"
+        names = {n for rule in resolved["syscalls"] for n in rule["names"]}
+        assert own in names
+        assert foreign not in names
+        for rule in resolved["syscalls"]:
+            assert set(rule) <= {"names", "action", "errnoRet", "args"}
+            if rule["action"] == "SCMP_ACT_ALLOW":
+                assert not {"io_uring_setup", "io_uring_enter", "io_uring_register"} & set(
+                    rule["names"]
+                )
+                assert not {"userfaultfd", "perf_event_open", "bpf", "ptrace"} & set(rule["names"])
+    with pytest.raises(ValueError, match="no seccomp profile for 's390x'"):
+        localhost_profile("s390x")
+    written = install(tmp_path / "seccomp", "x86_64")
+    assert written == tmp_path / "seccomp" / "cellmate" / "sandbox.json"
+    assert json.loads(written.read_text()) == localhost_profile("x86_64")
+    assert oct(written.stat().st_mode & 0o777) == "0o644"
+    assert main([str(tmp_path / "other"), "--arch", "aarch64"]) == 0
+    assert (tmp_path / "other" / "cellmate" / "sandbox.json").exists()
+    assert main([str(tmp_path / "bad"), "--arch", "mips"]) == 1
