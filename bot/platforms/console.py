@@ -37,7 +37,14 @@ from bot.conversations import (
     Place,
     Refused,
 )
-from bot.conversations.approval import Verdict, outcome
+from bot.conversations.approval import (
+    Verdict,
+    outcome,
+    restore_heading,
+    restore_text,
+    restoring_of,
+    shown_names,
+)
 from bot.conversations.policy import Scope, parse_mode
 from bot.events import (
     Answer,
@@ -71,6 +78,7 @@ ME = Person("console", Place("console"), moderates=_operator)
 Read = Callable[[str], Awaitable[str | None]]
 """Shows a prompt and reads one line of input (None at the end of input)."""
 APPROVAL_PROMPT = "Run this code? [y]es/[n]o/[e]dit "
+RESTORE_PROMPT = "Load them? [y]es/[n]o "
 HELP = (
     "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /restore, "
     "/export, /reset, /policy [auto|approve|off], /quit. Ctrl-C stops a running turn."
@@ -92,6 +100,7 @@ class Renderer:
         self.stop_key: str | None = None
         self.approve: Callable[[ApprovalRequested], Awaitable[None]] | None = None
         """Asks whether code the model wrote may run (the place's policy is approve)."""
+        self._asked: dict[str, ApprovalRequested] = {}
         self._at_line_start = True
         self._spinner: asyncio.Task[None] | None = None
         self._streams = {"stdout": TerminalText(), "stderr": TerminalText()}
@@ -120,9 +129,11 @@ class Renderer:
     def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
         if isinstance(event, ApprovalRequested) and self.approve is not None:
             self._stop_spinner()
+            self._asked[event.key] = event
             return self.approve(event)
         if isinstance(event, ApprovalDecided):
-            self._line(outcome(event, "you"))
+            asked = self._asked.pop(event.key, None)
+            self._line(outcome(event, "you", restore_only=asked is not None and not asked.code))
             return None
         self._stop_spinner()
         if not isinstance(event, AnswerDelta | Answer):
@@ -270,7 +281,10 @@ class Console:
             heading = [listed.heading] if listed.heading and lines else []
             self._say("\n".join(heading + lines) or "No files in /mnt/data.")
         elif command == "/restore":
-            self._say(await self.conversations.restore(self.door, ME, CONVERSATION))
+            # Under the approve policy the saved variables are named and asked about here.
+            asking = Renderer(self.out, interactive)
+            asking.approve = self._approve
+            self._say(await self.conversations.restore(self.door, ME, CONVERSATION, asking))
         elif command == "/export":
             await self._export()
         elif command == "/policy":
@@ -301,17 +315,25 @@ class Console:
             return str(exc)
 
     async def _approve(self, event: ApprovalRequested) -> None:
-        """Show the model's code and ask whether it runs; no answer (end of input) declines."""
-        self._say("The model wants to run this code:")
-        self._say(event.code)
+        """Show the model's code (and the saved variables a yes loads first) and ask whether
+        it runs; no answer (end of input) declines."""
+        heading = restore_heading(event)
+        self._say(heading.removesuffix(".") + ":" if event.code else heading)
+        if restoring_of(event):
+            self._say(restore_text(event))
+            self._say(shown_names(restoring_of(event)))
+        if event.code:
+            if restoring_of(event):
+                self._say("The code:")
+            self._say(event.code)
         while True:
-            answer = await self._ask(APPROVAL_PROMPT)
+            answer = await self._ask(APPROVAL_PROMPT if event.code else RESTORE_PROMPT)
             word = (answer or "n").strip().lower()
             if word in ("y", "yes"):
                 verdict, code = Verdict.RUN, ""
             elif word in ("n", "no"):
                 verdict, code = Verdict.CANCELLED, ""
-            elif word in ("e", "edit"):
+            elif word in ("e", "edit") and event.code:
                 verdict, code = Verdict.EDITED, await self._edited()
             else:
                 self._say("Answer y (run it), n (do not run it) or e (edit it first).")

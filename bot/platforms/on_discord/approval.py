@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Any, cast
 import discord
 
 from bot.conversations import Refused
-from bot.conversations.approval import Verdict, approvers_text, outcome
+from bot.conversations.approval import (
+    NOTHING_TO_EDIT,
+    Verdict,
+    approvers_text,
+    outcome,
+    restore_heading,
+    restore_text,
+    restoring_of,
+    shown_names,
+)
 from bot.events import ApprovalDecided, ApprovalRequested
 from bot.platforms.markup import code_block, head
 from bot.text import human_duration
@@ -31,16 +40,17 @@ LOOKS = {
 
 
 def request_text(event: ApprovalRequested) -> str:
-    """The approval message: who may decide, by when, and the code (attached in full by
-    `request_files` when it is longer than the message shows)."""
+    """The approval message: who may decide, by when, the saved variables a Run loads first
+    (if any), and the code (attached in full by `request_files` when it is longer than the
+    message shows)."""
     who = approvers_text(event, f"<@{event.requester}>")
     whole = " The whole code is attached." if request_files(event) else ""
+    choices = "Run, Edit or Cancel it" if event.code else "Run or Cancel it"
     return "\n".join(
         [
-            "🔐 **The model wants to run this code.** "
-            f"{who} can Run, Edit or Cancel it (it waits {human_duration(event.timeout_s)})."
-            + whole,
-            code_block(head(event.code, CODE_SHOWN), "py"),
+            f"🔐 **{restore_heading(event)}** "
+            f"{who} can {choices} (it waits {human_duration(event.timeout_s)})." + whole,
+            *_shown(event),
         ]
     )
 
@@ -48,18 +58,38 @@ def request_text(event: ApprovalRequested) -> str:
 def request_files(event: ApprovalRequested) -> list[tuple[str, bytes]]:
     """Code too long to show in full goes with the message, so that nobody approves code
     they could not read."""
-    return [("code.py", event.code.encode())] if len(event.code) > CODE_SHOWN else []
+    return [("code.py", event.code.encode())] if len(event.code) > _code_room(event) else []
 
 
 def decided_text(asked: ApprovalRequested, event: ApprovalDecided) -> str:
-    """The approval message once decided: the code, and what became of it."""
+    """The approval message once decided: what it asked about, and what became of it."""
+    heading = restore_heading(asked).replace("wants", "wanted").replace("are to be", "were to be")
     return "\n".join(
         [
-            "🔐 **The model wanted to run this code.**",
-            code_block(head(asked.code, CODE_SHOWN), "py"),
-            outcome(event, f"<@{event.by}>"),
+            f"🔐 **{heading}**",
+            *_shown(asked),
+            outcome(event, f"<@{event.by}>", restore_only=not asked.code),
         ]
     )
+
+
+def _shown(event: ApprovalRequested) -> list[str]:
+    """The saved variables a Run loads (named, in a block of their own), then the code."""
+    lines = []
+    if restoring_of(event):
+        lines += [restore_text(event), code_block(shown_names(restoring_of(event)))]
+    if event.code:
+        lines.append(code_block(head(event.code, _code_room(event)), "py"))
+    return lines
+
+
+def _code_room(event: ApprovalRequested) -> int:
+    """Characters of code the message shows: fewer when it names variables too, so that
+    it stays within Discord's 2,000."""
+    names = restoring_of(event)
+    if not names:
+        return CODE_SHOWN
+    return CODE_SHOWN - len(restore_text(event)) - len(shown_names(names))
 
 
 def approval_view(key: str) -> discord.ui.View:
@@ -96,6 +126,8 @@ class ApprovalButton(
         try:
             if self.action == "edit":
                 waiting = await conversations.approvable(client.door, person, self.key)
+                if not waiting.code:
+                    raise Refused(NOTHING_TO_EDIT)
                 if len(waiting.code) > EDIT_LIMIT:
                     raise Refused(TOO_LONG_TO_EDIT)
                 await interaction.response.send_modal(EditModal(self.key, waiting.code))
