@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TextIO
 
 import aiohttp
@@ -16,6 +15,8 @@ import docker
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.cluster_enforcement import enforcement
+from bot.findings import Finding
 from bot.llm import build_client
 from bot.settings import Settings
 from bot.storage_setup import build_storage
@@ -26,15 +27,6 @@ from executor.kubernetes_backend import KubernetesBackend
 
 TIMEOUT_S = 15.0
 DISCORD_API = "https://discord.com/api/v10"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    required: bool = True
 
 
 Check = Callable[[Settings], Awaitable[list[Finding]]]
@@ -70,9 +62,10 @@ async def _sandboxes(settings: Settings) -> list[Finding]:
 
 
 async def _kubernetes(settings: Settings) -> list[Finding]:
-    """The cluster answers and lets the bot do what sandboxes need (access reviews); the
-    namespace enforces the `restricted` level; and a sandbox Pod starts and gets ready,
-    which proves the image, the RuntimeClass and the admission policy together."""
+    """The cluster answers and lets the bot do what sandboxes need (access reviews); runc
+    is allowed if chosen; the namespace enforces the `restricted` level, and what else the
+    cluster enforces there (bot/cluster_enforcement.py); and a sandbox Pod starts and gets
+    ready, which proves the image, the RuntimeClass and the admission policy together."""
     backend = KubernetesBackend(settings.image, settings.kubernetes, instance=settings.instance)
     namespace = settings.kubernetes.namespace
     try:
@@ -88,7 +81,14 @@ async def _kubernetes(settings: Settings) -> list[Finding]:
                 )
             ]
         found = [Finding("cluster", True, f"reachable; may run sandboxes in {namespace}")]
+        refusal = settings.runc_refusal()
+        if refusal:
+            found.append(Finding("runtime", False, refusal))
         found.append(await _restricted(backend, namespace))
+        try:
+            found += await enforcement(backend, settings)
+        except ExecutorError as exc:
+            found.append(Finding("enforcement", False, f"could not be checked: {exc}"))
         found.append(
             Finding("restarts", True, "sessions carry on when the bot restarts")
             if backend.keeps_sessions

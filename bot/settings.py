@@ -244,6 +244,9 @@ class Settings:
     executor_backend: typing.Literal["docker", "kubernetes"] = "docker"
     """Where sandboxes run: containers on the Docker engine, or Pods on a cluster."""
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    kubernetes_allow_runc: bool = False
+    """CELLMATE_KUBERNETES_ALLOW_RUNC: run sandbox Pods under runc at all. They share the
+    node's kernel, and reach other Pods unless a network plugin enforces NetworkPolicy."""
     storage: StorageSettings = field(default_factory=StorageSettings)
     workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)
     azure: AzureSettings = field(default_factory=AzureSettings)
@@ -276,8 +279,24 @@ class Settings:
     def sandbox_backend(self) -> SandboxBackend | None:
         """The chosen executor backend; None for the executor's default (Docker)."""
         if self.executor_backend == "kubernetes":
+            if refusal := self.runc_refusal():
+                raise SettingsError(refusal)
             return KubernetesBackend(self.image, self.kubernetes, instance=self.instance)
         return None
+
+    def runc_refusal(self) -> str | None:
+        """Why sandboxes may not run as chosen: runc on Kubernetes needs an explicit yes."""
+        if self.executor_backend != "kubernetes" or self.sandbox.runtime != "runc":
+            return None
+        if self.kubernetes_allow_runc:
+            return None
+        return (
+            "CELLMATE_SANDBOX_RUNTIME=runc on Kubernetes needs CELLMATE_KUBERNETES_ALLOW_RUNC=1: "
+            "runc sandboxes share the node's kernel and, unless the cluster's network plugin "
+            "enforces NetworkPolicy, reach other conversations' sandbox Pods. Use "
+            "CELLMATE_SANDBOX_RUNTIME=runsc (gVisor), or set CELLMATE_KUBERNETES_ALLOW_RUNC=1 "
+            "to accept that"
+        )
 
     @property
     def secrets(self) -> list[str]:
