@@ -141,6 +141,7 @@ class FakeSandbox:
             }
             await self._emit({"type": "previewed", "id": request.get("id"), "previews": previews})
         elif op == "snapshot":
+            await asyncio.sleep(self._backend.snapshot_s.get(self.session, 0.0))
             saved = {k: v for k, v in self.variables.items() if k not in self.unsaveable}
             await self._emit(
                 {
@@ -154,6 +155,7 @@ class FakeSandbox:
             )
         elif op == "restore":
             restored = json.loads(base64.b64decode(str(request.get("variables", ""))) or b"{}")
+            self._backend.restores.append(sorted(restored))
             self.variables.update(restored)
             self._cells.extend((str(code), []) for code in request.get("cells", []))
             await self._emit(
@@ -307,6 +309,11 @@ class FakeBackend:
         self.default = FakeRun()
         self.start_s = start_s
         self.runs: list[str] = []
+        self.restores: list[list[str]] = []
+        """The variables each restore loaded, in order: a real kernel unpickles (runs) them."""
+        self.snapshot_s: dict[str, float] = {}
+        """How long a snapshot (pickling the variables) takes in a session (by its key), as
+        with an object whose `__getstate__` is slow."""
         """Every cell the fake was asked to run, in order."""
         self.live: set[FakeSandbox] = set()
         self.started = 0
