@@ -12,10 +12,12 @@ so even a Pod that should have been refused never runs or preempts anything."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,10 +26,14 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from bot.cluster_enforcement import enforcement
+from bot.findings import Finding
+from bot.settings import load_settings
 from executor import SandboxLimits, default_tag
 from executor.kubernetes_backend import KubernetesBackend, pod_manifest
 from tests.kubernetes.conftest import (
     BOT_NAMESPACE,
+    KUBECONFIG,
     MANIFESTS,
     NAMESPACE,
     TEST_INSTANCE,
@@ -97,14 +103,17 @@ def shipped(admin: k8s.ApiClient, deployed: str) -> str:
     return NAMESPACE
 
 
-@pytest.fixture(scope="module")
-def attacked(admin: k8s.ApiClient, shipped: str) -> Iterator[str]:
-    """A namespace of its own with the sandbox namespace's manifests, for the bot to attack."""
+@contextlib.contextmanager
+def sandbox_namespace(admin: k8s.ApiClient, kinds: Collection[str] = ()) -> Iterator[str]:
+    """A namespace of its own made from the sandbox namespace's manifests (only `kinds` of
+    them, if given), deleted afterwards."""
     instance = re.sub(r"[^a-z0-9-]", "-", TEST_INSTANCE.lower())[:20].strip("-")
     namespace = f"cellmate-adm-{instance}-{uuid.uuid4().hex[:6]}"
+    documents = [d for d in shipped_documents(namespace) if not kinds or d["kind"] in kinds]
     try:
-        apply(admin, shipped_documents(namespace))
-        wait_for_quotas(admin, namespace)
+        apply(admin, documents)
+        if any(d["kind"] == "ResourceQuota" for d in documents):
+            wait_for_quotas(admin, namespace)
         yield namespace
     finally:
         core = k8s.CoreV1Api(admin)
@@ -120,6 +129,13 @@ def attacked(admin: k8s.ApiClient, shipped: str) -> Iterator[str]:
             time.sleep(0.2)
         else:
             pytest.fail(f"namespace {namespace} was not deleted")
+
+
+@pytest.fixture(scope="module")
+def attacked(admin: k8s.ApiClient, shipped: str) -> Iterator[str]:
+    """The sandbox namespace's manifests in a namespace of their own, for the bot to attack."""
+    with sandbox_namespace(admin) as namespace:
+        yield namespace
 
 
 @pytest.fixture(scope="module")
@@ -373,3 +389,64 @@ def test_the_policy_admits_the_pod_the_api_server_makes_of_the_executors(
         assert policy.refusals(admitted) == expected, runtime
         with_runc = Policy("cellmate-sandbox-pods", {"runtimeClasses": "['gvisor', 'runc']"})
         assert with_runc.refusals(admitted) == []
+
+
+async def doctor_findings(kubeconfig: str, namespace: str, tmp_path: Path) -> dict[str, Finding]:
+    settings = load_settings(
+        {
+            "CELLMATE_EXECUTOR_BACKEND": "kubernetes",
+            "CELLMATE_KUBERNETES_NAMESPACE": namespace,
+            "CELLMATE_KUBERNETES_KUBECONFIG": kubeconfig,
+            "CELLMATE_KUBERNETES_RUNTIME_CLASS_RUNC": "runc",
+            "CELLMATE_KUBERNETES_IMAGE_PULL_POLICY": "Never",
+            "CELLMATE_KUBERNETES_ALLOW_RUNC": "1",
+            "CELLMATE_INSTANCE": TEST_INSTANCE,
+            "CELLMATE_DATA_DIR": str(tmp_path),
+        },
+        env_file=None,
+    )
+    backend = KubernetesBackend(settings.image, settings.kubernetes, instance=TEST_INSTANCE)
+    try:
+        return {f.name: f for f in await enforcement(backend, settings)}
+    finally:
+        await backend.close()
+
+
+async def test_doctor_reports_what_the_cluster_enforces(
+    admin: k8s.ApiClient, bot_kubeconfig: str, shipped: str, tmp_path: Path
+) -> None:
+    found = await doctor_findings(bot_kubeconfig, shipped, tmp_path)
+    for name in ("priority", "limits", "token", "rbac"):
+        assert found[name].ok, found[name]
+    assert "exceeded quota: cellmate-no-priority-class" in found["priority"].detail
+    assert "LimitRange's (cpu 1, memory 1Gi); one over the maximum is refused" in (
+        found["limits"].detail
+    )
+    assert found["rbac"].detail == f"this identity may do only what sandboxes need in {shipped}"
+    admission = found["admission"]
+    assert (admission.ok, admission.required) == (False, False)
+    assert admission.detail.startswith(
+        "Kubernetes 1.24 cannot run the ValidatingAdmissionPolicy (1.30 or later)"
+    )
+    network = found["network"]  # the kit has no network plugin that enforces NetworkPolicy
+    assert not network.ok
+    assert "NO NETWORKPOLICY-ENFORCING NETWORK PLUGIN IS EVIDENT" in network.detail
+    assert "EVERY runc SANDBOX CAN REACH EVERY OTHER SANDBOX POD" in network.detail
+
+    # A namespace with the Role and PodSecurity only: each missing piece is named.
+    with sandbox_namespace(admin, kinds=("Namespace", "Role", "RoleBinding")) as bare:
+        found = await doctor_findings(bot_kubeconfig, bare, tmp_path)
+    assert not found["priority"].ok
+    assert "would preempt other namespaces' Pods" in found["priority"].detail
+    assert not found["limits"].ok
+    assert "admits a container without CPU and memory limits" in found["limits"].detail
+    assert not found["token"].ok
+    assert found["token"].detail == (
+        f"in {bare}, Pods get an API token by default and Pods may mount Secrets"
+    )
+    assert all(f.required for name, f in found.items() if name in ("priority", "limits", "token"))
+
+    # An administrator's identity is more than the bot needs.
+    as_admin = await doctor_findings(KUBECONFIG, shipped, tmp_path)
+    assert not as_admin["rbac"].ok
+    assert "may do more in" in as_admin["rbac"].detail
