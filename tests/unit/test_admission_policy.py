@@ -163,7 +163,7 @@ def test_the_policy_is_applied_on_its_own_and_binds_to_the_sandbox_namespace() -
     ("limits", "settings"),
     [
         (SandboxLimits(runtime="runsc"), {}),
-        (SandboxLimits(runtime="runsc", memory_mb=4096, cpus=2.0), {"memory_backed": False}),
+        (SandboxLimits(runtime="runsc", memory_mb=4096, cpus=2.0), {"cpu_request": 2.0}),
         (SandboxLimits(runtime="runsc"), {"image_pull_policy": "Never", "max_lifetime_s": 600}),
     ],
 )
