@@ -531,9 +531,9 @@ class SessionManager:
         finally:
             self.pool.release(live.lease.sandbox)
 
-    async def _save(self, key: str, live: _Live, timeout_s: float = WORKSPACE_TIMEOUT_S) -> None:
+    async def _save(self, key: str, live: _Live, timeout_s: float = WORKSPACE_TIMEOUT_S) -> bool:
         """Save the session's workspace within `timeout_s`; a failure is kept for the next
-        run to mention. Saved variables that were never loaded into a session where no
+        run to mention (False). Saved variables that were never loaded into a session where no
         code ran are kept as they were (its kernel has none of its own)."""
         assert self.workspaces is not None
         limits = self.workspace_settings
@@ -583,6 +583,7 @@ class SessionManager:
                         skipped={**carried.skipped, **workspace.skipped},
                     )
                 await self.workspaces.save(key, pack(workspace))
+                return True
         except (WorkspaceError, SandboxError, TimeoutError, ValueError) as exc:
             why = str(exc) or "it took too long"
             log.warning("could not save the workspace of session %s: %s", key, why)
@@ -594,6 +595,7 @@ class SessionManager:
             # An older workspace would be restored in its place: it is not what the user had.
             with contextlib.suppress(WorkspaceError):
                 await self.workspaces.delete(key)
+            return False
 
     def stop(self, key: str) -> bool:
         """Interrupt the key's running run, and end the runs that wait to start (nothing of
@@ -831,8 +833,8 @@ class SessionManager:
             return sandbox
         if self.workspaces is not None and sandbox.alive:
             started = time.monotonic()
-            await self._save(key, live, self.shutdown_save_s)
-            log.info("saved session %s in %.1f s on shutdown", key, time.monotonic() - started)
+            if await self._save(key, live, self.shutdown_save_s):
+                log.info("saved session %s in %.1f s on shutdown", key, time.monotonic() - started)
         self.pool.release(sandbox)
         return None
 

@@ -1,0 +1,48 @@
+"""On shutdown every session's workspace is saved at once, each within its own deadline: one
+session whose variables pickle slowly loses only its own workspace (and says so next time),
+and the others are saved, all within the grace period (the real session manager and sealed
+store; the fake kernel's snapshot is made slow for one conversation)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from executor.fake_backend import FakeBackend
+from tests.fast.test_workspaces import Outage, backend, executor, storage
+
+__all__ = ["backend", "storage"]
+
+
+async def test_a_slow_save_loses_only_its_own_workspace_within_the_grace(
+    backend: FakeBackend, storage: Outage, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend.snapshot_s["conv-slow"] = 60.0  # pickling that would outlast any grace
+    started = 0.0
+    async with executor(backend, storage, shutdown_save_s=0.5) as first:
+        await first.session("conv-slow").run("x = 41")
+        for key in ("conv-a", "conv-b", "conv-c"):
+            await first.session(key).run("y = 'b'")
+        started = time.monotonic()
+    took = time.monotonic() - started
+    # At once: four sessions, one of them stuck, take one deadline, not four.
+    assert took < 0.5 + 1.0, took
+    assert not backend.live
+    assert "could not save the workspace of session conv-slow" in caplog.text
+    assert "conv-a" not in caplog.text.split("could not save")[-1]
+    backend.snapshot_s.clear()
+    async with executor(backend, storage) as second:
+        for key in ("conv-a", "conv-b", "conv-c"):
+            back = await second.session(key).run("print(y)")
+            assert back.stdout == "b\n", (key, back.message)
+        slow = await second.session("conv-slow").run("print(x)")
+        assert slow.stdout == ""
+        assert "Your workspace could not be saved when the last session ended" not in slow.message
+        assert "Restored" not in slow.message
+
+
+@pytest.fixture(autouse=True)
+def _warnings(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="executor.session")
