@@ -23,11 +23,26 @@ TERMINAL_MARK = {
 }
 
 
+MESSAGE_SHOWN = 1200
+"""Characters of the executor's message a run's status line shows: the message can quote
+names and reasons from the sandbox (a restore note), and the line must fit one chat message
+beside the code and output."""
+
+
 def run_status(status: Status, duration_ms: int, message: str = "", *, chat: bool = True) -> str:
-    """One line for how a run ended: `✅ ok in 0.12 s`, with the executor's message if any."""
+    """One line for how a run ended: `✅ ok in 0.12 s`, with the executor's message if any
+    (shortened past `MESSAGE_SHOWN` characters)."""
     mark = (CHAT_MARK if chat else TERMINAL_MARK)[status]
-    detail = f": {message}" if message else ""
+    detail = f": {clip(message, MESSAGE_SHOWN)}" if message else ""
     return f"{mark} {status.value} in {duration_ms / 1000:.2f} s{detail}"
+
+
+def clip(text: str, limit: int) -> str:
+    """At most `limit` characters of `text`, saying how many more there were when cut."""
+    if len(text) <= limit:
+        return text
+    mark = f"… ({len(text) - limit + 40:,} more characters)"
+    return text[: max(0, limit - 40)] + mark
 
 
 def human_size(size: int) -> str:

@@ -12,7 +12,8 @@ import io
 import json
 import tarfile
 import time
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Protocol
@@ -150,18 +151,109 @@ def _plain(path: str) -> bool:
     return bool(parts) and not path.startswith("/") and ".." not in parts and "\x00" not in path
 
 
+NAME_SHOWN = 48
+"""Characters of one variable or file name a note shows (a name can be any string)."""
+REASON_SHOWN = 120
+"""Characters of one reason a note shows (reasons can quote what the sandbox said)."""
+NAMES_ROOM = 600
+MISSING_ROOM = 700
+"""Characters a note gives to what came back, and to what did not: with its words, a note
+stays well under one chat message (Discord's 2,000 characters)."""
+
+
+def shown(text: str, limit: int) -> str:
+    """`text` for one line of a note: characters that end a line or that a chat or terminal
+    may not draw (controls, bidirectional and zero-width marks) as visible escapes, and at
+    most `limit` characters, saying how long it was when cut."""
+    pieces: list[str] = []
+    size = 0
+    for char in text:
+        piece = _escaped(char)
+        if size + len(piece) > limit:
+            break
+        pieces.append(piece)
+        size += len(piece)
+    else:
+        return "".join(pieces)
+    mark = f"… ({len(text):,} characters)"
+    while pieces and size + len(mark) > limit:
+        size -= len(pieces.pop())
+    return "".join(pieces) + mark
+
+
+SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(char: str) -> str:
+    category = unicodedata.category(char)
+    if category[0] != "C" and category not in ("Zl", "Zp"):
+        return char
+    code = ord(char)
+    if char in SHORT_ESCAPES:
+        return SHORT_ESCAPES[char]
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )
+
+
+def listed(items: Sequence[str], room: int, total: int | None = None) -> str:
+    """Items joined with commas within about `room` characters, then `and N more` (of
+    `total`, when `items` are only the first ones)."""
+    kept: list[str] = []
+    used = 0
+    for item in items:
+        if kept and used + len(item) + 2 > room:
+            break
+        kept.append(item)
+        used += len(item) + 2
+    more = (len(items) if total is None else total) - len(kept)
+    return ", ".join(kept) + (f" and {more:,} more" if more > 0 else "")
+
+
+LISTED_AT_MOST = 200
+"""Names considered for a note (thousands of variables are counted, not all shortened)."""
+
+
 def restored_note(workspace: Workspace, restored: list[str], failed: Mapping[str, str]) -> str:
-    """One line for the user: what came back, from when, and what did not."""
-    back = [name for name in workspace.names if name in restored or name in workspace.files]
-    shown = ", ".join(back[:12]) + (f" and {len(back) - 12} more" if len(back) > 12 else "")
+    """One line for the user: what came back, from when, and what did not; names and
+    reasons shortened and made visible, and a bounded length however many there are."""
+    came_back = set(restored)
+    back = [name for name in workspace.names if name in came_back or name in workspace.files]
     line = f"Restored your workspace from {ago(time.time() - workspace.created)}"
-    line += f": {shown}" if shown else " (it was empty)"
+    if back:
+        names = [shown(name, NAME_SHOWN) for name in back[:LISTED_AT_MOST]]
+        line += ": " + listed(names, NAMES_ROOM, len(back))
+    else:
+        line += " (it was empty)"
     missing = {**workspace.skipped, **failed}
     if missing:
-        listed = [f"{name} ({why})" for name, why in list(missing.items())[:8]]
-        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
-        line += f"; not restored: {', '.join(listed)}{more}"
+        items = [
+            f"{shown(name, NAME_SHOWN)} ({shown(why, REASON_SHOWN)})"
+            for name, why in list(missing.items())[:LISTED_AT_MOST]
+        ]
+        line += "; not restored: " + listed(items, MISSING_ROOM, len(missing))
     return line + "."
+
+
+def saved_note(workspace: Workspace) -> str:
+    """Without automatic restore: that a workspace is saved, what it holds, and how to get
+    it back; as bounded as `restored_note`."""
+    everything = workspace.names
+    names = [shown(name, NAME_SHOWN) for name in everything[:LISTED_AT_MOST]]
+    held = listed(names, NAMES_ROOM, len(everything)) if names else "empty"
+    return (
+        f"A workspace from {ago(time.time() - workspace.created)} is saved ({held}): "
+        "/restore brings it back."
+    )
+
+
+def failure_reason(why: object) -> str:
+    """A reason quoted in a note (it may hold what the sandbox or the store said), bounded."""
+    return shown(str(why), REASON_SHOWN)
 
 
 def ago(seconds: float) -> str:

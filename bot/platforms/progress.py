@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from bot.events import (
@@ -179,6 +179,56 @@ def shown_artifacts(view: TurnView, limit: int) -> tuple[list[Artifact], str]:
     return view.artifacts[:limit], (
         f"{hidden:,} more {what} not shown (at most {limit} per answer)."
     )
+
+
+NOTICE_MIN_ROOM = 120
+"""A notice is never cut shorter than this while room is left: past it, the rest are counted."""
+
+
+def fit_notices(notices: Sequence[str], limit: int, render: Callable[[str], str]) -> list[str]:
+    """The answer's notices as lines drawn by `render` (escaped, with their mark), at most
+    `limit` characters in all with the newlines between them, so that they take one
+    message at most: each notice gets a fair share of the room (a long one is cut, saying
+    how long it was), and notices past the room are counted in a last line."""
+    lines: list[str] = []
+    used = 0
+    for index, notice in enumerate(notices):
+        left = len(notices) - index
+        reserve = len(render(_more_notices(left))) + 1 if left > 1 else 0
+        room = limit - used - reserve - 1
+        share = max(room // left, NOTICE_MIN_ROOM)
+        if room < NOTICE_MIN_ROOM:
+            lines.append(render(_more_notices(left)))
+            return lines
+        line = _fitted(notice, min(room, share), render)
+        lines.append(line)
+        used += len(line) + 1
+    return lines
+
+
+def _more_notices(count: int) -> str:
+    return f"{count:,} more notice{'s were' if count > 1 else ' was'} not shown."
+
+
+def _fitted(notice: str, room: int, render: Callable[[str], str]) -> str:
+    """`notice` drawn by `render` in at most `room` characters, cut where needed."""
+    # Drawing never makes text shorter, so no more than `room` characters need drawing (some
+    # escapes take time that grows faster than the text).
+    drawn = render(notice[: room + 1])
+    if len(notice) <= room and len(drawn) <= room:
+        return drawn
+
+    def cut(keep: int) -> str:
+        return render(f"{notice[:keep]}… ({len(notice) - keep:,} more characters)")
+
+    low, high = 0, min(len(notice), room)  # drawing never makes text shorter
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(cut(middle)) <= room:
+            low = middle
+        else:
+            high = middle - 1
+    return cut(low)
 
 
 def link_line(artifact: Artifact, linked: str) -> str:

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import discord
+
 from bot.fences import only_code
 from bot.platforms.markup import code_block, head, split_message, tail
-from bot.platforms.progress import TurnView, extra_files, link_line, shown_artifacts
+from bot.platforms.progress import (
+    TurnView,
+    extra_files,
+    fit_notices,
+    link_line,
+    shown_artifacts,
+)
 
 MESSAGE_LIMIT = 2000
 MAX_ATTACHMENTS = 10
 CODE_SHOWN = 800
 OUTPUT_SHOWN = 800
+NOTICES_ROOM = MESSAGE_LIMIT - 100
+"""All of an answer's notices together: one message at most."""
 
 
 @dataclass(slots=True)
@@ -32,6 +42,9 @@ def progress_text(view: TurnView) -> str:
         text = _progress(view, code_room, output_room)
         if len(text) <= MESSAGE_LIMIT:
             return text
+        if not code_room and not output_room:
+            # Only the status line is left to shorten (it is capped, but be sure).
+            return head(text, MESSAGE_LIMIT - 40)
         # Escapes can make shown text longer than its source; show less until it fits.
         code_room, output_room = code_room // 2, output_room // 2
 
@@ -54,7 +67,7 @@ def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     output = run.text
     if output.strip():
         parts.append(code_block(tail(output, output_room)))
-    parts.append(run.summary())
+    parts.append(plain(run.summary()))
     if run.status is not None and not view.done:
         parts.append(thinking)
     return "\n".join(parts)
@@ -63,7 +76,7 @@ def _progress(view: TurnView, code_room: int, output_room: int) -> str:
 def answer_messages(view: TurnView, upload_limit: int, max_files: int = 10) -> list[Outgoing]:
     """The answer, split to fit, with charts, files (at most `max_files`), long code and
     long output attached."""
-    lines = [f"ℹ️ {notice}" for notice in view.notices]
+    lines = fit_notices(view.notices, NOTICES_ROOM, lambda notice: f"ℹ️ {plain(notice)}")
     if view.answer is not None:
         # A direct run's answer is empty: its run report above is the whole answer.
         if view.answer.strip() or not view.runs:
@@ -93,6 +106,13 @@ def answer_messages(view: TurnView, upload_limit: int, max_files: int = 10) -> l
     messages = [Outgoing(piece) for piece in pieces]
     messages[0].files = attached
     return messages
+
+
+def plain(text: str) -> str:
+    """Our own words with names and reasons in them (a notice) shown as written: markdown
+    escaped, so a name cannot bold, link, open a code block or quote, and mentions broken, so
+    `@everyone` in a name pings nobody even if mentions were allowed."""
+    return discord.utils.escape_mentions(discord.utils.escape_markdown(text))
 
 
 def thread_name(text: str) -> str:

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.platforms.markup import head, split_message, tail
+from bot.platforms.markup import break_fences, head, split_message, tail
 from bot.platforms.on_slack.mrkdwn import escape, slack_code, to_mrkdwn
-from bot.platforms.progress import TurnView, extra_files, link_line, shown_artifacts
+from bot.platforms.progress import (
+    TurnView,
+    extra_files,
+    fit_notices,
+    link_line,
+    shown_artifacts,
+)
 from storage.artifacts import Artifact
 
 SECTION_LIMIT = 3000
 MESSAGE_LIMIT = 2900
 CODE_SHOWN = 1200
 OUTPUT_SHOWN = 1200
+NOTICES_ROOM = MESSAGE_LIMIT - 100
+"""All of an answer's notices together: one message at most."""
 
 
 def progress_text(view: TurnView) -> str:
@@ -25,6 +33,9 @@ def progress_text(view: TurnView) -> str:
         text = _progress(view, code_room, output_room)
         if len(text) <= SECTION_LIMIT - 100:
             return text
+        if not code_room and not output_room:
+            # Only the status line is left to shorten (escaping can make it longer).
+            return head(text, SECTION_LIMIT - 140)
         code_room, output_room = code_room // 2, output_room // 2
 
 
@@ -46,7 +57,7 @@ def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     parts = [title, slack_code(head(run.code, code_room))]
     if run.text.strip():
         parts.append(slack_code(tail(run.text, output_room)))
-    parts.append(escape(run.summary()))
+    parts.append(plain(run.summary()))
     if run.status is not None and not view.done:
         parts.append(thinking)
     return "\n".join(parts)
@@ -79,7 +90,9 @@ def blocks(text: str, buttons: list[tuple[str, str, str]] | None = None) -> list
 def answer_texts(view: TurnView, not_uploaded: list[Artifact], max_files: int = 10) -> list[str]:
     """The answer in mrkdwn, split to fit, listing artifacts that were not uploaded and
     counting those beyond `max_files`."""
-    lines = [f":information_source: {escape(notice)}" for notice in view.notices]
+    lines = fit_notices(
+        view.notices, NOTICES_ROOM, lambda notice: f":information_source: {plain(notice)}"
+    )
     if view.answer is not None:
         # A direct run's answer is empty: its run report above is the whole answer.
         if view.answer.strip() or not view.runs:
@@ -96,6 +109,13 @@ def answer_texts(view: TurnView, not_uploaded: list[Artifact], max_files: int = 
     if hidden:
         lines += ["", f":information_source: {escape(hidden)}"]
     return split_message("\n".join(lines), MESSAGE_LIMIT)
+
+
+def plain(text: str) -> str:
+    """Our own words with names and reasons in them (a notice) made safe for Slack: `<`,
+    `>` and `&` escaped, so `<!channel>` or `<@U1>` in a name pings nobody and links nothing,
+    and runs of backticks broken, so a name cannot open a code block."""
+    return break_fences(escape(text))
 
 
 def uploads(view: TurnView, max_files: int = 10) -> tuple[list[tuple[str, bytes]], list[Artifact]]:
