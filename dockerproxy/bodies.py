@@ -7,13 +7,15 @@ proxy's own. A field it does not know, or a value outside the policy, is refused
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from dockerproxy import jsonbody as j
 from dockerproxy.errors import Refused
-from dockerproxy.policy import SANDBOX_LABEL, MiB, Policy
+from dockerproxy.policy import INSTANCE_LABEL, SANDBOX_LABEL, MiB, Policy
+from executor.seccomp import profile_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -54,7 +56,7 @@ def container(struct: j.Struct, policy: Policy) -> ContainerBody:
         "AttachStdout": j.boolean(struct.take("AttachStdout"), "AttachStdout", False),
         "AttachStderr": j.boolean(struct.take("AttachStderr"), "AttachStderr", False),
         "Env": _environment(struct.take("Env")),
-        "Labels": labels(struct.take("Labels"), "Labels"),
+        "Labels": labels(struct.take("Labels"), "Labels", policy),
     }
     if j.boolean(struct.take("Tty"), "Tty", False):
         raise Refused("Tty is not allowed (the runner speaks over plain stdin/stdout)")
@@ -84,12 +86,7 @@ def _host_config(host: j.Struct, policy: Policy) -> tuple[dict[str, Any], str]:
     if "ALL" not in dropped and "CAP_ALL" not in dropped:
         raise Refused("containers must drop every capability (CapDrop ALL)")
     j.absent(host.take("CapAdd"), "HostConfig.CapAdd (adding capabilities)")
-    options = j.strings(host.take("SecurityOpt"), "HostConfig.SecurityOpt")
-    if options not in (["no-new-privileges"], ["no-new-privileges:true"]):
-        raise Refused(
-            "HostConfig.SecurityOpt must be exactly no-new-privileges "
-            "(the engine's default seccomp and AppArmor profiles stay on)"
-        )
+    _security_options(host.take("SecurityOpt"))
     memory = j.integer(
         host.take("Memory"), "HostConfig.Memory", 128 * MiB, policy.max_memory_mb * MiB
     )
@@ -117,7 +114,7 @@ def _host_config(host: j.Struct, policy: Policy) -> tuple[dict[str, Any], str]:
         "Privileged": False,
         "ReadonlyRootfs": True,
         "CapDrop": ["ALL"],
-        "SecurityOpt": ["no-new-privileges"],
+        "SecurityOpt": security_options(),
         "Memory": memory,
         "MemorySwap": memory,
         "NanoCpus": j.integer(
@@ -164,14 +161,52 @@ def _environment(value: Any) -> list[str]:
     return kept
 
 
-def labels(value: Any, where: str) -> dict[str, str]:
+def security_options() -> list[str]:
+    """The security options of every sandbox: the proxy's own, whatever the client sent."""
+    return ["no-new-privileges", f"seccomp={profile_json()}"]
+
+
+def _security_options(value: Any) -> None:
+    """The client's options may only be these same ones: the seccomp profile is the proxy's,
+    so a client can neither loosen it (`unconfined`, another profile) nor be misled into
+    thinking that one it sent applies."""
+    options = j.strings(value, "HostConfig.SecurityOpt")
+    plain = [o for o in options if not o.startswith("seccomp=")]
+    profiles = [o.removeprefix("seccomp=") for o in options if o.startswith("seccomp=")]
+    if plain not in (["no-new-privileges"], ["no-new-privileges:true"]) or len(profiles) > 1:
+        raise Refused(
+            "HostConfig.SecurityOpt must be no-new-privileges and at most the sandboxes' own "
+            "seccomp profile (the engine's default AppArmor profile stays on)"
+        )
+    if profiles and not _same_profile(profiles[0]):
+        raise Refused(
+            "HostConfig.SecurityOpt may not choose a seccomp profile: the proxy sets the "
+            "sandboxes' own"
+        )
+
+
+def _same_profile(text: str) -> bool:
+    try:
+        return bool(json.loads(text) == json.loads(profile_json()))
+    except ValueError:
+        return False
+
+
+def labels(value: Any, where: str, policy: Policy) -> dict[str, str]:
+    """The client's cellmate.* labels, with the sandbox and instance labels the proxy's own."""
     found = j.string_map(value, where)
     for key, setting in found.items():
         j.text(key, f"the label name {key!r}", LABEL_KEY)
         j.text(setting, f"the label {key}", LABEL_VALUE)
     if found.get(SANDBOX_LABEL) != "1":
         raise Refused(f"sandboxes must carry the label {SANDBOX_LABEL}=1")
-    return found
+    instance = found.get(INSTANCE_LABEL, policy.instance)
+    if instance != policy.instance:
+        raise Refused(
+            f"this proxy serves the instance {policy.instance!r}, not {instance!r} "
+            f"(the bot's CELLMATE_INSTANCE and the proxy's --instance must match)"
+        )
+    return {**found, **policy.labels}
 
 
 def _ulimits(value: Any, policy: Policy) -> list[dict[str, Any]]:
@@ -201,19 +236,25 @@ def _ulimits(value: Any, policy: Policy) -> list[dict[str, Any]]:
 
 
 def _log_config(value: Any, policy: Policy) -> dict[str, Any]:
-    size_mb = 1
+    """Always the `none` driver: a sandbox's output is the protocol stream and its users' data,
+    which the engine must not keep on its disk (attach still streams it). A bounded json-file
+    log is accepted from a client, and still replaced."""
     if value is not None:
         config = j.struct(value, "HostConfig.LogConfig")
         kind = config.take("Type")
-        if kind not in (None, "", "json-file"):
-            raise Refused(f"the log driver {kind!r} is not allowed (only json-file)")
         options = j.string_map(config.take("Config"), "HostConfig.LogConfig.Config")
         config.done()
-        if set(options) - {"max-size", "max-file"} or options.get("max-file", "1") != "1":
-            raise Refused("LogConfig.Config may set only max-size and max-file 1")
-        if "max-size" in options:
-            size_mb = _megabytes(options["max-size"], "the log size", policy.max_log_mb)
-    return {"Type": "json-file", "Config": {"max-size": f"{size_mb}m", "max-file": "1"}}
+        if kind == "none":
+            if options:
+                raise Refused("the log driver none takes no options")
+        elif kind in (None, "", "json-file"):
+            if set(options) - {"max-size", "max-file"} or options.get("max-file", "1") != "1":
+                raise Refused("LogConfig.Config may set only max-size and max-file 1")
+            if "max-size" in options:
+                _megabytes(options["max-size"], "the log size", policy.max_log_mb)
+        else:
+            raise Refused(f"the log driver {kind!r} is not allowed (only none)")
+    return {"Type": "none", "Config": {}}
 
 
 def _tmpfs(value: Any, policy: Policy) -> dict[str, str]:
@@ -252,7 +293,7 @@ def volume(struct: j.Struct, policy: Policy) -> dict[str, Any]:
     if driver not in (None, "", "local"):
         raise Refused(f"the volume driver {driver!r} is not allowed (only local)")
     options = j.string_map(struct.take("DriverOpts"), "DriverOpts")
-    found_labels = labels(struct.take("Labels"), "Labels")
+    found_labels = labels(struct.take("Labels"), "Labels", policy)
     struct.done()
     if (
         options.get("type") != "tmpfs"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
 from collections.abc import Sequence
 
-from dockerproxy.policy import Policy
+from dockerproxy.policy import INSTANCE, Policy
 from dockerproxy.server import DockerProxy
 
 log = logging.getLogger("dockerproxy")
@@ -24,6 +25,12 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument("--listen", default="127.0.0.1:2375", help="HOST:PORT to listen on")
     found.add_argument(
         "--upstream", default="/var/run/docker.sock", help="the engine: SOCKET or HOST:PORT"
+    )
+    found.add_argument(
+        "--instance",
+        default=os.environ.get("CELLMATE_INSTANCE") or default.instance,
+        help="the bot instance whose sandboxes it serves: the bot's CELLMATE_INSTANCE "
+        "(default: that variable, else %(default)s)",
     )
     found.add_argument(
         "--image-repository",
@@ -48,6 +55,13 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument("--max-memory-mb", type=int, default=default.max_memory_mb)
     found.add_argument("--max-cpus", type=float, default=default.max_cpus)
     found.add_argument("--max-pids", type=int, default=default.max_pids)
+    found.add_argument(
+        "--max-upload-mb",
+        type=int,
+        default=default.max_upload_mb,
+        help="largest tar put into a sandbox at once (its volume's size caps it too)",
+    )
+    found.add_argument("--max-upload-files", type=int, default=default.max_upload_members)
     return found
 
 
@@ -55,7 +69,12 @@ def policy_from(args: argparse.Namespace) -> Policy:
     user = USER.fullmatch(args.sandbox_user)
     if not user:
         raise SystemExit("cellmate docker-proxy: --sandbox-user must be UID:GID, both not 0")
+    if not INSTANCE.fullmatch(args.instance):
+        raise SystemExit(
+            "cellmate docker-proxy: --instance must be 1 to 128 letters, digits or _.:@+=-"
+        )
     return Policy(
+        instance=args.instance,
         image_repository=args.image_repository,
         uid=int(user["uid"]),
         gid=int(user["gid"]),
@@ -64,6 +83,8 @@ def policy_from(args: argparse.Namespace) -> Policy:
         max_memory_mb=args.max_memory_mb,
         max_cpus=args.max_cpus,
         max_pids=args.max_pids,
+        max_upload_mb=args.max_upload_mb,
+        max_upload_members=args.max_upload_files,
     )
 
 
@@ -79,8 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         proxy = DockerProxy(args.upstream, policy)
         server = await proxy.start(host, int(port))
         log.info(
-            "serving the Docker API for Cellmate sandboxes on %s (engine: %s; user %s; "
-            "runtimes %s; network %s)",
+            "serving the Docker API for Cellmate sandboxes of the instance %s on %s (engine: %s; "
+            "user %s; runtimes %s; network %s)",
+            policy.instance,
             args.listen,
             args.upstream,
             policy.user,

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 SANDBOX_LABEL = "cellmate.sandbox"
 """Every container and volume the proxy creates carries it, and only those can be touched."""
+INSTANCE_LABEL = "cellmate.instance"
+"""With the proxy's instance as its value: the proxy serves one bot instance's sandboxes."""
+INSTANCE = re.compile(r"[A-Za-z0-9_.:@+=-]{1,128}")
 
 MiB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
+    instance: str = "default"
+    """The bot instance whose sandboxes this proxy serves (the bot's CELLMATE_INSTANCE)."""
     image_repository: str = "cellmate-sandbox"
     """Containers start only from tags of this repository (the operator builds them)."""
     uid: int = 61000
@@ -30,16 +36,25 @@ class Policy:
     max_log_mb: int = 100
     max_shm_mb: int = 1024
     max_upload_mb: int = 1024
-    """Largest tar stream put into a sandbox in one request."""
+    """Largest tar stream put into a sandbox in one request (the volume's size caps it too)."""
+    max_upload_members: int = 100_000
+    """Most files and folders in one tar stream put into a sandbox."""
     min_api_version: tuple[int, int] = (1, 40)
     """Older API versions read bodies differently (start-time HostConfig, top-level limits)."""
 
     def __post_init__(self) -> None:
         if self.uid <= 0 or self.gid <= 0:
             raise ValueError("the sandbox user and group must be numeric and not 0 (root)")
+        if not INSTANCE.fullmatch(self.instance):
+            raise ValueError(f"the instance name {self.instance!r} is not a valid label value")
         if not self.runtimes:
             raise ValueError("at least one container runtime must be allowed")
 
     @property
     def user(self) -> str:
         return f"{self.uid}:{self.gid}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The labels every object the proxy creates or touches carries, exactly."""
+        return {SANDBOX_LABEL: "1", INSTANCE_LABEL: self.instance}

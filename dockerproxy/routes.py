@@ -1,9 +1,11 @@
 """Which requests the proxy serves, and the request it sends to the engine for each.
 
 Only what the executor does is here: ping and version, the runtimes from /info, the sandbox
-image, labelled lists, creating sandbox containers and their tmpfs volumes, and start, attach,
-archive, pause, kill, wait, inspect and remove on objects that carry the sandbox label. The query
-of each is rebuilt from the parameters the executor uses; everything else is refused.
+image, lists of the instance's sandboxes, creating sandbox containers and their tmpfs volumes,
+and start, attach, archive, pause, kill, wait, inspect and remove on objects that carry the
+sandbox label and the proxy's instance label. The query of each is rebuilt from the parameters
+the executor uses; everything else is refused. Logs are never served: a sandbox's output is its
+users' data and the protocol stream, and the engine keeps none of it (log driver none).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Literal
 
 from dockerproxy.bodies import DATA_DIR, LABEL_KEY, LABEL_VALUE, NAME
 from dockerproxy.errors import Refused
-from dockerproxy.policy import SANDBOX_LABEL, Policy
+from dockerproxy.policy import Policy
 from dockerproxy.wire import Request
 
 Kind = Literal["containers", "volumes"]
@@ -26,6 +28,10 @@ IMAGE = re.compile(r"/images/(?P<name>[^/]+)/json")
 SIGNALS = {"KILL", "SIGKILL", "9", "TERM", "SIGTERM", "15", "INT", "SIGINT", "2"}
 WAIT_CONDITIONS = {"not-running", "next-exit", "removed"}
 TRUE = {"1", "true", "True"}
+NO_LOGS = (
+    "sandbox logs are not served: a sandbox's output is its users' data and the protocol "
+    "stream (read it through attach)"
+)
 FALSE = {"0", "false", "False", ""}
 
 
@@ -37,7 +43,7 @@ class Plan:
     query: dict[str, str] = field(default_factory=dict)
     body: Body = "none"
     target: tuple[Kind, str] | None = None
-    """An object that must exist and carry the sandbox label."""
+    """An object that must exist and carry the sandbox label and the proxy's instance label."""
     upgrade: bool = False
     info: bool = False
 
@@ -60,7 +66,7 @@ def plan(request: Request, policy: Policy) -> Plan:
     if (method, path) == ("GET", "/containers/json"):
         # size and trunc_cmd only change what the answer shows; they are dropped.
         allowed = _params(query, {"all", "filters", "limit", "size", "trunc_cmd"})
-        rebuilt = {"filters": _label_filter(allowed.get("filters"))}
+        rebuilt = {"filters": _label_filter(allowed.get("filters"), policy)}
         if "all" in allowed:
             rebuilt["all"] = _flag(allowed["all"], "all")
         if "limit" in allowed and allowed["limit"] not in ("", "-1"):
@@ -69,7 +75,8 @@ def plan(request: Request, policy: Policy) -> Plan:
     if (method, path) == ("GET", "/volumes"):
         allowed = _params(query, {"filters"})
         return _bodyless(
-            request, Plan(method, path, {"filters": _label_filter(allowed.get("filters"))})
+            request,
+            Plan(method, path, {"filters": _label_filter(allowed.get("filters"), policy)}),
         )
     if (method, path) == ("POST", "/containers/create"):
         allowed = _params(query, {"name"})
@@ -128,21 +135,21 @@ def _on_object(request: Request, kind: Kind, name: str, rest: str) -> Plan:
         return _bodyless(request, Plan(method, base + rest, rebuilt, target=target))
     if action == ("POST", "/attach"):
         rebuilt = _flags(_params(query, {"stdin", "stdout", "stderr", "stream", "logs"}))
+        if rebuilt.pop("logs", "0") == "1":
+            raise Refused(NO_LOGS)
         return _bodyless(request, Plan(method, base + rest, rebuilt, target=target, upgrade=True))
     if action == ("GET", "/logs"):
-        allowed = _params(query, {"stdout", "stderr", "tail", "timestamps"})
-        tail = allowed.pop("tail", "all")
-        rebuilt = _flags(allowed)
-        rebuilt["tail"] = tail if tail.isdigit() and len(tail) < 8 else "all"
-        return _bodyless(request, Plan(method, base + rest, rebuilt, target=target))
+        raise Refused(NO_LOGS)
     if rest == "/archive" and method in ("GET", "HEAD", "PUT"):
         allowed = _params(query, {"path"})
-        where = _data_path(allowed.get("path", ""))
-        plan = Plan(method, base + rest, {"path": where}, target=target)
         if method == "PUT":
-            plan.body = "tar"
-            return plan
-        return _bodyless(request, plan)
+            if allowed.get("path") != DATA_DIR:
+                # The engine resolves a deeper path inside the container, where the sandbox's
+                # own code may have made it a link; the folders of a tar are rebuilt instead.
+                raise Refused(f"files can be put only into {DATA_DIR} itself")
+            return Plan(method, base + rest, {"path": DATA_DIR}, body="tar", target=target)
+        where = _data_path(allowed.get("path", ""))
+        return _bodyless(request, Plan(method, base + rest, {"path": where}, target=target))
     raise Refused(f"{method} {request.path} is not something the executor does")
 
 
@@ -179,8 +186,9 @@ def _data_path(path: str) -> str:
     return path
 
 
-def _label_filter(raw: str | None) -> str:
-    """The filters of a list request, rebuilt: labels only, the sandbox label among them."""
+def _label_filter(raw: str | None, policy: Policy) -> str:
+    """The filters of a list request, rebuilt: labels only, always with the sandbox label and
+    the proxy's instance label, so that a list shows only this instance's sandboxes."""
     try:
         filters = json.loads(raw or "{}")
     except ValueError:
@@ -192,12 +200,18 @@ def _label_filter(raw: str | None) -> str:
         labels = [key for key, on in labels.items() if on is True]
     if not isinstance(labels, list):
         raise Refused("the label filter must be a list")
-    kept: list[str] = []
+    kept = [f"{key}={value}" for key, value in policy.labels.items()]
     for label in labels:
         key, equals, value = str(label).partition("=")
         if not LABEL_KEY.fullmatch(key) or not LABEL_VALUE.fullmatch(value):
             raise Refused(f"the label filter {label!r} is not allowed")
-        kept.append(f"{key}={value}" if equals else key)
-    if f"{SANDBOX_LABEL}=1" not in kept:
-        raise Refused(f"lists must be filtered by the {SANDBOX_LABEL}=1 label")
+        if key in policy.labels:
+            if equals and value != policy.labels[key]:
+                raise Refused(
+                    f"this proxy lists only its own sandboxes ({key}={policy.labels[key]}), "
+                    f"not {label!r}"
+                )
+            continue
+        if (entry := f"{key}={value}" if equals else key) not in kept:
+            kept.append(entry)
     return json.dumps({"label": kept})

@@ -94,6 +94,7 @@ def request_head(
     *,
     content_type: str | None = None,
     length: int | None = None,
+    chunked: bool = False,
     upgrade: bool = False,
 ) -> bytes:
     prefix = "" if version is None else f"/v{version[0]}.{version[1]}"
@@ -103,6 +104,8 @@ def request_head(
         lines.append(f"Content-Type: {content_type}")
     if length is not None:
         lines.append(f"Content-Length: {length}")
+    elif chunked:
+        lines.append("Transfer-Encoding: chunked")
     lines += ["Connection: Upgrade", "Upgrade: tcp"] if upgrade else ["Connection: close"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
 

@@ -5,10 +5,14 @@ or (where the engine is reached at all) leaves a container that is still a safe 
 from __future__ import annotations
 
 import asyncio
+import bz2
+import gzip
+import io
 import json
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import uuid
@@ -24,12 +28,14 @@ import pytest
 from dockerproxy import DockerProxy, Policy
 from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
 from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL
+from executor.seccomp import profile_json
 from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
 from tests.proxy.bodies import executor_bodies
 from tests.storage.azurite import free_port
 
 pytestmark = pytest.mark.docker
 LABELS = {SANDBOX_LABEL: "1", INSTANCE_LABEL: TEST_INSTANCE}
+MiB = 1024 * 1024
 SANDBOX_FILTER = quote(json.dumps({"label": [f"{SANDBOX_LABEL}=1"]}))
 
 
@@ -39,7 +45,7 @@ def proxy_port() -> Iterator[int]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    proxy = DockerProxy("/var/run/docker.sock", Policy())
+    proxy = DockerProxy("/var/run/docker.sock", Policy(instance=TEST_INSTANCE))
     port = free_port()
     server = asyncio.run_coroutine_threadsafe(proxy.start("127.0.0.1", port), loop).result()
     yield port
@@ -55,8 +61,19 @@ def proxy_port() -> Iterator[int]:
     loop.close()
 
 
+IO_URING = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "fd = libc.syscall(425, 4, ctypes.create_string_buffer(120))\n"  # io_uring_setup
+    "print(fd, ctypes.get_errno())"
+)
+
+
 async def test_the_executor_works_through_the_proxy(
-    proxy_port: int, runtime: str, monkeypatch: pytest.MonkeyPatch
+    proxy_port: int,
+    runtime: str,
+    monkeypatch: pytest.MonkeyPatch,
+    docker_client: docker.DockerClient,
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{proxy_port}")
     limits = SandboxLimits(timeout_s=20, runtime=runtime)  # type: ignore[arg-type]
@@ -76,6 +93,26 @@ async def test_the_executor_works_through_the_proxy(
         assert stopped.status is Status.TIMEOUT
         again = await session.run("print(len(t))")
         assert again.stdout == "1\n"
+        # The proxy's seccomp profile: io_uring is not there (ENOSYS), under runc as well.
+        uring = await session.run(IO_URING)
+        assert uring.stdout == "-1 38\n", uring.stdout + uring.stderr
+        # What a sandbox prints is nowhere but in the answer: no log, and none served.
+        shown = await session.run("print('only-for-the-user')")
+        assert shown.stdout == "only-for-the-user\n"
+        ours = docker_client.containers.list(
+            filters={"label": [f"{INSTANCE_LABEL}={TEST_INSTANCE}"]}
+        )
+        assert ours
+        for container in ours:
+            assert container.attrs["HostConfig"]["LogConfig"] == {"Type": "none", "Config": {}}
+            with pytest.raises(docker.errors.APIError, match="does not support reading"):
+                container.logs()
+            for ref in (container.id, container.name):
+                answer = send(
+                    proxy_port, request("GET", f"/v1.41/containers/{ref}/logs?stdout=1&stderr=1")
+                )
+                assert answer.status == 403
+                assert "sandbox logs are not served" in answer.message
         one_off = await executor.run_notebook(["x = 6 * 7", "x"])
         assert one_off.results[-1].text == "42"
 
@@ -153,12 +190,14 @@ def assert_safe_sandbox(engine: docker.DockerClient, name: str) -> None:
     assert attrs["Config"]["User"] == Policy().user
     assert attrs["Config"]["Image"].startswith("cellmate-sandbox:")
     assert attrs["Config"]["Labels"][SANDBOX_LABEL] == "1"
+    assert attrs["Config"]["Labels"][INSTANCE_LABEL] == TEST_INSTANCE
     assert not attrs["Config"]["Entrypoint"] or attrs["Config"]["Entrypoint"][0].endswith("python")
     assert host["Privileged"] is False
     assert host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"]
     assert not host["CapAdd"]
-    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["SecurityOpt"] == ["no-new-privileges", f"seccomp={profile_json()}"]
+    assert host["LogConfig"] == {"Type": "none", "Config": {}}
     assert not host["Binds"]
     assert not host.get("GroupAdd")
     assert not host.get("Sysctls")
@@ -329,7 +368,7 @@ def test_everything_else_is_refused(proxy_port: int, engine: docker.DockerClient
             assert "not a Cellmate sandbox" in _refused(
                 proxy_port, request("POST", f"/v1.41/containers/{outsider.id}/{action}")
             )
-        for path in ("json", "archive?path=/mnt/data", "logs?stdout=1"):
+        for path in ("json", "archive?path=/mnt/data"):
             assert "not a Cellmate sandbox" in _refused(
                 proxy_port, request("GET", f"/v1.41/containers/{outsider.name}/{path}")
             )
@@ -350,8 +389,8 @@ def test_everything_else_is_refused(proxy_port: int, engine: docker.DockerClient
             ("POST", "/v1.41/images/create?fromImage=alpine"),
             ("POST", "/v1.41/build"),
             ("GET", "/v1.41/networks"),
-            ("GET", "/v1.41/containers/json?all=1"),
-            ("GET", "/v1.41/volumes"),
+            ("GET", "/v1.41/containers/json?filters=%7B%22name%22%3A%5B%22a%22%5D%7D"),
+            ("GET", "/v1.41/volumes?filters=%7B%22dangling%22%3A%5B%22true%22%5D%7D"),
             ("GET", "/v1.41/images/cellmate-base:bookworm/json"),
             ("POST", "/v1.41/containers/create/../../exec"),
             ("POST", "/v1.23/containers/create"),
@@ -405,6 +444,7 @@ def test_the_command_serves_through_a_tcp_upstream(proxy_port: int) -> None:
             "docker-proxy",
             f"--listen=127.0.0.1:{port}",
             f"--upstream=127.0.0.1:{proxy_port}",
+            f"--instance={TEST_INSTANCE}",
             "--runtime=runc",
         ],
         stderr=subprocess.PIPE,
@@ -448,3 +488,255 @@ def test_the_command_refuses_a_root_sandbox_user(argument: str) -> None:
     )
     assert done.returncode != 0
     assert "--sandbox-user must be UID:GID, both not 0" in done.stderr
+
+
+@dataclass
+class Victim:
+    """Another bot instance's sandbox, made on the engine directly."""
+
+    id: str
+    name: str
+
+
+VICTIM_INSTANCE = f"{TEST_INSTANCE}-victim"
+
+
+@pytest.fixture
+def victim(engine: docker.DockerClient, runtime: str) -> Iterator[Victim]:
+    labels = {SANDBOX_LABEL: "1", INSTANCE_LABEL: VICTIM_INSTANCE}
+    name = f"cellmate-{uuid.uuid4().hex[:16]}"
+    volume = engine.volumes.create(
+        name,
+        driver="local",
+        driver_opts={"type": "tmpfs", "device": "tmpfs", "o": "size=16m,uid=61000,gid=61000"},
+        labels=labels,
+    )
+    container = engine.containers.create(
+        default_tag(),
+        name=name,
+        entrypoint=["sleep", "600"],
+        labels=labels,
+        user="61000:61000",
+        runtime=runtime,
+        network_mode="none",
+        stdin_open=True,
+        mounts=[docker.types.Mount("/mnt/data", name, type="volume")],
+    )
+    try:
+        container.start()
+        yield Victim(str(container.id), name)
+    finally:
+        container.remove(force=True, v=True)
+        volume.remove(force=True)
+
+
+def plain_tar(*files: tuple[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def put(port: int, ref: str, body: bytes, path: str = "/mnt/data") -> Answer:
+    head = (
+        f"PUT /v1.41/containers/{ref}/archive?path={quote(path)} HTTP/1.1\r\nHost: docker\r\n"
+        f"Content-Type: application/x-tar\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return send(port, head.encode() + body)
+
+
+def test_another_instances_sandbox_is_out_of_reach(
+    proxy_port: int, engine: docker.DockerClient, victim: Victim
+) -> None:
+    """By id, name or id prefix: nothing of another instance's sandbox can be read, written,
+    attached to, stopped or removed, and lists never show it."""
+    refs = [victim.id, victim.name, victim.id[:12], victim.id[:6]]
+    actions = [
+        ("GET", "json"),
+        ("POST", "start"),
+        ("POST", "kill"),
+        ("POST", "kill?signal=SIGKILL"),
+        ("POST", "pause"),
+        ("POST", "unpause"),
+        ("POST", "wait"),
+        ("POST", "attach?stream=1&stdin=1&stdout=1&stderr=1"),
+        ("GET", "archive?path=/mnt/data"),
+        ("HEAD", "archive?path=/mnt/data"),
+    ]
+    for ref in refs:
+        for method, action in actions:
+            answer = send(proxy_port, request(method, f"/v1.41/containers/{ref}/{action}"))
+            assert answer.status == 403, (ref, action, answer.raw[:300])
+            assert answer.raw.count(b"HTTP/1.1 ") == 1  # never upgraded to a stream
+            if method != "HEAD":
+                assert "not a Cellmate sandbox of this instance" in answer.message, answer.message
+        for delete in (f"/v1.41/containers/{ref}?force=1&v=1", f"/v1.41/containers/{ref}"):
+            assert "not a Cellmate sandbox of this instance" in _refused(
+                proxy_port, request("DELETE", delete)
+            )
+        assert (
+            "not a Cellmate sandbox of this instance"
+            in put(proxy_port, ref, plain_tar(("planted.py", b"x"))).message
+        )
+        assert "not served" in _refused(
+            proxy_port, request("GET", f"/v1.41/containers/{ref}/logs?stdout=1")
+        )
+    for method, path in (("GET", f"/v1.41/volumes/{victim.name}"),
+                         ("DELETE", f"/v1.41/volumes/{victim.name}?force=1"),
+                         ("DELETE", f"/v1.41/volumes/{victim.name}")):  # fmt: skip
+        assert "not a Cellmate sandbox of this instance" in _refused(
+            proxy_port, request(method, path)
+        )
+    # A sandbox of ours on the victim's volume, or one labelled as the victim's.
+    sandbox = bodies()
+    sandbox.container["HostConfig"]["Mounts"][0]["Source"] = victim.name
+    assert "not a Cellmate sandbox of this instance" in _refused(
+        proxy_port,
+        request("POST", "/v1.41/containers/create", json.dumps(sandbox.container).encode()),
+    )
+    for labels in ({SANDBOX_LABEL: "1", INSTANCE_LABEL: VICTIM_INSTANCE},):
+        own = bodies()
+        own.volume["Labels"] = own.container["Labels"] = labels
+        assert "this proxy serves the instance" in _refused(
+            proxy_port, request("POST", "/v1.41/volumes/create", json.dumps(own.volume).encode())
+        )
+        assert "this proxy serves the instance" in _refused(
+            proxy_port,
+            request(
+                "POST",
+                f"/v1.41/containers/create?name={own.name}",
+                json.dumps(own.container).encode(),
+            ),
+        )
+        assert not engine.containers.list(all=True, filters={"name": own.name})
+    # Lists: whatever the filter, only this instance's sandboxes (here: none), or refused.
+    choices: list[dict[str, list[str]] | None] = [
+        None,
+        {"label": [f"{SANDBOX_LABEL}=1"]},
+        {"label": []},
+    ]
+    victims = {"label": [f"{INSTANCE_LABEL}={VICTIM_INSTANCE}"]}
+    for base in ("/v1.41/containers/json?all=1&", "/v1.41/volumes?"):
+        for filters in choices:
+            query = "" if filters is None else f"filters={quote(json.dumps(filters))}"
+            listed = send(proxy_port, request("GET", (base + query).rstrip("?&")))
+            assert listed.status == 200, listed.raw
+            assert victim.id not in listed.body.decode()
+            assert victim.name not in listed.body.decode()
+        assert "this proxy lists only its own sandboxes" in _refused(
+            proxy_port, request("GET", f"{base}filters={quote(json.dumps(victims))}")
+        )
+    still = engine.containers.get(victim.id)
+    assert still.status == "running"
+    assert engine.volumes.get(victim.name)
+
+
+def test_lists_show_this_instances_sandboxes(proxy_port: int, engine: docker.DockerClient) -> None:
+    sandbox = bodies()
+    create_volume(proxy_port, sandbox)
+    raw = json.dumps(sandbox.container).encode()
+    made = send(proxy_port, request("POST", f"/v1.41/containers/create?name={sandbox.name}", raw))
+    assert made.status == 201, made.message
+    for path in (
+        "/v1.41/containers/json?all=1",
+        f"/v1.41/containers/json?all=1&filters={SANDBOX_FILTER}",
+    ):
+        listed = json.loads(send(proxy_port, request("GET", path)).body)
+        assert [c["Names"] for c in listed] == [[f"/{sandbox.name}"]]
+    volumes = json.loads(send(proxy_port, request("GET", "/v1.41/volumes")).body)["Volumes"]
+    assert [v["Name"] for v in volumes] == [sandbox.name]
+
+
+TAR_ATTACKS = {
+    "link to / then a file through it": (
+        [("l", tarfile.SYMTYPE, "/", 0o777), ("l/etc/x", tarfile.REGTYPE, "", 0o4755)],
+        "a symbolic link",
+    ),
+    "link to .. then a file through it": (
+        [("l", tarfile.SYMTYPE, "../..", 0o777), ("l/etc/x", tarfile.REGTYPE, "", 0o755)],
+        "a symbolic link",
+    ),
+    "hard link to /etc/passwd": ([("p", tarfile.LNKTYPE, "/etc/passwd", 0o644)], "a hard link"),
+    "file under a folder it does not hold": (
+        [("l/etc/x", tarfile.REGTYPE, "", 0o755)],
+        "before its folder",
+    ),
+    "absolute name": ([("/etc/x", tarfile.REGTYPE, "", 0o755)], "absolute"),
+    "name up out of the folder": ([("../../../etc/x", tarfile.REGTYPE, "", 0o755)], "goes up"),
+    "device node": ([("dev", tarfile.CHRTYPE, "", 0o666)], "a character device"),
+    "fifo": ([("fifo", tarfile.FIFOTYPE, "", 0o666)], "a FIFO"),
+}
+
+
+def attack_tar(members: list[tuple[str, bytes, str, int]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        tar.addfile(_info("before.txt", tarfile.REGTYPE, "", 0o644, 6), io.BytesIO(b"before"))
+        for name, kind, link, mode in members:
+            data = b"#!/bin/sh\nid\n" if kind == tarfile.REGTYPE else b""
+            tar.addfile(_info(name, kind, link, mode, len(data)), io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _info(name: str, kind: bytes, link: str, mode: int, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode, info.size = kind, link, mode, size
+    info.uid = info.gid = 0
+    return info
+
+
+LIST_DATA = (
+    "import os, stat\n"
+    "for name in sorted(os.listdir('.')):\n"
+    "    s = os.lstat(name)\n"
+    "    print(name, oct(stat.S_IMODE(s.st_mode)), s.st_uid, stat.S_ISREG(s.st_mode))\n"
+    "print('etc/x' if os.path.exists('/etc/x') else 'no /etc/x')"
+)
+
+
+async def test_tar_attacks_never_land(
+    proxy_port: int,
+    runtime: str,
+    monkeypatch: pytest.MonkeyPatch,
+    docker_client: docker.DockerClient,
+) -> None:
+    """Through the proxy into a live sandbox: links, devices, names out of the folder, set-id
+    modes, more than the volume holds, compressed streams; what lands is plain files."""
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{proxy_port}")
+    limits = SandboxLimits(timeout_s=20, runtime=runtime, data_mb=16)  # type: ignore[arg-type]
+    async with Executor(
+        default_tag(), limits=limits, instance=TEST_INSTANCE, pool=PoolSettings(size=0)
+    ) as executor:
+        session = executor.session("tar-attacks")
+        await session.put_files({"in.csv": b"a\n1\n"})
+        (container,) = docker_client.containers.list(
+            filters={"label": [f"{INSTANCE_LABEL}={TEST_INSTANCE}"]}
+        )
+        sandbox_id = str(container.id)
+        for attack, (members, reason) in TAR_ATTACKS.items():
+            answer = put(proxy_port, sandbox_id, attack_tar(members))
+            assert answer.status == 403, (attack, answer.raw)
+            assert reason in answer.message, (attack, answer.message)
+        setuid = attack_tar([("run.sh", tarfile.REGTYPE, "", 0o6755)])
+        assert put(proxy_port, sandbox_id, setuid).status == 200
+        big = plain_tar(("big.bin", bytes(17 * MiB)))
+        assert "at most" in put(proxy_port, sandbox_id, big).message
+        for compress, kind in ((gzip.compress, "gzip"), (bz2.compress, "bzip2")):
+            packed = compress(plain_tar(("z.txt", b"z")))
+            assert f"{kind}-compressed" in put(proxy_port, sandbox_id, packed).message
+        deeper = put(proxy_port, sandbox_id, plain_tar(("y.txt", b"y")), "/mnt/data/sub")
+        assert "only into /mnt/data itself" in deeper.message
+        for path in ("/etc/x", "/mnt/data/l", "/mnt/data/dev", "/mnt/data/fifo"):
+            with pytest.raises(docker.errors.NotFound):
+                container.get_archive(path)
+        listed = await session.run(LIST_DATA)
+        assert listed.status is Status.OK, listed.message
+        assert listed.stdout.splitlines() == [
+            "before.txt 0o644 61000 True",
+            "in.csv 0o644 61000 True",
+            "run.sh 0o755 61000 True",
+            "no /etc/x",
+        ]

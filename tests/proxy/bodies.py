@@ -13,9 +13,11 @@ from docker.models.containers import _create_container_args
 from dockerproxy import Policy
 from executor import SandboxLimits
 from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL, sandbox_specs
+from executor.seccomp import profile_json
 
 IMAGE = "cellmate-sandbox:0123456789ab"
-LABELS = {SANDBOX_LABEL: "1", INSTANCE_LABEL: "proxy-tests"}
+INSTANCE = "proxy-tests"
+LABELS = {SANDBOX_LABEL: "1", INSTANCE_LABEL: INSTANCE}
 # Go folds these two non-ASCII letters onto ASCII ones when it matches keys to fields.
 GO_FOLDS = str.maketrans({"\u212a": "k", "\u017f": "s"})
 
@@ -79,12 +81,14 @@ def assert_safe_container(raw: bytes, policy: Policy) -> None:
         assert entry.split("=")[0].endswith("_NUM_THREADS") or entry.startswith("CELLMATE_")
     labels = dict(field(body, "Labels"))
     assert labels[SANDBOX_LABEL] == "1"
+    assert labels[INSTANCE_LABEL] == policy.instance
     host = field(body, "HostConfig")
     assert names(host) <= HOST_FIELDS, names(host) - HOST_FIELDS
     assert field(host, "Privileged") is False
     assert field(host, "ReadonlyRootfs") is True
     assert field(host, "CapDrop") == ["ALL"]
-    assert field(host, "SecurityOpt") == ["no-new-privileges"]
+    assert field(host, "SecurityOpt") == ["no-new-privileges", f"seccomp={profile_json()}"]
+    assert dict(field(host, "LogConfig")) == {"Type": "none", "Config": []}
     memory = field(host, "Memory")
     assert 0 < memory <= policy.max_memory_mb * 2**20
     assert field(host, "MemorySwap") == memory
@@ -122,4 +126,4 @@ def assert_safe_volume(raw: bytes, policy: Policy) -> None:
     assert "nosuid" in settings
     assert "nodev" in settings
     assert not any(s in ("bind", "rbind") or s.startswith("device") for s in settings)
-    assert dict(field(body, "Labels"))[SANDBOX_LABEL] == "1"
+    assert dict(field(body, "Labels")) == {SANDBOX_LABEL: "1", INSTANCE_LABEL: policy.instance}

@@ -15,9 +15,9 @@ from dockerproxy import Policy, Refused
 from dockerproxy import bodies as build
 from dockerproxy.jsonbody import decode
 from executor import SandboxLimits
-from tests.proxy.bodies import assert_safe_container, assert_safe_volume, executor_bodies
+from tests.proxy.bodies import INSTANCE, assert_safe_container, assert_safe_volume, executor_bodies
 
-POLICY = Policy()
+POLICY = Policy(instance=INSTANCE)
 VOLUME, CONTAINER = executor_bodies(SandboxLimits())
 _, CONTAINER_RUNSC = executor_bodies(SandboxLimits(runtime="runsc", memory_mb=512, cpus=0.5))
 
@@ -208,7 +208,7 @@ def test_bodies_that_are_not_plain_json_objects_are_refused(raw: bytes) -> None:
 def test_the_network_needs_the_operators_consent() -> None:
     bridged = with_host(NetworkMode="bridge")
     assert "network" in refused(container, bridged)
-    allowed = Policy(allow_network=True)
+    allowed = Policy(instance=INSTANCE, allow_network=True)
     assert_safe_container(container(bridged, allowed), allowed)
 
 
