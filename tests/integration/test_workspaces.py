@@ -13,6 +13,7 @@ import pytest
 
 from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
+from executor.session import Restore
 from executor.workspace import WorkspaceSettings
 from storage.local import LocalStorage
 from tests.integration.conftest import TEST_INSTANCE
@@ -147,3 +148,76 @@ async def test_a_kernel_that_tampers_with_the_snapshot_cannot_overfill_it(
         assert after.stdout == "False\n"
         assert "Your workspace could not be saved when the last session ended" in after.message
         assert "larger than the cap" in after.message
+
+
+PAYLOAD = """
+class Payload:
+    def __reduce__(self):
+        return (exec, ("open('/mnt/data/ran-at-restore', 'w').write('ran')",))
+payload = Payload()
+open('kept.txt', 'w').write('a file')
+"""
+RAN = "import os\nprint(os.path.exists('/mnt/data/ran-at-restore'), open('kept.txt').read())"
+
+
+async def _saved_payload(ex: Executor, key: str) -> None:
+    made = await ex.session(key).run(PAYLOAD)
+    assert made.status is Status.OK, made.message
+    await asyncio.sleep(0.6)
+    await ex.sessions.reap()  # the idle session ends: the pickle is saved
+    await asyncio.gather(*ex.sessions._saving.values())
+
+
+async def test_a_pickle_that_runs_code_when_loaded_never_runs_with_files_only(
+    runtime: str, store: StoredWorkspaces
+) -> None:
+    """A variable whose `__reduce__` is (exec, (code,)) runs that code when the workspace is
+    loaded: with files only (the policy off), neither /restore nor the next run loads it."""
+    async with executor(runtime, store, idle_timeout_s=0.5) as ex:
+        await _saved_payload(ex, "conv-off")
+        done = await ex.session("conv-off").restore(Restore.FILES)
+        assert done.withheld == ("Payload", "payload")
+        assert "kept.txt" in done.note
+        assert await ex.session("conv-off").info("ran-at-restore") is None
+        after = await ex.session("conv-off").run(RAN, restore=Restore.FILES)
+        assert after.stdout == "False a file\n", after.message
+        assert "its variables were not loaded: Payload, payload" in after.message
+        again = await ex.session("conv-off").restore(Restore.VARIABLES)
+        assert "at most once per session" in again.note
+        assert await ex.session("conv-off").info("ran-at-restore") is None
+
+        # Where code may run, the same pickle does run on loading: the check above is real.
+        await _saved_payload(ex, "conv-auto")
+        loaded = await ex.session("conv-auto").run(RAN, restore=Restore.VARIABLES)
+        assert loaded.stdout == "True a file\n", loaded.message
+
+
+SLOW = """
+import time
+class Slow:
+    def __reduce__(self):
+        time.sleep(600)
+        return (int, ())
+slow = Slow()
+"""
+
+
+async def test_shutdown_saves_every_session_at_once_and_a_slow_pickle_loses_only_its_own(
+    runtime: str, store: StoredWorkspaces
+) -> None:
+    grace = 15.0
+    async with executor(runtime, store, shutdown_save_s=grace) as first:
+        made = await first.session("conv-slow").run(SLOW)
+        assert made.status is Status.OK, made.message
+        for key in ("conv-a", "conv-b"):
+            made = await first.session(key).run(f"x = {key!r}")
+            assert made.status is Status.OK, made.message
+        started = asyncio.get_running_loop().time()
+    took = asyncio.get_running_loop().time() - started
+    assert took < grace + 20, took  # one deadline for all, plus removing the sandboxes
+    async with executor(runtime, store) as second:
+        for key in ("conv-a", "conv-b"):
+            back = await second.session(key).run("print(x)")
+            assert back.stdout == f"{key}\n", back.message
+        slow = await second.session("conv-slow").run("print('slow' in dir())")
+        assert slow.stdout == "False\n", slow.message
