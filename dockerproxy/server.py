@@ -281,7 +281,7 @@ class _LoopSource:
         self.left = length
 
     def read(self, size: int = -1) -> bytes:
-        if self.left <= 0:
+        if self.left <= 0 or size == 0:
             return b""
         wanted = min(self.left if size < 0 else size, self.left, 65536)
         chunk = asyncio.run_coroutine_threadsafe(
