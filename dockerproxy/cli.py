@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import re
 from collections.abc import Sequence
 
@@ -28,9 +27,9 @@ def parser() -> argparse.ArgumentParser:
     )
     found.add_argument(
         "--instance",
-        default=os.environ.get("CELLMATE_INSTANCE") or default.instance,
-        help="the bot instance whose sandboxes it serves: the bot's CELLMATE_INSTANCE "
-        "(default: that variable, else %(default)s)",
+        default=default.instance,
+        help="the bot instance whose sandboxes it serves and labels: the bot's "
+        "CELLMATE_INSTANCE (default %(default)s)",
     )
     found.add_argument(
         "--image-repository",

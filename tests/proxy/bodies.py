@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import docker
-from docker.models.containers import _create_container_args
+from docker.models.containers import _create_container_args  # type: ignore[attr-defined]
 
 from dockerproxy import Policy
 from executor import SandboxLimits

@@ -212,3 +212,16 @@ def test_files_are_put_only_into_the_data_folder_itself(path: str) -> None:
     assert refusal(plan, put, POLICY)
     put = Request("PUT", (1, 41), "/containers/abc/archive", {"path": "/mnt/data"}, 10240)
     assert plan(put, POLICY).body == "tar"
+
+
+def test_the_command_takes_the_instance_it_serves() -> None:
+    from dockerproxy.cli import parser, policy_from
+
+    assert policy_from(parser().parse_args([])).instance == "default"
+    assert policy_from(parser().parse_args(["--instance", "prod-eu"])).labels == {
+        "cellmate.sandbox": "1",
+        "cellmate.instance": "prod-eu",
+    }
+    for bad in ("", "two words", "a/b", "x" * 129, "é"):
+        with pytest.raises(SystemExit, match="--instance must be"):
+            policy_from(parser().parse_args(["--instance", bad]))
