@@ -4,6 +4,10 @@ The runner inside is reached through the container's attached stdin/stdout (work
 runc and gVisor, with a remote engine, and from inside a container); files move as tar
 streams through the archive calls. /mnt/data is a size-capped tmpfs volume owned by the
 container, so archive calls work on a read-only root and under gVisor alike.
+
+The host chooses each sandbox's key and writes it to the runner's stdin (`hello`) before
+any user code exists; the sandbox's stdout, the protocol stream, is never stored (log driver
+`none`), so neither the key nor anything a user's code prints stays on the engine's disk.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import socket
+import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
@@ -24,9 +30,11 @@ from docker.models.containers import Container
 from docker.types import LogConfig, Mount, Ulimit
 
 from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_output_tar
+from executor.backoff import Backoff
 from executor.errors import EngineUnavailable, ImageNotFound, SandboxError
 from executor.limits import SandboxLimits
 from executor.protocol import ExitState
+from executor.seccomp import profile_json
 from executor.stdio import MAX_LINE_BYTES, RunnerStream
 
 log = logging.getLogger(__name__)
@@ -35,6 +43,22 @@ T = TypeVar("T")
 SANDBOX_LABEL = "cellmate.sandbox"
 INSTANCE_LABEL = "cellmate.instance"
 DATA_DIR = "/mnt/data"
+NAME_PATTERN = re.compile(r"cellmate-[0-9a-f]{16}")
+"""The name of every sandbox container and of its data volume."""
+FREEZE_RETRY = Backoff(attempts=6, first_s=0.05, factor=2.0, max_s=1.0)
+"""A freeze that the runtime refuses (runc under load: `unable to freeze`) is tried again
+after 0.05, 0.1, 0.2, 0.4 and 0.8 s."""
+START_ATTEMPTS = 3
+"""Starts tried when a sandbox's volume went away before its container was made."""
+
+
+class FreezeFailed(SandboxError):
+    """The engine could not freeze the sandbox for one file operation, which was not done;
+    the session and its files are as they were."""
+
+
+class VolumeReplaced(SandboxError):
+    """The container was made on a volume that is not the sandbox's own tmpfs volume."""
 
 
 def connect(timeout: float = 120) -> docker.DockerClient:
@@ -59,11 +83,12 @@ class DockerSandbox:
         volume_name: str,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        key: bytes,
     ) -> None:
         self._client = client
         self._container = container
         self._volume_name = volume_name
-        self._events = RunnerStream(reader)
+        self._events = RunnerStream(reader, key=key)
         self._writer = writer
         self._destroyed = False
         self._frozen = False
@@ -80,9 +105,16 @@ class DockerSandbox:
     def stderr_tail(self) -> str:
         return self._events.stderr_tail
 
+    async def hello(self) -> None:
+        """The runner's first line, with its key: written before any user code exists."""
+        await self._write(self._events.hello_line())
+
     async def send(self, request: Mapping[str, Any]) -> None:
+        await self._write(self._events.request_line(request))
+
+    async def _write(self, line: bytes) -> None:
         try:
-            self._writer.write(self._events.request_line(request))
+            self._writer.write(line)
             await self._writer.drain()
         except (ConnectionError, OSError) as exc:
             raise SandboxError(f"the sandbox stopped accepting requests: {exc}") from exc
@@ -94,7 +126,7 @@ class DockerSandbox:
         # Frozen too: the engine writes as root, and must not meet a link that code swapped
         # in for a file name halfway.
         def put() -> None:
-            thaw = self._freeze()
+            thaw = self._freeze("write files into it")
             try:
                 self._container.put_archive(DATA_DIR, tar)
             except docker.errors.APIError as exc:
@@ -118,7 +150,7 @@ class DockerSandbox:
         # swap a folder for a link while it walks the tree. Links inside come back as links,
         # and are refused.
         def fetch() -> ExtractedFiles:
-            thaw = self._freeze()
+            thaw = self._freeze("read its files")
             try:
                 chunks, _ = self._container.get_archive(DATA_DIR)
                 return read_output_tar(ChunkReader(iter(chunks)), caps, unchanged, wanted)
@@ -130,23 +162,40 @@ class DockerSandbox:
 
         return await _engine(fetch)
 
-    def _freeze(self) -> bool:
-        """Pause the sandbox unless it is already still; True when it must be thawed after."""
+    def _freeze(self, doing: str) -> bool:
+        """Pause the sandbox unless it is already still; True when it must be thawed after.
+
+        The engine reads and writes /mnt/data as root; frozen, no code in the sandbox can
+        swap a folder for a link while it does. A runtime that cannot freeze (runc under
+        load) is asked again a few times; then this one operation is refused (FreezeFailed)
+        rather than done unfrozen, and the session goes on untouched: ending its processes
+        instead would lose the user's variables for a failure that a moment later is gone.
+        """
         if self._frozen:
             return False
-        try:
-            self._container.pause()
-        except docker.errors.NotFound:
-            return False
-        except docker.errors.APIError as exc:
-            self._container.reload()
-            state = self._container.attrs.get("State", {})
-            if state.get("Running") and not state.get("Paused"):
-                raise SandboxError(
-                    f"could not freeze the sandbox to read its files: {exc.explanation or exc}"
-                ) from exc
-            return False
-        return True
+        refused: docker.errors.APIError | None = None
+        for wait in FREEZE_RETRY.waits():
+            if wait:
+                _wait(wait)
+            try:
+                self._container.pause()
+            except docker.errors.NotFound:
+                return False
+            except docker.errors.APIError as exc:
+                refused = exc
+                self._container.reload()
+                state = self._container.attrs.get("State", {})
+                if not state.get("Running") or state.get("Paused"):
+                    return False  # stopped, or already frozen (by kill)
+                log.info("the engine could not freeze sandbox %s: %s", self.id[:12], exc)
+                continue
+            return True
+        said = (refused.explanation if refused is not None else None) or refused
+        tries = f"{FREEZE_RETRY.attempts} tries in {FREEZE_RETRY.total_s:.1f} s"
+        raise FreezeFailed(
+            f"the sandbox was too busy to {doing}: the engine could not freeze it "
+            f"({tries}; {said}). Nothing was changed, and the session goes on; try again."
+        )
 
     def _thaw(self) -> None:
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
@@ -192,6 +241,15 @@ class DockerSandbox:
         await _engine(_remove, self._client, self.id, self._volume_name)
         self._destroyed = True
 
+    @property
+    def volume_name(self) -> str:
+        return self._volume_name
+
+
+def _wait(seconds: float) -> None:
+    """A wait between attempts (in an engine call's own thread)."""
+    time.sleep(seconds)
+
 
 async def _engine(call: Callable[..., T], *args: Any) -> T:
     """Run a blocking Engine API call in a thread; an engine that stops answering (it is
@@ -235,6 +293,72 @@ def _remove(client: docker.DockerClient, container_id: str, volume_name: str) ->
         client.api.remove_volume(volume_name, force=True)
 
 
+async def _abandon(
+    client: docker.DockerClient,
+    name: str,
+    creating: asyncio.Future[tuple[Container, socket.socket]],
+) -> None:
+    """Remove what a start that failed or was cancelled made, once its thread is done."""
+    await asyncio.wait({creating})
+    if not creating.cancelled() and creating.exception() is None:
+        creating.result()[1].close()
+    try:
+        await asyncio.to_thread(_remove, client, name, name)
+    except Exception as exc:  # the engine is away: the next sweep removes it by its labels
+        log.warning("could not remove the sandbox %s that did not start: %s", name, exc)
+
+
+def check_volume(client: docker.DockerClient, expected: Mapping[str, Any]) -> None:
+    """Raise VolumeReplaced unless the volume named `expected["name"]` is the one asked for:
+    its driver, options and labels. A volume that went (a sweep) before the container that
+    mounts it was made is made again by the engine, plain, on its own disk, without a size
+    cap; once the container exists it holds the volume, so what is checked here stays."""
+    name = expected["name"]
+    try:
+        found = client.api.inspect_volume(name)
+    except docker.errors.NotFound:
+        found = {}
+    labels = found.get("Labels") or {}
+    if (
+        found.get("Driver") != expected["driver"]
+        or (found.get("Options") or {}) != expected["driver_opts"]
+        or any(labels.get(k) != v for k, v in expected["labels"].items())
+    ):
+        raise VolumeReplaced(
+            f"the sandbox volume {name} was removed before its container was made, and the "
+            "engine put a plain volume in its place"
+        )
+
+
+def remove_plain_volumes(client: docker.DockerClient) -> int:
+    """Remove volumes named like a sandbox's that no sandbox asked for: no labels, no
+    options, in use by no container. The engine makes one when a sandbox's own volume went
+    before its container was made; it outlives that container and keeps its files on the
+    engine's disk. Labelled volumes, other names and volumes in use are never touched."""
+    removed = 0
+    try:
+        listed = client.api.volumes(filters={"dangling": True}).get("Volumes") or []
+    except docker.errors.APIError as exc:
+        log.warning("could not list volumes to remove plain sandbox volumes: %s", exc)
+        return 0
+    for volume in listed:
+        if (
+            NAME_PATTERN.fullmatch(str(volume.get("Name")))
+            and not volume.get("Labels")
+            and not volume.get("Options")
+            and volume.get("Driver") == "local"
+        ):
+            try:
+                # Without force: a volume that a container took since the listing stays.
+                client.api.remove_volume(volume["Name"])
+            except docker.errors.APIError:
+                continue
+            removed += 1
+    if removed:
+        log.warning("removed %d plain volume(s) named like sandbox volumes", removed)
+    return removed
+
+
 def sandbox_specs(
     image: str, name: str, limits: SandboxLimits, labels: Mapping[str, str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -272,6 +396,8 @@ def sandbox_specs(
             "OPENBLAS_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
             "CELLMATE_PRELOAD": ",".join(limits.preloaded()),
+            # The host brings the key in the first line on stdin (see stdio.py).
+            "CELLMATE_RUNNER_AWAIT_HELLO": "1",
         },
         "network_mode": "bridge" if limits.network else "none",
         "read_only": True,
@@ -279,7 +405,7 @@ def sandbox_specs(
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={limits.tmp_mb}m,mode=1777"},  # noqa: S108
         "mounts": [Mount(target=DATA_DIR, source=name, type="volume")],
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
+        "security_opt": ["no-new-privileges", "seccomp=" + profile_json()],
         "mem_limit": f"{limits.memory_mb}m",
         "memswap_limit": f"{limits.memory_mb}m",
         "nano_cpus": int(limits.cpus * 1e9),
@@ -293,9 +419,8 @@ def sandbox_specs(
             Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
             Ulimit(name="core", soft=0, hard=0),
         ],
-        "log_config": LogConfig(
-            type="json-file", config={"max-size": f"{limits.log_mb}m", "max-file": "1"}
-        ),
+        # The sandbox's stdout is the protocol stream, with users' data: nothing keeps it.
+        "log_config": LogConfig(type="none"),
         "shm_size": "64m",
         "ipc_mode": "private",
         # Under memory pressure on the host, sandboxes go before the bot or the engine.
@@ -344,27 +469,45 @@ class DockerBackend:
 
     async def start(self, limits: SandboxLimits, input_tar: bytes | None) -> DockerSandbox:
         client = await self.client()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return await self._start(client, limits, input_tar)
+            except VolumeReplaced as exc:
+                if attempt == START_ATTEMPTS:
+                    raise
+                log.warning("%s; starting another sandbox", exc)
+        raise AssertionError("unreachable")
+
+    async def _start(
+        self, client: docker.DockerClient, limits: SandboxLimits, input_tar: bytes | None
+    ) -> DockerSandbox:
         name = f"cellmate-{uuid.uuid4().hex[:16]}"
+        # The thread goes on making the container when the caller is cancelled (a pool that
+        # closes): the clean-up waits for it, so nothing it makes afterwards is left behind.
+        creating = asyncio.ensure_future(asyncio.to_thread(self._create, client, name, limits))
         try:
-            container, raw = await asyncio.to_thread(self._create, client, name, limits, input_tar)
+            container, raw = await asyncio.shield(creating)
         except BaseException:
-            await asyncio.to_thread(_remove, client, name, name)
+            await asyncio.shield(_abandon(client, name, creating))
             raise
         try:
             reader, writer = await asyncio.open_connection(sock=raw, limit=MAX_LINE_BYTES)
+            sandbox = DockerSandbox(client, container, name, reader, writer, os.urandom(32))
             await asyncio.to_thread(container.start)
+            await sandbox.hello()
             # A tmpfs volume only holds data while it is mounted, that is while the container
-            # runs; so files go in after the start (the runner needs none to get ready).
+            # runs; so files go in after the start (the runner needs none to get ready). No
+            # user code exists yet, so this needs no freeze.
             if input_tar:
                 await asyncio.to_thread(container.put_archive, DATA_DIR, input_tar)
         except BaseException:
             raw.close()
-            await asyncio.to_thread(_remove, client, name, name)
+            await asyncio.shield(asyncio.to_thread(_remove, client, name, name))
             raise
-        return DockerSandbox(client, container, name, reader, writer)
+        return sandbox
 
     def _create(
-        self, client: docker.DockerClient, name: str, limits: SandboxLimits, input_tar: bytes | None
+        self, client: docker.DockerClient, name: str, limits: SandboxLimits
     ) -> tuple[Container, socket.socket]:
         volume, container_args = sandbox_specs(self.image, name, limits, self.labels)
         client.volumes.create(**volume)
@@ -378,6 +521,7 @@ class DockerBackend:
             raise SandboxError(
                 f"the Docker engine refused to create a sandbox: {exc.explanation or exc}"
             ) from exc
+        check_volume(client, volume)
         attached = client.api.attach_socket(
             name, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
         )
@@ -405,6 +549,7 @@ class DockerBackend:
             for volume in client.volumes.list(filters={"label": selector}):
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     volume.remove(force=True)
+            remove_plain_volumes(client)
             return len(containers)
 
         return await asyncio.to_thread(sweep)

@@ -1,9 +1,11 @@
 """The runner's events, read from a container's multiplexed stdout/stderr stream.
 
-The runner's `ready` event, sent before any user code exists in the sandbox, carries a fresh
-key. Every line after it, both ways, is sealed with that key and a sequence number
-(`<hmac-sha256 hex> <seq> <json>`), so that nothing the user's code writes into the
-runner's pipes, or replays from them, counts as the runner's.
+The host chooses each sandbox's key and gives it to the runner in its first line on stdin
+(`hello`), before any user code exists in the sandbox; the key never travels on the
+sandbox's stdout, which an engine may store. Every line after the hello, both ways, is
+sealed with that key and a sequence number (`<hmac-sha256 hex> <seq> <json>`), so that
+nothing the user's code writes into the runner's pipes, or replays from them, counts as the
+runner's; a key that a line offers is ignored.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import hashlib
 import hmac
 import json
 import logging
-import re
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -26,7 +27,6 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 64 * 1024 * 1024
 STDERR_TAIL_BYTES = 16 * 1024
 STDOUT, STDERR = 1, 2
-KEY_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 
 def seal(key: bytes, seq: int, payload: bytes) -> bytes:
@@ -58,11 +58,12 @@ class RunnerStream:
         self,
         reader: asyncio.StreamReader | None = None,
         frames: asyncio.Queue[tuple[int, bytes] | None] | None = None,
-        key: bytes | None = None,
+        *,
+        key: bytes,
     ) -> None:
         """Frames come from `reader` (an engine's multiplexed stream) or, already split by
-        stream, from `frames` (None there ends the stream). `key`: the key the host gave
-        the runner in its hello, when it chose one."""
+        stream, from `frames` (None there ends the stream). `key`: the key the host gives
+        the runner in its hello."""
         self._reader = reader
         self._frames = frames
         self._stdout = bytearray()
@@ -107,33 +108,33 @@ class RunnerStream:
             else:
                 self._stdout += payload
 
+    def hello_line(self) -> bytes:
+        """The first line the runner reads (CELLMATE_RUNNER_AWAIT_HELLO=1): its key."""
+        return json.dumps({"op": "hello", "key": self._key.hex()}).encode() + b"\n"
+
     def request_line(self, request: Mapping[str, Any]) -> bytes:
-        """A request as the runner accepts it: sealed once its key is known."""
+        """A request as the runner accepts it: sealed."""
         payload = json.dumps(request).encode()
-        if self._key is None:
-            return payload + b"\n"
         self._sent += 1
         return seal(self._key, self._sent, payload)
 
     def resume_line(self, nonce: str) -> bytes:
         """A `resume` request from a host that attaches again (see the runner): its numbers
         start above any an earlier host used, and only the answer to it opens the runner's."""
-        assert self._key is not None
         self._sent = time.time_ns()
         self._resuming = nonce
         return self.request_line({"op": "resume", "nonce": nonce})
 
     def _event(self, line: bytes) -> dict[str, Any] | None:
-        if self._key is not None and self._resuming is not None:
+        if self._resuming is not None:
             return self._resumed(self._key, line, self._resuming)
-        if self._key is not None:
-            opened = unseal(self._key, line, self._received)
-            if opened is None:
-                self.refused += 1
-                if self.refused == 1:
-                    log.warning("the sandbox wrote a line the runner did not seal; ignored")
-                return None
-            self._received, line = opened
+        opened = unseal(self._key, line, self._received)
+        if opened is None:
+            self.refused += 1
+            if self.refused == 1:
+                log.warning("the sandbox wrote a line the runner did not seal; ignored")
+            return None
+        self._received, line = opened
         try:
             event = json.loads(line)
         except ValueError:
@@ -141,10 +142,6 @@ class RunnerStream:
             return None
         if not isinstance(event, dict):
             return None
-        if self._key is None and event.get("type") == "ready":
-            key = event.pop("key", None)
-            if isinstance(key, str) and KEY_PATTERN.fullmatch(key):
-                self._key = bytes.fromhex(key)
         return event
 
     def _resumed(self, key: bytes, line: bytes, nonce: str) -> dict[str, Any] | None:

@@ -22,8 +22,10 @@ def frame(payload: bytes) -> bytes:
     return bytes([1, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
 
 
-def ready() -> bytes:
-    return json.dumps({"type": "ready", "key": KEY.hex()}).encode() + b"\n"
+def offered_key() -> bytes:
+    """A `ready` that offers a key of its own, as code that writes to the runner's stdout
+    might: never believed."""
+    return json.dumps({"type": "ready", "key": os.urandom(32).hex()}).encode() + b"\n"
 
 
 def sealed(seq: int, event: dict[str, Any], key: bytes = KEY) -> bytes:
@@ -34,33 +36,32 @@ async def events_of(*lines: bytes) -> list[dict[str, Any]]:
     reader = asyncio.StreamReader()
     reader.feed_data(frame(b"".join(lines)))
     reader.feed_eof()
-    stream = RunnerStream(reader)
+    stream = RunnerStream(reader, key=KEY)
     found = []
     while (event := await stream.receive()) is not None:
         found.append(event)
     return found
 
 
-async def test_after_ready_only_sealed_events_count() -> None:
+async def test_only_events_sealed_with_the_hosts_key_count() -> None:
     done = {"type": "done", "id": "r1", "status": "ok"}
     events = await events_of(
-        ready(),
+        offered_key(),
+        sealed(1, {"type": "ready"}),
         json.dumps(done).encode() + b"\n",  # forged: not sealed
-        sealed(1, done, key=os.urandom(32)),  # forged: another key
-        sealed(1, {"type": "output", "id": "r1"}),
-        sealed(1, {"type": "output", "id": "r1"}),  # replayed
-        b"0" * 64 + b" 2 " + json.dumps(done).encode() + b"\n",  # a made-up seal
+        sealed(2, done, key=os.urandom(32)),  # forged: another key
+        sealed(2, {"type": "output", "id": "r1"}),
+        sealed(2, {"type": "output", "id": "r1"}),  # replayed
+        b"0" * 64 + b" 3 " + json.dumps(done).encode() + b"\n",  # a made-up seal
         sealed(5, done),
     )
     assert events == [{"type": "ready"}, {"type": "output", "id": "r1"}, done]
 
 
-async def test_requests_are_sealed_once_the_key_is_known() -> None:
-    reader = asyncio.StreamReader()
-    reader.feed_data(frame(ready()))
-    stream = RunnerStream(reader)
-    assert stream.request_line({"op": "x"}) == b'{"op": "x"}\n'
-    assert await stream.receive() == {"type": "ready"}
+async def test_the_hello_carries_the_key_and_every_request_is_sealed() -> None:
+    stream = RunnerStream(asyncio.StreamReader(), key=KEY)
+    assert json.loads(stream.hello_line()) == {"op": "hello", "key": KEY.hex()}
+    assert stream.hello_line().endswith(b"}\n")
     first, second = stream.request_line({"op": "run"}), stream.request_line({"op": "run"})
     assert first == seal(KEY, 1, b'{"op": "run"}')
     assert second == seal(KEY, 2, b'{"op": "run"}')
@@ -68,13 +69,7 @@ async def test_requests_are_sealed_once_the_key_is_known() -> None:
 
 async def test_a_key_given_in_the_hello_seals_ready_and_an_unsealed_key_is_ignored() -> None:
     reader = asyncio.StreamReader()
-    reader.feed_data(
-        frame(
-            json.dumps({"type": "ready", "key": os.urandom(32).hex()}).encode()
-            + b"\n"
-            + sealed(1, {"type": "ready", "python": "3.11"})
-        )
-    )
+    reader.feed_data(frame(offered_key() + sealed(1, {"type": "ready", "python": "3.11"})))
     reader.feed_eof()
     stream = RunnerStream(reader, key=KEY)
     assert await stream.receive() == {"type": "ready", "python": "3.11"}
@@ -133,4 +128,14 @@ def test_the_sandbox_runs_as_the_configured_user_under_its_own_init() -> None:
 @pytest.mark.parametrize("field", ["uid", "gid"])
 def test_root_is_never_the_sandbox_user(field: str) -> None:
     with pytest.raises(ValueError, match=f"{field} must be positive"):
-        SandboxLimits(**{field: 0})
+        SandboxLimits(uid=0) if field == "uid" else SandboxLimits(gid=0)
+
+
+def test_docker_sandboxes_wait_for_the_hosts_key_and_keep_no_log() -> None:
+    """The key travels only on stdin, and the stdout that carries users' output is not
+    stored by the engine."""
+    _, container = sandbox_specs("image", "name", SandboxLimits(), {})
+    assert container["environment"]["CELLMATE_RUNNER_AWAIT_HELLO"] == "1"
+    assert container["log_config"]["Type"] == "none"
+    assert not container["log_config"].get("Config")
+    assert container["tty"] is False

@@ -2,11 +2,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+from typing import Any
 
 import pytest
 
 from executor.errors import SandboxError
-from executor.stdio import RunnerStream
+from executor.stdio import RunnerStream, seal
+
+KEY = os.urandom(32)
 
 
 def frame(stream: int, payload: bytes) -> bytes:
@@ -18,15 +22,19 @@ def stream_of(*chunks: bytes) -> RunnerStream:
     for chunk in chunks:
         reader.feed_data(chunk)
     reader.feed_eof()
-    return RunnerStream(reader)
+    return RunnerStream(reader, key=KEY)
+
+
+def sealed(seq: int, event: Any) -> bytes:
+    return seal(KEY, seq, json.dumps(event).encode())
 
 
 async def test_events_split_across_frames_and_interleaved_with_stderr() -> None:
-    line = json.dumps({"type": "ready", "python": "3.11.2"}).encode() + b"\n"
+    line = sealed(1, {"type": "ready", "python": "3.11.2"})
     events = stream_of(
         frame(1, line[:7]),
         frame(2, b"a warning\n"),
-        frame(1, line[7:] + b'{"type": "done"}\n'),
+        frame(1, line[7:] + sealed(2, {"type": "done"})),
     )
     assert await events.receive() == {"type": "ready", "python": "3.11.2"}
     assert await events.receive() == {"type": "done"}
@@ -35,12 +43,15 @@ async def test_events_split_across_frames_and_interleaved_with_stderr() -> None:
 
 
 async def test_noise_that_is_not_an_event_is_skipped() -> None:
-    events = stream_of(frame(1, b'not json\n[1, 2]\n\xff\xfe\n{"type": "x"}\n'))
+    events = stream_of(
+        frame(1, b"not json\n" + seal(KEY, 1, b"not json") + sealed(2, [1, 2])),
+        frame(1, seal(KEY, 3, b"\xff\xfe") + sealed(4, {"type": "x"})),
+    )
     assert await events.receive() == {"type": "x"}
 
 
 async def test_truncated_stream_ends_cleanly() -> None:
-    events = stream_of(frame(1, b'{"type": "x"}\n')[:-3])
+    events = stream_of(frame(1, sealed(1, {"type": "x"}))[:-3])
     assert await events.receive() is None
 
 
