@@ -167,6 +167,10 @@ class DiscordSettings:
     roles: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     dms: bool = True
+    dm_users: tuple[str, ...] = ()
+    """Admitted by DM without being a member of an allowed server with an allowed role."""
+    membership_ttl_s: float = 60.0
+    """How long a DM sender's looked-up server membership and roles are trusted."""
     cooldown_s: float = 2.0
     upload_limit_mb: float = 10.0
     """Discord's attachment limit for the bot (10 MB on servers without boosts)."""
@@ -206,6 +210,10 @@ class SlackSettings:
     channels: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     dms: bool = True
+    dm_users: tuple[str, ...] = ()
+    """Admitted by DM without being a member of an allowed channel."""
+    membership_ttl_s: float = 60.0
+    """How long the looked-up members of an allowed channel are trusted."""
     cooldown_s: float = 2.0
     thread_replies: bool = True
     """Replies in a thread the bot is part of continue the conversation without a mention."""

@@ -6,6 +6,11 @@ service's `Admission`). Allowlists are sets of platform ids; an empty set allows
 place that is not allowed is ignored silently (no noise in channels the operator did not
 choose). Commands that act on a conversation (files, export, reset, Stop, Re-run) are for
 its participants, who started it or took part, and for moderators.
+
+A direct message has no server, channel or roles of its own, so it is admitted for the
+people the rules admit somewhere: the platform looks up where the sender is (a member of an
+allowed server with their roles there, a member of an allowed channel; see `presence`) and
+the rules are applied to those places. `dm_users` admits people by DM without that.
 """
 
 from __future__ import annotations
@@ -23,9 +28,17 @@ class AccessRules:
     """Channels; a thread counts as its parent channel."""
     roles: frozenset[str] = frozenset()
     users: frozenset[str] = frozenset()
+    """Only these people, anywhere (DMs included)."""
     dms: bool = True
+    dm_users: frozenset[str] = frozenset()
+    """People admitted by DM even where the place rules would not find them."""
     cooldown_s: float = 0.0
     """Least time between the starts of one user's turns."""
+
+    @property
+    def limits_places(self) -> bool:
+        """Whether the rules name places, so that a DM needs to know where its sender is."""
+        return bool(self.servers or self.channels or self.roles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +50,8 @@ class Place:
     channel: str | None = None
     roles: Iterable[str] = ()
     dm: bool = False
+    found_in: tuple[Place, ...] = ()
+    """For a DM: the places the platform found its sender in, among those the rules name."""
 
 
 NOT_HERE = "Cellmate is not enabled here."
@@ -56,7 +71,14 @@ def allowed(rules: AccessRules, place: Place) -> bool:
     if rules.users and place.user not in rules.users:
         return False
     if place.dm:
-        return rules.dms
+        if not rules.dms:
+            return False
+        if place.user in rules.dm_users or not rules.limits_places:
+            return True
+        return any(
+            not where.dm and where.user == place.user and allowed(rules, where)
+            for where in place.found_in
+        )
     if rules.servers and place.server not in rules.servers:
         return False
     if rules.channels and place.channel not in rules.channels:

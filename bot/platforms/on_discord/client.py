@@ -4,11 +4,16 @@ conversation service.
 A mention in a channel starts a thread on the message, and the thread is the conversation;
 a DM is one conversation until /reset. Messages are handled once even when the gateway
 replays them after a resume. Everything the bot sends pings nobody.
+
+A DM is admitted by the conversation layer's rules from where its sender is: this module
+looks them up in the servers the rules name (by REST: without the privileged members intent
+the gateway does not report role changes, so its cached members may hold removed roles).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 from typing import Any
@@ -20,6 +25,7 @@ from discord import app_commands
 from bot.agent import UserMessage, direct_code
 from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
 from bot.conversations.access import NOT_HERE, AccessRules, Place
+from bot.conversations.presence import Expiring, Presence
 from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
 from bot.platforms.on_discord.render import thread_name
@@ -65,9 +71,15 @@ class CellmateDiscord(discord.Client):
                 roles=frozenset(settings.roles),
                 users=frozenset(settings.users),
                 dms=settings.dms,
+                dm_users=frozenset(settings.dm_users),
                 cooldown_s=settings.cooldown_s,
             )
         )
+        self.presence = Presence(self.door.rules, self.whereabouts)
+        self.members: Expiring[tuple[int, int], discord.Member | None] = Expiring(
+            settings.membership_ttl_s
+        )
+        """(server, user) -> the user's membership there (None: not a member), for DMs."""
         self.code_messages: dict[int, ConversationKey] = {}
         """Messages that were code run directly, by id, for a re-run on edit."""
         self.upload_limit = int(settings.upload_limit_mb * 1e6)
@@ -141,9 +153,10 @@ class CellmateDiscord(discord.Client):
         ours = isinstance(channel, discord.Thread) and channel.owner_id == self.user.id
         if not (dm or mentioned or ours):
             return
-        person = Person(str(message.author.id), _place(message.author, channel, dm))
+        place = await self.presence.place(_place(message.author, channel, dm))
+        person = Person(str(message.author.id), place)
         if not self.door.allows(person.place):
-            return
+            return  # ignored silently, as in a channel off the allowlist
         me = self.user.id
         text = MENTION.sub(lambda m: "" if int(m.group(1)) == me else m.group(), content).strip()
         if not text and not message.attachments:
@@ -199,7 +212,7 @@ class CellmateDiscord(discord.Client):
     ) -> None:
         """/run, the Run code menu and Re-run: run code directly, no model involved, in the
         conversation it was asked in (or in a one-off session)."""
-        person = self.person(interaction)
+        person = await self.person_now(interaction)
         if not await self.admitted(interaction, person):
             return
         key = (
@@ -227,9 +240,17 @@ class CellmateDiscord(discord.Client):
         await tell(interaction, NOT_HERE)
         return False
 
+    async def person_now(
+        self, interaction: discord.Interaction, server_wide: bool = False
+    ) -> Person:
+        """Who acts in an interaction, in a DM with where they are now (see `person`)."""
+        person = self.person(interaction, server_wide)
+        return dataclasses.replace(person, place=await self.presence.place(person.place))
+
     def person(self, interaction: discord.Interaction, server_wide: bool = False) -> Person:
         """Who acts in an interaction. `server_wide`: they moderate only with Manage Server
-        (for settings of the whole server)."""
+        (for settings of the whole server). In a DM, where they were last found
+        (`person_now` looks again)."""
 
         async def vouched() -> bool:
             return self.moderator(interaction) or await self._started(interaction)
@@ -240,8 +261,59 @@ class CellmateDiscord(discord.Client):
             return self.moderator(interaction)
 
         dm = interaction.guild is None
-        place = _place(interaction.user, interaction.channel, dm)
+        place = self.presence.known(_place(interaction.user, interaction.channel, dm))
         return Person(str(interaction.user.id), place, vouched, moderates)
+
+    async def whereabouts(self, dm: Place) -> list[Place]:
+        """Where a DM's sender is among the places the rules name: each server they are a
+        member of, with their roles there and the allowed channels they can see."""
+        rules, user = self.door.rules, dm.user
+        found: list[Place] = []
+        for guild in self._servers_to_ask():
+            member = await self._member(guild, int(user))
+            if member is None:
+                continue
+            roles = [str(role.id) for role in member.roles]
+            if not rules.channels:
+                found.append(Place(user, str(guild.id), None, roles))
+                continue
+            for channel_id in rules.channels:
+                channel = guild.get_channel(_snowflake(channel_id))
+                if channel is not None and channel.permissions_for(member).view_channel:
+                    found.append(Place(user, str(guild.id), channel_id, roles))
+        return found
+
+    def _servers_to_ask(self) -> list[discord.Guild]:
+        """The servers the rules name, else those holding an allowed channel or role (role
+        and channel ids are unique across servers, so a same-named role elsewhere is not
+        one of them)."""
+        rules = self.door.rules
+        if rules.servers:
+            named = {_snowflake(server) for server in rules.servers}
+        else:
+            named = {
+                guild.id
+                for guild in self.guilds
+                if any(guild.get_channel(_snowflake(c)) for c in rules.channels)
+                or any(guild.get_role(_snowflake(r)) for r in rules.roles)
+            }
+        return [guild for guild in self.guilds if guild.id in named]
+
+    async def _member(self, guild: discord.Guild, user: int) -> discord.Member | None:
+        """`user` as a member of `guild` (None: not a member, or Discord would not say)."""
+        try:
+            return self.members.fresh((guild.id, user))
+        except KeyError:
+            pass
+        try:
+            member: discord.Member | None = await guild.fetch_member(user)
+        except discord.NotFound:
+            member = None
+        except discord.HTTPException as exc:
+            log.warning("could not look up %s in server %s for a DM: %s", user, guild.id, exc)
+            return None  # not kept: the next DM asks again
+        self.members.put((guild.id, user), member)
+        return member
 
     async def _started(self, interaction: discord.Interaction) -> bool:
         """Whether this person wrote the message the interaction's thread was started on:
@@ -306,6 +378,11 @@ def conversation_of(interaction: discord.Interaction) -> ConversationKey | None:
     if isinstance(channel, discord.Thread):
         return thread_key(channel)
     return None
+
+
+def _snowflake(text: str) -> int:
+    """A configured id as Discord's number (0, which matches nothing, when it is not one)."""
+    return int(text) if text.isdigit() else 0
 
 
 def _place(user: discord.abc.User, channel: Any, dm: bool) -> Place:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 import discord
 from discord import app_commands
 
-from bot.conversations import ConversationKey, Refused
+from bot.conversations import ConversationKey, Person, Refused
 from bot.conversations.policy import Scope, parse_mode
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_discord.reply import InteractionSurface
@@ -55,7 +55,7 @@ class TurnButton(
 
     async def callback(self, interaction: discord.Interaction) -> None:
         client = cast("CellmateDiscord", interaction.client)
-        person = client.person(interaction)
+        person = await client.person_now(interaction)
         try:
             if self.kind == "stop":
                 why_not = await client.conversations.stop(client.door, person, self.key)
@@ -98,12 +98,14 @@ def register_commands(client: CellmateDiscord) -> None:
     tree = client.tree
     conversations = client.conversations
 
-    async def conversation(interaction: discord.Interaction) -> ConversationKey | None:
-        """The conversation a command acts on, for a person who may act on it (the
-        interaction then deferred); None, with the person told why, otherwise."""
+    async def conversation(
+        interaction: discord.Interaction,
+    ) -> tuple[Person, ConversationKey] | None:
+        """Who acts, and the conversation a command acts on, for a person who may act on it
+        (the interaction then deferred); None, with the person told why, otherwise."""
         from bot.platforms.on_discord.client import conversation_of
 
-        person = client.person(interaction)
+        person = await client.person_now(interaction)
         if not await client.admitted(interaction, person):
             return None
         key = conversation_of(interaction)
@@ -116,13 +118,13 @@ def register_commands(client: CellmateDiscord) -> None:
             await _tell(interaction, str(exc))
             return None
         await interaction.response.defer(thinking=True)
-        return key
+        return person, key
 
     @tree.command(name="run", description="Run Python in the sandbox, without the model")
     @app_commands.describe(code="Python code; leave it out for a multi-line editor")
     async def run(interaction: discord.Interaction, code: str | None = None) -> None:
         if code is None or not code.strip():
-            if await client.admitted(interaction, client.person(interaction)):
+            if await client.admitted(interaction, await client.person_now(interaction)):
                 await interaction.response.send_modal(RunModal(client))
             return
         await client.start_run(interaction, code_blocks(code) or code)
@@ -131,17 +133,17 @@ def register_commands(client: CellmateDiscord) -> None:
     async def run_code(interaction: discord.Interaction, message: discord.Message) -> None:
         code = code_blocks(message.content)
         if code is None:
-            if await client.admitted(interaction, client.person(interaction)):
+            if await client.admitted(interaction, await client.person_now(interaction)):
                 await _tell(interaction, "That message has no code.")
             return
         await client.start_run(interaction, code)
 
     @tree.command(name="reset", description="Forget this conversation and restart its Python")
     async def reset(interaction: discord.Interaction) -> None:
-        key = await conversation(interaction)
-        if key is None:
+        found = await conversation(interaction)
+        if found is None:
             return
-        await conversations.reset(client.door, client.person(interaction), key)
+        await conversations.reset(client.door, *found)
         await interaction.followup.send(
             "Forgot this conversation and restarted its Python session: "
             "its variables and its files in /mnt/data are gone."
@@ -149,18 +151,18 @@ def register_commands(client: CellmateDiscord) -> None:
 
     @tree.command(name="restore", description="Bring back this conversation's saved workspace")
     async def restore(interaction: discord.Interaction) -> None:
-        key = await conversation(interaction)
-        if key is None:
+        found = await conversation(interaction)
+        if found is None:
             return
-        note = await conversations.restore(client.door, client.person(interaction), key)
+        note = await conversations.restore(client.door, *found)
         await interaction.followup.send(note)
 
     @tree.command(name="export", description="This conversation's code and output as a notebook")
     async def export(interaction: discord.Interaction) -> None:
-        key = await conversation(interaction)
-        if key is None:
+        found = await conversation(interaction)
+        if found is None:
             return
-        notebook = await conversations.export(client.door, client.person(interaction), key)
+        notebook = await conversations.export(client.door, *found)
         if notebook is None:
             await interaction.followup.send("Nothing to export yet: no code has run here.")
             return
@@ -171,11 +173,11 @@ def register_commands(client: CellmateDiscord) -> None:
 
     @tree.command(name="files", description="The files in this conversation's /mnt/data")
     async def files(interaction: discord.Interaction) -> None:
-        key = await conversation(interaction)
-        if key is None:
+        found = await conversation(interaction)
+        if found is None:
             return
-        found = await conversations.files(client.door, client.person(interaction), key)
-        await interaction.followup.send(files_text(found.files, found.heading))
+        listed = await conversations.files(client.door, *found)
+        await interaction.followup.send(files_text(listed.files, listed.heading))
 
     @tree.command(name="policy", description="Show or set whether the model's code needs approval")
     @app_commands.describe(
@@ -192,7 +194,7 @@ def register_commands(client: CellmateDiscord) -> None:
         from bot.platforms.on_discord.client import place_key
 
         server_wide = scope == "server"
-        person = client.person(interaction, server_wide=server_wide)
+        person = await client.person_now(interaction, server_wide=server_wide)
         if not await client.admitted(interaction, person):
             return
         key = place_key(interaction)
@@ -213,7 +215,7 @@ def register_commands(client: CellmateDiscord) -> None:
     @tree.command(name="usage", description="Who used Cellmate most in the last day (admins)")
     @app_commands.default_permissions(manage_guild=True)
     async def usage(interaction: discord.Interaction) -> None:
-        if not await client.admitted(interaction, client.person(interaction)):
+        if not await client.admitted(interaction, await client.person_now(interaction)):
             return
         admin = str(interaction.user.id) in conversations.admins
         if not admin and not interaction.permissions.manage_guild:

@@ -9,7 +9,11 @@ and timestamp, however often (and by however many event types) it arrives.
 
 Longer than most modules: each Slack entry point is a short translation into a call on
 the conversation service, and they share the app's few lookups (threads, latest
-conversation per person).
+conversation per person, the members of allowed channels).
+
+A DM, and a command, shortcut or button used in one, is admitted by the conversation
+layer's rules from where its sender is: with a channel allowlist, the allowed channels
+they are a member of (`conversations.members`, kept for `membership_ttl_s`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from bot.conversations import Admission, ConversationKey, Conversations, Person,
 from bot.conversations.access import NOT_HERE, AccessRules, Place
 from bot.conversations.approval import Verdict
 from bot.conversations.policy import Scope, parse_mode
+from bot.conversations.presence import Expiring, Presence
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack import approval
 from bot.platforms.on_slack.mrkdwn import unescape
@@ -50,6 +55,8 @@ POLICY_USAGE = "Use `/policy` to see this channel's code policy, or `/policy aut
 POLICY_USAGE += "(add `workspace` to set it for the whole workspace) to set it."
 RUN_MODAL = "cm_run_modal"
 NO_CONVERSATION = "You have no conversation with me in this channel yet: mention me to start one."
+MEMBER_PAGES = 50
+"""At most this many pages of 1,000 members are read of one allowed channel."""
 
 
 class CellmateSlack:
@@ -79,9 +86,15 @@ class CellmateSlack:
                 channels=frozenset(settings.channels),
                 users=frozenset(settings.users),
                 dms=settings.dms,
+                dm_users=frozenset(settings.dm_users),
                 cooldown_s=settings.cooldown_s,
             )
         )
+        self.presence = Presence(self.door.rules, self.whereabouts)
+        self.members: Expiring[str, frozenset[str]] = Expiring(
+            settings.membership_ttl_s, size=max(16, len(settings.channels))
+        )
+        """Allowed channel -> its members, for DMs."""
         self.threads: dict[tuple[str, str], bool] = {}
         """(channel, thread ts) -> whether the bot takes part in that thread."""
         self.latest: dict[tuple[str, str, str], ConversationKey] = {}
@@ -153,10 +166,9 @@ class CellmateSlack:
         if not (mention or dm or edit or await self._in_thread(channel, thread_ts)):
             return
         team = str(body.get("team_id") or event.get("team") or self.team)
-        moderator = self._moderator(user)
-        person = Person(user, Place(user, team, channel, dm=dm), moderator, moderator)
+        person = await self._person(user, team, channel, dm)
         if not self.door.allows(person.place):
-            return
+            return  # ignored silently, as in a channel off the allowlist
         if not self.door.seen.first_time(f"{channel}:{ts}{edit}"):
             return
         root = str(thread_ts or ts)
@@ -235,11 +247,52 @@ class CellmateSlack:
 
     # ── people ────────────────────────────────────────────────────────────
 
-    def _person(self, user: str, team: str, channel: str) -> Person:
+    async def _person(self, user: str, team: str, channel: str, dm: bool = False) -> Person:
+        """Who acts, from where; in a DM, with where they are (for the allowlists)."""
         moderator = self._moderator(user)
-        return Person(
-            user, Place(user, team, channel, dm=channel.startswith("D")), moderator, moderator
-        )
+        place = Place(user, team, channel, dm=dm or channel.startswith("D"))
+        return Person(user, await self.presence.place(place), moderator, moderator)
+
+    async def whereabouts(self, dm: Place) -> list[Place]:
+        """Where a DM's sender is among the places the rules name: the allowed channels
+        they are a member of (without a channel allowlist: the workspace the DM came
+        through)."""
+        channels = sorted(self.door.rules.channels)
+        if not channels:
+            return [Place(dm.user, dm.server)]
+        return [
+            Place(dm.user, dm.server, channel)
+            for channel in channels
+            if dm.user in await self._members(channel)
+        ]
+
+    async def _members(self, channel: str) -> frozenset[str]:
+        """The members of an allowed channel (none, and not kept, when Slack would not
+        say)."""
+        try:
+            return self.members.fresh(channel)
+        except KeyError:
+            pass
+        members: set[str] = set()
+        cursor = ""
+        try:
+            for _ in range(MEMBER_PAGES):
+                page = await self.client.conversations_members(
+                    channel=channel, limit=1000, cursor=cursor or None
+                )
+                members.update(str(member) for member in page.get("members") or [])
+                cursor = str((page.get("response_metadata") or {}).get("next_cursor") or "")
+                if not cursor:
+                    break
+            else:
+                log.warning("channel %s has more members than are read for DMs", channel)
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            log.warning("could not read the members of %s for a DM: %s", channel, error)
+            return frozenset()
+        found = frozenset(members)
+        self.members.put(channel, found)
+        return found
 
     def _moderator(self, user: str) -> Any:
         async def vouched() -> bool:
@@ -296,7 +349,7 @@ class CellmateSlack:
         code = unescape(str(command.get("text") or ""))
         channel, user = str(command["channel_id"]), str(command["user_id"])
         team = str(command.get("team_id") or self.team)
-        person = self._person(user, team, channel)
+        person = await self._person(user, team, channel)
         if not await self._admitted(person, channel):
             return
         if code.strip():
@@ -316,7 +369,7 @@ class CellmateSlack:
         await ack()
         where = json.loads(view.get("private_metadata") or "{}")
         code = view["state"]["values"]["code"]["code"]["value"] or ""
-        person = self._person(
+        person = await self._person(
             str(body["user"]["id"]), where.get("team", self.team), where["channel"]
         )
         if await self._admitted(person, where["channel"]):
@@ -327,7 +380,7 @@ class CellmateSlack:
         message = shortcut.get("message") or {}
         channel = str((shortcut.get("channel") or {}).get("id") or "")
         team = str((shortcut.get("team") or {}).get("id") or self.team)
-        person = self._person(str(shortcut["user"]["id"]), team, channel)
+        person = await self._person(str(shortcut["user"]["id"]), team, channel)
         root = str(message.get("thread_ts") or message.get("ts") or "") or None
         if not await self._admitted(person, channel, root):
             return
@@ -350,7 +403,7 @@ class CellmateSlack:
         they may act on; None, with the person told why, otherwise."""
         team = str(command.get("team_id") or self.team)
         channel, user = str(command["channel_id"]), str(command["user_id"])
-        person = self._person(user, team, channel)
+        person = await self._person(user, team, channel)
         if not await self._admitted(person, channel, respond=respond):
             return None
         key = self.latest.get((team, channel, user))
@@ -411,7 +464,7 @@ class CellmateSlack:
     async def _on_usage(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         await ack()
         team = str(command.get("team_id") or self.team)
-        person = self._person(str(command["user_id"]), team, str(command["channel_id"]))
+        person = await self._person(str(command["user_id"]), team, str(command["channel_id"]))
         if not await self._admitted(person, str(command["channel_id"]), respond=respond):
             return
         assert person.vouched is not None
@@ -425,7 +478,7 @@ class CellmateSlack:
         await ack()
         team = str(command.get("team_id") or self.team)
         channel = str(command["channel_id"])
-        person = self._person(str(command["user_id"]), team, channel)
+        person = await self._person(str(command["user_id"]), team, channel)
         if not await self._admitted(person, channel, respond=respond):
             return
         key = ConversationKey("slack", team, channel)
@@ -451,7 +504,7 @@ class CellmateSlack:
         await ack()
         action = body["actions"][0]
         verdict = Verdict.RUN if action.get("action_id") == approval.RUN else Verdict.CANCELLED
-        person = self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
+        person = await self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
         try:
             await self.conversations.decide(
                 self.door, person, str(action.get("value") or ""), verdict
@@ -466,7 +519,7 @@ class CellmateSlack:
         await ack()
         key = str(body["actions"][0].get("value") or "")
         team, channel = _team(body, self.team), _channel(body)
-        person = self._person(str(body["user"]["id"]), team, channel)
+        person = await self._person(str(body["user"]["id"]), team, channel)
         try:
             waiting = await self.conversations.approvable(self.door, person, key)
             if len(waiting.code) > approval.EDIT_LIMIT:
@@ -485,7 +538,7 @@ class CellmateSlack:
         """The edited code runs instead of the model's."""
         where = json.loads(view.get("private_metadata") or "{}")
         code = view["state"]["values"]["code"]["code"]["value"] or ""
-        person = self._person(
+        person = await self._person(
             str(body["user"]["id"]), where.get("team", self.team), where["channel"]
         )
         try:
@@ -501,7 +554,7 @@ class CellmateSlack:
     async def _on_stop(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
         key = str(body["actions"][0].get("value") or "")
-        person = self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
+        person = await self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
         try:
             why_not = await self.conversations.stop(self.door, person, key)
         except Refused as exc:
@@ -511,7 +564,7 @@ class CellmateSlack:
 
     async def _on_rerun(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
-        person = self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
+        person = await self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
         try:
             code, key = await self.conversations.rerun(
                 self.door, person, str(body["actions"][0].get("value") or "")

@@ -16,11 +16,14 @@ from .state import ServerState
 from .world import (
     APP_ID,
     CHANNEL_GENERAL,
+    DAVE,
     GUILD_ID,
     GUILD_JOINED_AT,
     GUILD_TEXT,
     JSON,
     MEMBER_ROLES,
+    OTHER_GUILD,
+    OTHER_ROLE,
     OWNER,
     ROLE_MEMBER,
     TOKEN,
@@ -156,6 +159,25 @@ class Gateway(ServerState):
             "soundboard_sounds": [],
         }
 
+    def _guild_ids(self) -> list[int]:
+        return [GUILD_ID, OTHER_GUILD] if self.other_guild else [GUILD_ID]
+
+    def _other_guild_create(self) -> JSON:
+        """OTHER_GUILD: no channels, and a role named like ROLE_MEMBER."""
+        members = self.guild_members[OTHER_GUILD]
+        return {
+            **self._guild_create(),
+            "id": str(OTHER_GUILD),
+            "name": "Another Server",
+            "owner_id": str(DAVE),
+            "system_channel_id": None,
+            "roles": [role_json(OTHER_GUILD), role_json(OTHER_ROLE)],
+            "member_count": len(members),
+            "members": [member_json(user, roles=roles) for user, roles in members.items()],
+            "channels": [],
+            "threads": [],
+        }
+
     async def _gateway(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(timeout=2.0, compress=False, max_msg_size=16 * 1024 * 1024)
         await ws.prepare(request)
@@ -226,7 +248,7 @@ class Gateway(ServerState):
             "v": 10,
             "user": me_json(),
             "user_settings": {},
-            "guilds": [{"id": str(GUILD_ID), "unavailable": True}],
+            "guilds": [{"id": str(guild), "unavailable": True} for guild in self._guild_ids()],
             "session_id": session.id,
             "session_type": "normal",
             "resume_gateway_url": self.gateway_url,
@@ -249,6 +271,8 @@ class Gateway(ServerState):
             self._ready_sent = False
             await self._emit(session, "READY", ready)
             await self._emit(session, "GUILD_CREATE", self._guild_create())
+            if self.other_guild:
+                await self._emit(session, "GUILD_CREATE", self._other_guild_create())
             self._ready_sent = True
 
     async def _resume(self, conn: Connection, data: JSON) -> None:

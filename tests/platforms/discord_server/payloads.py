@@ -100,9 +100,18 @@ def permissions_of(user_id: int) -> int:
     return ALL_PERMISSIONS if user_id == OWNER else EVERYONE_PERMISSIONS
 
 
-def member_json(user_id: int, *, with_user: bool = True, permissions: bool = False) -> JSON:
+def member_json(
+    user_id: int,
+    *,
+    with_user: bool = True,
+    permissions: bool = False,
+    roles: tuple[int, ...] | None = None,
+) -> JSON:
+    """A member of the guild, with their starting roles unless `roles` are given."""
     data: JSON = {
-        "roles": [str(role) for role in MEMBER_ROLES.get(user_id, ())],
+        "roles": [
+            str(role) for role in (MEMBER_ROLES.get(user_id, ()) if roles is None else roles)
+        ],
         "nick": None,
         "avatar": None,
         "banner": None,

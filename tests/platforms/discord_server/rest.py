@@ -22,12 +22,15 @@ from .payloads import (
     json_response,
     known_error,
     me_json,
+    member_json,
 )
 from .world import (
     API_PREFIX,
     EPHEMERAL,
+    GUILD_ID,
     JSON,
     MAX_UPLOAD,
+    OTHER_GUILD,
     TOKEN,
     Message,
     RateLimitRule,
@@ -175,3 +178,13 @@ class Rest(Interactions):
 
     async def _get_application(self, request: web.Request) -> web.Response:
         return json_response(application_json())
+
+    async def _get_member(self, request: web.Request) -> web.Response:
+        guild = int(request.match_info["guild_id"])
+        if guild != GUILD_ID and not (guild == OTHER_GUILD and self.other_guild):
+            raise DiscordError(404, 10004, "Unknown Guild")
+        user = int(request.match_info["user_id"])
+        roles = self.guild_members[guild].get(user)
+        if roles is None:
+            raise DiscordError(404, 10007, "Unknown Member")
+        return json_response(member_json(user, roles=roles))

@@ -48,6 +48,7 @@ class DiscordServer(Channels, Commands, Webhooks):
             ("GET", "/gateway/bot", self._get_gateway_bot),
             ("GET", "/users/@me", self._get_me),
             ("GET", "/oauth2/applications/@me", self._get_application),
+            ("GET", "/guilds/{guild_id}/members/{user_id}", self._get_member),
             ("PUT", commands, self._put_commands),
             ("PUT", guild_commands, self._put_commands),
             ("POST", "/channels/{channel_id}/messages", self._post_message),

@@ -16,8 +16,13 @@ from .world import (
     BOT_ID,
     CHANNEL_GENERAL,
     CHANNEL_OTHER,
+    DAVE,
     DM,
+    GUILD_ID,
     JSON,
+    MEMBER_ROLES,
+    OTHER_GUILD,
+    OTHER_ROLE,
     Attachment,
     Interaction,
     InteractionState,
@@ -34,8 +39,16 @@ if TYPE_CHECKING:
 class ServerState:
     """The server's records, the lookups on them and waiting for them to change."""
 
-    def __init__(self, *, heartbeat_interval_ms: int = 41250) -> None:
+    def __init__(self, *, heartbeat_interval_ms: int = 41250, other_guild: bool = False) -> None:
         self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.other_guild = other_guild
+        """Whether the bot is also in OTHER_GUILD."""
+        self.guild_members: dict[int, dict[int, tuple[int, ...]]] = {
+            GUILD_ID: dict(MEMBER_ROLES),
+            OTHER_GUILD: {DAVE: (OTHER_ROLE,), BOT_ID: ()},
+        }
+        """Guild -> member -> roles, as member look-ups answer them; tests may change them
+        (the gateway and guild interactions show the starting roles)."""
         self.port = 0
         self.messages: dict[int, Message] = {}
         self.threads: dict[int, JSON] = {}

@@ -21,6 +21,11 @@ OWNER = 1100000000000000200
 ALICE = 1100000000000000201
 BOB = 1100000000000000202
 CAROL = 1100000000000000204  # a member the bot's allowlists can leave out
+# A second guild (announced when the server is made with `other_guild=True`), whose role has
+# the same name as ROLE_MEMBER; Dave is a member there only.
+OTHER_GUILD = 1100000000000000300
+OTHER_ROLE = 1100000000000000310
+DAVE = 1100000000000000301
 OTHER_BOT = 1100000000000000203
 
 TOKEN = "test-discord-token"  # noqa: S105 - the fake bot's token, known to tests
@@ -39,6 +44,7 @@ USERS: dict[int, tuple[str, str | None, str, bool]] = {
     ALICE: ("alice", "Alice", "0", False),
     BOB: ("bob", "Bob", "0", False),
     CAROL: ("carol", "Carol", "0", False),
+    DAVE: ("dave", "Dave", "0", False),
     OTHER_BOT: ("Helper", None, "7310", True),
 }
 MEMBER_ROLES: dict[int, tuple[int, ...]] = {

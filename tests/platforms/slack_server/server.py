@@ -31,6 +31,7 @@ class SlackServer(People, Files):
             "files.getUploadURLExternal": self._files_get_upload_url_external,
             "files.completeUploadExternal": self._files_complete_upload_external,
             "conversations.replies": self._conversations_replies,
+            "conversations.members": self._conversations_members,
             "users.info": self._users_info,
         }
 

@@ -235,6 +235,17 @@ class WebApi(Events):
             "response_metadata": {"next_cursor": str(start + limit) if has_more else ""},
         }
 
+    def _conversations_members(self, args: dict[str, Any]) -> dict[str, Any]:
+        members = self.members.get(self._resolve_channel(args.get("channel")), [])
+        start = int(args["cursor"]) if str(args.get("cursor") or "").isdigit() else 0
+        limit = int(args.get("limit") or 100)
+        more = start + limit < len(members)
+        return {
+            "ok": True,
+            "members": members[start : start + limit],
+            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
+        }
+
     def _users_info(self, args: dict[str, Any]) -> dict[str, Any]:
         user = str(args.get("user"))
         if user not in MEMBERS:

@@ -15,7 +15,9 @@ import aiohttp
 from aiohttp import web
 
 from .world import (
+    ADMIN,
     ALICE,
+    BOB,
     BOT_USER_ID,
     BOT_USERS,
     C_GENERAL,
@@ -57,6 +59,11 @@ class Workspace:
         self._channels: dict[str, dict[str, Any]] = {
             C_GENERAL: {"name": "general"},
             C_OTHER: {"name": "other"},
+        }
+        # Who is in each channel, as conversations.members answers; tests may change it.
+        self.members: dict[str, list[str]] = {
+            C_GENERAL: [ALICE, ADMIN, BOT_USER_ID],
+            C_OTHER: [ALICE, BOB, BOT_USER_ID],
         }
         self._all_files: dict[str, File] = {}
         self._uploads: dict[str, dict[str, Any]] = {}  # file_id -> pending external upload
