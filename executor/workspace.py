@@ -42,10 +42,18 @@ class WorkspaceSettings:
     auto_restore: bool = True
     """Restore a saved workspace into the conversation's next session; when off, the next
     run says one is saved, and /restore brings it back."""
+    person_mb: int = 300
+    """All saved workspaces of one person (who started each session) together: saving one
+    more removes that person's oldest ones first, and their next visit there says so."""
+    total_mb: int = 2000
+    """All saved workspaces of the installation together: saving one more removes the
+    oldest ones first, whoever they belong to."""
 
     def __post_init__(self) -> None:
         if min(self.max_mb, self.max_files, self.max_variables_mb) < 1:
             raise ValueError("max_mb, max_files and max_variables_mb must be at least 1")
+        if min(self.person_mb, self.total_mb) < 1:
+            raise ValueError("person_mb and total_mb must be at least 1")
         if self.max_variables_mb > 48:
             raise ValueError("max_variables_mb can be at most 48 (one event line)")
         if self.retention_days <= 0:

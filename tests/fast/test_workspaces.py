@@ -20,7 +20,7 @@ from executor.fake_backend import FakeBackend, FakeRun, stdout
 from executor.workspace import WorkspaceSettings
 from storage.base import Data, StoredObject
 from storage.errors import StorageUnavailable
-from storage.local import LocalStorage
+from storage.local import META_SUFFIX, LocalStorage
 from tests.fast.test_console_turns import Chat
 
 SECRET = b"k" * 32
@@ -81,6 +81,14 @@ async def idle(backend: FakeBackend, storage: Outage) -> AsyncIterator[Executor]
         yield ex
 
 
+def saved_in(storage: LocalStorage, session: str) -> list[Path]:
+    """The files a conversation's saved workspace (and any marker) is kept in."""
+    folder = storage.root / StoredWorkspaces.folder(session)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if not p.name.endswith(META_SUFFIX))
+
+
 async def end_idle_sessions(ex: Executor) -> None:
     await asyncio.sleep(0.1)
     await ex.sessions.reap()
@@ -123,9 +131,14 @@ async def test_a_restore_never_shows_another_conversations_workspace(
     # A copy of one conversation's workspace put under another's name does not open.
     await idle.session("conv-b").run("y = 'b'")
     await end_idle_sessions(idle)
-    root = storage.root
-    own = root / StoredWorkspaces.storage_key("conv-a")
-    (root / StoredWorkspaces.storage_key("conv-b")).write_bytes(own.read_bytes())
+    (own,) = saved_in(storage, "conv-a")
+    for other in saved_in(storage, "conv-b"):
+        other.unlink()
+    moved_to = storage.root / StoredWorkspaces.folder("conv-b") / own.name
+    for suffix in ("", META_SUFFIX):
+        moved_to.with_name(own.name + suffix).write_bytes(
+            own.with_name(own.name + suffix).read_bytes()
+        )
     moved = await idle.session("conv-b").run("print(x)")
     assert moved.error is not None
     assert moved.error.name == "NameError"
@@ -138,9 +151,9 @@ async def test_a_reset_deletes_the_workspace(idle: Executor, storage: Outage) ->
     session = idle.session("conv-a")
     await session.run("x = 41")
     await end_idle_sessions(idle)
-    assert (storage.root / StoredWorkspaces.storage_key("conv-a")).is_file()
+    assert len(saved_in(storage, "conv-a")) == 1
     await session.close()  # what /reset does
-    assert not (storage.root / StoredWorkspaces.storage_key("conv-a")).exists()
+    assert saved_in(storage, "conv-a") == []
     fresh = await session.run("print(x)")
     assert fresh.error is not None
     assert fresh.error.name == "NameError"
@@ -238,8 +251,7 @@ async def test_the_console_lists_a_saved_workspace_and_reset_deletes_it(
         assert "41" in back.splitlines()
         assert (await console.pipe("/files")) == "data.csv (8 B)\n"  # live again
         await end_idle_sessions(ex)
-        saved = storage.root / StoredWorkspaces.storage_key(CONVERSATION.id)
-        assert saved.is_file()
+        assert len(saved_in(storage, CONVERSATION.id)) == 1
         await console.pipe("/reset")
         assert (await console.pipe("/files")) == "No files in /mnt/data.\n"
-        assert not saved.exists()
+        assert saved_in(storage, CONVERSATION.id) == []
