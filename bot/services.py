@@ -113,7 +113,13 @@ def workspaces(settings: Settings, storage: Storage) -> StoredWorkspaces | None:
     if not settings.workspace.enabled:
         return None
     retention = timedelta(days=settings.workspace.retention_days)
-    return StoredWorkspaces(storage, link_secret(settings), retention)
+    return StoredWorkspaces(
+        storage,
+        link_secret(settings),
+        retention,
+        settings.workspace.person_mb,
+        settings.workspace.total_mb,
+    )
 
 
 @contextlib.asynccontextmanager

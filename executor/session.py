@@ -49,8 +49,10 @@ from executor.workspace import (
     WorkspaceSettings,
     WorkspaceStore,
     ago,
+    failure_reason,
     pack,
     restored_note,
+    shown,
     unpack,
 )
 
@@ -350,7 +352,7 @@ class SessionManager:
                 live.saved = None
                 live.restored = "Your workspace could not be restored into this session"
                 self._workspace_notes[key] = (
-                    f"Your saved workspace could not be restored ({exc}); "
+                    f"Your saved workspace could not be restored ({failure_reason(exc)}); "
                     "this session starts empty."
                 )
 
@@ -417,7 +419,7 @@ class SessionManager:
             log.warning("could not read the workspace of session %s: %s", key, exc)
             if started:
                 self._workspace_notes[key] = (
-                    f"Your saved workspace could not be restored ({exc}); "
+                    f"Your saved workspace could not be restored ({failure_reason(exc)}); "
                     "this session starts empty."
                 )
             return None
@@ -585,7 +587,7 @@ class SessionManager:
                 await self.workspaces.save(key, pack(workspace))
                 return True
         except (WorkspaceError, SandboxError, TimeoutError, ValueError) as exc:
-            why = str(exc) or "it took too long"
+            why = failure_reason(exc) if str(exc) else "it took too long"
             log.warning("could not save the workspace of session %s: %s", key, why)
             self._unsaved.add(key)
             self._workspace_notes[key] = (
@@ -936,7 +938,7 @@ def _duration(seconds: float) -> str:
 
 def _shown(names: Sequence[str]) -> str:
     """Names for a one-line note: the first few, each cut short, and how many more."""
-    cut = [name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…" for name in names]
+    cut = [shown(name, NAME_CHARS) for name in names]
     more = len(cut) - NAMES_SHOWN
     return ", ".join(cut[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
 

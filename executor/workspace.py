@@ -162,7 +162,10 @@ def _plain(path: str) -> bool:
 NAME_SHOWN = 48
 """Characters of one variable or file name a note shows (a name can be any string)."""
 REASON_SHOWN = 120
-"""Characters of one reason a note shows (reasons can quote what the sandbox said)."""
+"""Characters of one reason a note shows (reasons can quote what the sandbox said), per
+variable that could not be saved or loaded: many may be listed."""
+FAILURE_SHOWN = 300
+"""The one reason a whole save or restore failed (the store's own wording fits)."""
 NAMES_ROOM = 600
 MISSING_ROOM = 700
 """Characters a note gives to what came back, and to what did not: with its words, a note
@@ -261,7 +264,7 @@ def saved_note(workspace: Workspace) -> str:
 
 def failure_reason(why: object) -> str:
     """A reason quoted in a note (it may hold what the sandbox or the store said), bounded."""
-    return shown(str(why), REASON_SHOWN)
+    return shown(str(why), FAILURE_SHOWN)
 
 
 def ago(seconds: float) -> str:

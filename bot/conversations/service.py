@@ -43,6 +43,7 @@ from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Tur
 from bot.conversations.reply import Reply
 from bot.events import ExecutionFinished, TurnEvent
 from bot.fences import as_run
+from bot.workspaces import workspace_person
 
 if TYPE_CHECKING:
     from bot.agent import Agent, UserMessage
@@ -209,6 +210,7 @@ class Conversations:
         """The checks a turn passes before it may wait or start (the allowlist, quotas, not
         while shutting down); front ends that must answer at once ask before acknowledging.
         Raises a `Refused` whose message is for the person."""
+        workspace_person.set(person.user)  # whose cap a workspace saved from here counts on
         if not door.allows(person.place):
             raise NotHere
         if not self.turns.accepting:
@@ -287,6 +289,7 @@ class Conversations:
         self, door: Admission, person: Person, key: ConversationKey | None, owner: str = ""
     ) -> None:
         """Raise NotHere or NotYours unless `person` may act on `key` from where they are."""
+        workspace_person.set(person.user)
         if not door.allows(person.place):
             raise NotHere
         if not await self.may_act(person, key, owner):
