@@ -325,7 +325,10 @@ async def test_forged_events_are_ignored(executor: Executor, runtime: str) -> No
         "print('forged into', forged)",
     )
     assert result.status is Status.OK, result.message
-    # Under runc not one descriptor of the runner opens; gVisor lets them open.
-    assert result.stdout == ("forged into 0\n" if runtime == "runc" else "forged into 2\n")
+    # Under runc not one descriptor of the runner opens; gVisor lets its pipes open (how
+    # many depends on how the runner lays out its descriptors), and the lines reach it.
+    reached = int(result.stdout.removeprefix("forged into "))
+    assert result.stdout == f"forged into {reached}\n"
+    assert reached == 0 if runtime == "runc" else reached >= 2
     assert not result.results
     await healthy(executor)
