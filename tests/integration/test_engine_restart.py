@@ -20,6 +20,7 @@ from executor import (
     Status,
     default_tag,
 )
+from executor.docker_backend import NAME_PATTERN
 from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
 
 pytestmark = pytest.mark.docker
@@ -41,7 +42,18 @@ def restart_engine() -> None:
     subprocess.run(["bash", str(ROOT / "scripts" / "ensure-docker.sh")], check=True)
 
 
+def plain_sandbox_volumes(client: docker.DockerClient) -> set[str]:
+    """Volumes named like a sandbox's but without its labels: what the engine makes when a
+    container is created on a sandbox volume that is gone."""
+    return {
+        str(v.name)
+        for v in client.volumes.list()
+        if NAME_PATTERN.fullmatch(str(v.name)) and not v.attrs.get("Labels")
+    }
+
+
 async def test_engine_restart_mid_run(runtime: str, docker_client: docker.DockerClient) -> None:
+    before = plain_sandbox_volumes(docker_client)
     limits = SandboxLimits(runtime=runtime)  # type: ignore[arg-type]
     pool = PoolSettings(size=1, max_live=4)
     async with Executor(
@@ -66,3 +78,6 @@ async def test_engine_restart_mid_run(runtime: str, docker_client: docker.Docker
         fresh = await executor.run_notebook("print('engine is back')")
         assert fresh.stdout == "engine is back\n"
     assert live_sandboxes(docker_client) == []
+    # The pool kept starting sandboxes while the engine went away and came back: none of
+    # those starts may leave a plain volume on the engine's disk.
+    assert plain_sandbox_volumes(docker_client) <= before
