@@ -5,7 +5,9 @@ runtime that cannot freeze, and never a volume other than the sandbox's own tmpf
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
+from docker.models.containers import ContainerCollection
 from docker.models.volumes import VolumeCollection
 
 from executor import Executor, SandboxLimits, Status, default_tag
@@ -374,3 +377,36 @@ async def test_the_sweep_removes_plain_leftover_volumes_and_nothing_else(
             volume.remove(force=True)
         if str(leftover.name) not in asked:
             leftover.remove(force=True)
+
+
+async def test_a_start_cancelled_while_the_engine_creates_leaves_nothing(
+    backend: DockerBackend, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool that closes cancels its starts; the engine call goes on in its thread, and
+    what it makes after the cancel (container, volume) is removed once it is done."""
+    before = set(plain_sandbox_volumes(docker_client))
+    create = ContainerCollection.create
+    entered, release = threading.Event(), threading.Event()
+    made: list[str] = []
+
+    def slow_create(self: ContainerCollection, *args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(60)
+        container = create(self, *args, **kwargs)
+        made.append(str(container.name))
+        return container
+
+    monkeypatch.setattr(ContainerCollection, "create", slow_create)
+    starting = asyncio.create_task(backend.start(SandboxLimits(), None))
+    assert await asyncio.to_thread(entered.wait, 60)
+    starting.cancel()
+    await asyncio.sleep(0)  # the cancel reaches the start while the engine call waits
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert len(made) == 1
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(made[0])
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.volumes.get(made[0])
+    assert set(plain_sandbox_volumes(docker_client)) <= before
