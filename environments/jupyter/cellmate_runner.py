@@ -7,8 +7,14 @@ descriptors, and it makes itself non-dumpable before it reads a request, so the 
 though it runs as the same user, cannot read this process's memory (the key below); under
 runc it cannot open its descriptors through /proc either (gVisor lets it, which is why every
 line is sealed). The host still caps and validates everything it reports.
-When a run ends, the runner ends every process the run left behind (the kernel stays),
-unless the request allows background work.
+Nothing runs between requests, where nothing would count it: when a run (or a restore,
+snapshot or `env`) ends, the runner stops the kernel with SIGSTOP, every thread of it, and
+only then ends every other process, so that nothing the kernel left running can start one
+in between; the next request that needs the kernel continues it (SIGCONT). Not where the
+run allows background work, which carries on by design; nor during a new sandbox's warm-up
+until code has run in it. The kernel's stderr, like the runner's own, is a pipe of which the
+runner keeps a 16 KiB tail: only the protocol reaches the host. Nothing in /mnt/data can
+stand in for a module the kernel or the runner imports (see DATA_LAST).
 
 After `ready`, whose key is made before any user code exists, every line both ways is
 sealed: `<hmac-sha256 of "<seq> <json>" under the key, hex> <seq> <json>`, with `seq`
@@ -70,7 +76,10 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
+import traceback
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +91,17 @@ DATA_DIR = Path("/mnt/data")
 MPL_CACHE_SEED = Path("/opt/cellmate/mplconfig")
 SNAPSHOT_LIMIT = 20_000
 
+# The kernel's sys.path with the data folder last, after the standard library and the
+# installed packages, and without relative entries or anything under /tmp: a module the
+# user saved in /mnt/data (helpers.py) still imports by its name, but none can stand in for
+# one that the kernel, the runner's scripts or a restored variable import (cloudpickle.py,
+# pandas/, json.py). The kernel starts with -P, so that its working folder is not on the
+# path while it starts either, and -s, so that no user site folder is. An expression for
+# the scripts below, with os and sys imported.
+DATA_LAST = (
+    "[e for e in sys.path if e.startswith('/') and not "
+    "(os.path.realpath(e) + '/').startswith(('/mnt/data/', '/tmp/'))] + ['/mnt/data']"
+)
 # Runs silently in the kernel before any user code, and returns at once: the data stack (the
 # modules of PRELOAD, from CELLMATE_PRELOAD) is imported and warmed up in a thread of the
 # kernel, so a sandbox is ready (and a session's
@@ -97,7 +117,8 @@ SNAPSHOT_LIMIT = 20_000
 # the user's namespace.
 KERNEL_SETUP = """
 def _cellmate_setup(mark, preload):
-    import ast, sys, threading
+    import ast, os, sys, threading
+    sys.path[:] = DATA_LAST
     from IPython.core.formatters import BaseFormatter
     from traitlets import ObjectName
 
@@ -212,6 +233,10 @@ for path in sys.argv[1:]:
 print(json.dumps(previews))
 """
 PREVIEW_TIMEOUT_S = 30
+STDERR_TAIL_BYTES = 16 * 1024
+STDERR_REPORT_CHARS = 4000
+NOTICE_LIMIT = 20
+STOP_WAIT_S = 5.0
 PR_SET_DUMPABLE = 4
 REAP_INTERVAL_S = 1.0
 KILL_ROUNDS = 200
@@ -232,6 +257,20 @@ _cellmate_reap()
 del _cellmate_reap
 """
 
+
+# Comes before each of the workspace scripts below, which run with the data folder last on
+# sys.path (whatever an earlier run made of it), so that the modules they and the variables
+# import come from the image.
+WITH_DATA_LAST = """
+def _cellmate_with_data_last(work):
+    import os, sys
+    kept = sys.path[:]
+    sys.path[:] = DATA_LAST
+    try:
+        work()
+    finally:
+        sys.path[:] = kept
+""".replace("DATA_LAST", DATA_LAST)
 
 # Saves the user's variables, each pickled on its own (cloudpickle, so functions and classes
 # defined in the session come along), into FOLDER: what cannot be saved is named with why.
@@ -273,8 +312,8 @@ def _cellmate_snapshot(folder, limit):
         pickle.dump(blobs, out)
     with open(os.path.join(folder, 'report.json'), 'w') as out:
         json.dump({'saved': saved, 'skipped': skipped}, out)
-_cellmate_snapshot(FOLDER, LIMIT)
-del _cellmate_snapshot
+_cellmate_with_data_last(lambda: _cellmate_snapshot(FOLDER, LIMIT))
+del _cellmate_snapshot, _cellmate_with_data_last
 """
 
 # Loads variables saved by SNAPSHOT_CODE (in an earlier sandbox of the same conversation)
@@ -295,8 +334,8 @@ def _cellmate_restore(folder):
             failed[name] = f'{type(exc).__name__}: {str(exc)[:100]}'
     with open(os.path.join(folder, 'report.json'), 'w') as out:
         json.dump({'restored': restored, 'failed': failed}, out)
-_cellmate_restore(FOLDER)
-del _cellmate_restore
+_cellmate_with_data_last(lambda: _cellmate_restore(FOLDER))
+del _cellmate_restore, _cellmate_with_data_last
 """
 WORKSPACE_TIMEOUT_S = 120
 
@@ -352,9 +391,51 @@ class CappedClient(NotebookClient):  # type: ignore[misc]
         return out
 
 
+class StderrTail:
+    """Descriptor 2 of the runner and of everything it starts (the kernel and what the user's
+    code starts): a pipe that a thread drains, keeping only its last 16 KiB. The container's
+    own stderr reaches the host (and the engine's log), so it serves only until the runner
+    is ready, to say why a start failed; then it is closed."""
+
+    def __init__(self) -> None:
+        self._kept = bytearray()
+        self._lock = threading.Lock()
+        self._original: int | None = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        threading.Thread(target=self._drain, args=(read,), name="stderr", daemon=True).start()
+
+    def _drain(self, read: int) -> None:
+        while chunk := os.read(read, 65536):
+            with self._lock:
+                self._kept += chunk
+                del self._kept[:-STDERR_TAIL_BYTES]
+
+    @property
+    def text(self) -> str:
+        with self._lock:
+            return self._kept.decode("utf-8", "replace")
+
+    def close_original(self) -> None:
+        """Once ready: nothing in the sandbox can write to the container's stderr any more."""
+        if self._original is not None:
+            os.close(self._original)
+            self._original = None
+
+    def report(self, problem: str) -> None:
+        """Why the runner stopped before it was ready, with the tail, on the container's
+        stderr (where the host looks when a sandbox ends before its `ready`)."""
+        if self._original is not None:
+            text = f"{self.text[-STDERR_REPORT_CHARS:]}{problem[-STDERR_REPORT_CHARS:]}"
+            with contextlib.suppress(OSError):
+                os.write(self._original, text.encode("utf-8", "replace"))
+
+
 class Runner:
-    def __init__(self, out: Any) -> None:
+    def __init__(self, out: Any, stderr: StderrTail) -> None:
         self.out = out
+        self.stderr = stderr
         self.nb = nbformat.v4.new_notebook()
         self.nb.metadata["kernelspec"] = {
             "name": "python3",
@@ -380,6 +461,23 @@ class Runner:
         """Whose session the host said this sandbox holds, for it to find again later."""
         self.sent = 0
         self.received = 0
+        self.notices = 0
+        self.kernel_turn = asyncio.Lock()
+        """Held while the kernel works for a request, and while it is put to rest after."""
+        self.frozen = False
+        self.warm = False
+        self.user_code_ran = False
+        """A run or a restore (the user's code) has run: from then on the kernel rests
+        between requests, whether or not the warm-up has finished."""
+        self.background = False
+        self.reap_in_kernel = False
+
+    def notice(self, message: str) -> None:
+        """A `log` event, a limited number of times: lines the user's code may write into the
+        runner's stdin (gVisor lets it) must not become a flood of events to the host."""
+        self.notices += 1
+        if self.notices <= NOTICE_LIMIT:
+            self.emit({"type": "log", "message": message})
 
     def emit(self, event: dict[str, Any]) -> None:
         payload = json.dumps(event, default=str)
@@ -407,10 +505,14 @@ class Runner:
         started = time.monotonic()
         prepare_writable_dirs()
         self.client.km = self.client.create_kernel_manager()
+        spec = self.client.km.kernel_spec
+        # `python -P -s -m ipykernel_launcher ...`: see DATA_LAST.
+        spec.argv = [spec.argv[0], "-P", "-s", *spec.argv[1:]]
         await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
         await self.client.async_start_new_kernel_client()
         await self.client.kc.execute_interactive(
-            KERNEL_SETUP.replace("WARM_MARK_PATH", repr(str(WARM_MARK)))
+            KERNEL_SETUP.replace("DATA_LAST", DATA_LAST)
+            .replace("WARM_MARK_PATH", repr(str(WARM_MARK)))
             .replace("WARM_JOIN_S", str(WARM_LIMIT_S))
             .replace("PRELOAD", repr(preload_modules())),
             silent=True,
@@ -429,10 +531,12 @@ class Runner:
             if given is not None:
                 self.key = given
                 self.emit(ready)
+                self.stderr.close_original()
                 return
         key = os.urandom(32)
         self.emit({**ready, "key": key.hex()})
         self.key = key
+        self.stderr.close_original()
 
     async def run(self, request: dict[str, Any]) -> None:
         run_id = str(request.get("id", ""))
@@ -445,24 +549,25 @@ class Runner:
         self.client.rich_limit = int(request.get("rich_limit", 20_000_000))
         self.client.rich_count_limit = int(request.get("rich_count_limit", 100))
         self.client.reset_caps()
-        for source in request.get("cells", []):
-            cell = nbformat.v4.new_code_cell(str(source))
-            self.nb.cells.append(cell)
-            index = len(self.nb.cells) - 1
-            try:
-                await self.client.async_execute_cell(cell, index)
-            except CellExecutionError:
-                status = "error"
-                break
-            except DeadKernelError:
-                status = "died"
-                detail = {
-                    "exit_code": await kernel_exit_code(self.client),
-                    "oom": oom_kills() > oom_before,
-                }
-                break
-        if not request.get("background"):
-            await self.end_leftovers()
+        self.background = bool(request.get("background"))
+        self.user_code_ran = True
+        async with self.kernel_awake():
+            for source in request.get("cells", []):
+                cell = nbformat.v4.new_code_cell(str(source))
+                self.nb.cells.append(cell)
+                index = len(self.nb.cells) - 1
+                try:
+                    await self.client.async_execute_cell(cell, index)
+                except CellExecutionError:
+                    status = "error"
+                    break
+                except DeadKernelError:
+                    status = "died"
+                    detail = {
+                        "exit_code": await kernel_exit_code(self.client),
+                        "oom": oom_kills() > oom_before,
+                    }
+                    break
         after = snapshot()
         changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
         if request.get("notebook"):
@@ -481,22 +586,73 @@ class Runner:
             }
         )
 
-    def kernel_pid(self) -> int | None:
+    def kernel_process(self) -> Any:
+        """The kernel's Popen, or None."""
         provisioner = getattr(self.client.km, "provisioner", None)
-        process = getattr(provisioner, "process", None)
-        pid = getattr(process, "pid", None)
+        return getattr(provisioner, "process", None)
+
+    def kernel_pid(self) -> int | None:
+        pid = getattr(self.kernel_process(), "pid", None)
         return pid if isinstance(pid, int) else None
 
-    async def end_leftovers(self) -> None:
+    @contextlib.asynccontextmanager
+    async def kernel_awake(self) -> AsyncIterator[None]:
+        """The kernel runs for the duration of a request (a run, restore, snapshot, `env`),
+        and rests after it."""
+        async with self.kernel_turn:
+            await self.thaw()
+            try:
+                yield
+            finally:
+                await self.settle()
+
+    async def thaw(self) -> None:
+        process = self.kernel_process()
+        if self.frozen and process is not None:
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGCONT)
+        self.frozen = False
+        if self.reap_in_kernel:
+            self.reap_in_kernel = False
+            with contextlib.suppress(Exception):
+                await self.client.kc.execute_interactive(
+                    KERNEL_REAP, silent=True, store_history=False, timeout=5
+                )
+
+    async def settle(self) -> None:
+        """Between requests nothing may run, since nothing counts it: the kernel (every
+        thread of it) is stopped first, so that it cannot start anything more, and then
+        every other process is ended. Not where the host allows background work, nor while
+        the warm-up of a sandbox that no code has used yet goes on."""
+        if self.background or not (self.warm or self.user_code_ran):
+            return
+        process = self.kernel_process()
+        if not self.frozen and process is not None and process.poll() is None:
+            os.kill(process.pid, signal.SIGSTOP)
+            self.frozen = True
+            await stopped(process)
+        if await self.end_leftovers():
+            # The kernel's own children that were killed wait for it to reap them, which it
+            # does when it runs again.
+            self.reap_in_kernel = True
+
+    async def settle_when_warm(self) -> None:
+        """A new sandbox's kernel rests once its warm-up is done, unless a request uses it."""
+        self.warm = True
+        async with self.kernel_turn:
+            await self.settle()
+
+    async def end_leftovers(self) -> bool:
         """End every process but the runner, the kernel and the runner's helpers: whatever
         the run started (children, daemons, renamed or re-parented ones) is found in /proc
-        and killed, again until none is left, since some may fork in between."""
+        and killed, again until none is left, since some may fork in between. Whether any
+        was."""
         kernel = self.kernel_pid()
         keep = self.helpers | ({kernel} if kernel is not None else set())
         # Most runs start no process: the names in /proc tell that without reading each
         # one's state (every read is a system call, and those are dear under gVisor).
         if pids() <= keep | {os.getpid()}:
-            return
+            return False
         killed = False
         for _ in range(KILL_ROUNDS):
             others = [pid for pid, state, _ in processes() if pid not in keep and state != "Z"]
@@ -509,11 +665,7 @@ class Runner:
             self.reap()
             await asyncio.sleep(0.005)
         self.reap()
-        if killed and kernel is not None:
-            with contextlib.suppress(Exception):
-                await self.client.kc.execute_interactive(
-                    KERNEL_REAP, silent=True, store_history=False, timeout=5
-                )
+        return killed
 
     def reap(self) -> None:
         """Wait for orphans that ended: as init, every re-parented process is the runner's."""
@@ -531,6 +683,7 @@ class Runner:
                 break
             await asyncio.sleep(WARM_POLL_S)
         self.emit({"type": "warm"})
+        await self.settle_when_warm()
 
     async def reap_loop(self) -> None:
         while True:
@@ -572,10 +725,11 @@ class Runner:
 
     async def in_kernel(self, code: str, folder: Path) -> dict[str, Any]:
         """Run one of the workspace scripts in the user's kernel; its report."""
-        script = code.replace("FOLDER", repr(str(folder)))
-        reply = await self.client.kc.execute_interactive(
-            script, silent=True, store_history=False, timeout=WORKSPACE_TIMEOUT_S
-        )
+        script = WITH_DATA_LAST + code.replace("FOLDER", repr(str(folder)))
+        async with self.kernel_awake():
+            reply = await self.client.kc.execute_interactive(
+                script, silent=True, store_history=False, timeout=WORKSPACE_TIMEOUT_S
+            )
         content = reply.get("content", {}) if isinstance(reply, dict) else {}
         if content.get("status") != "ok":
             raise RuntimeError(f"{content.get('ename', 'error')}: {content.get('evalue', '')}")
@@ -612,6 +766,7 @@ class Runner:
             (folder / "variables.pkl").write_bytes(
                 base64.b64decode(str(request.get("variables", "")))
             )
+            self.user_code_ran = True  # loading a pickle may run any code
             report = await self.in_kernel(RESTORE_CODE, folder)
             event.update(restored=report.get("restored", []), failed=report.get("failed", {}))
             for source in request.get("cells", [])[:500]:
@@ -631,14 +786,17 @@ class Runner:
             f"_o.environ.update(_j.loads({json.dumps(values)!r}))\n"
             "del _o, _j"
         )
-        reply = await self.client.kc.execute_interactive(
-            script, silent=True, store_history=False, timeout=30
-        )
+        async with self.kernel_awake():
+            reply = await self.client.kc.execute_interactive(
+                script, silent=True, store_history=False, timeout=30
+            )
         content = reply.get("content", {}) if isinstance(reply, dict) else {}
         self.emit({"type": "env", "id": request.get("id", ""), "ok": content.get("status") == "ok"})
 
     async def interrupt(self) -> None:
-        if self.client.km is not None:
+        # A resting kernel runs nothing to interrupt; the signal would wait for it, and stop
+        # the next request's code instead.
+        if self.client.km is not None and not self.frozen:
             await self.client.km.interrupt_kernel()
 
     async def serve(self) -> None:
@@ -653,15 +811,15 @@ class Runner:
             try:
                 request = self.open_request(line)
                 if request is None:
-                    self.emit({"type": "log", "message": "unsealed request ignored"})
+                    self.notice("unsealed request ignored")
                     continue
                 op = request["op"]
             except (ValueError, KeyError, TypeError):
-                self.emit({"type": "log", "message": "malformed request ignored"})
+                self.notice("malformed request ignored")
                 continue
             if op == "run":
                 if self.running is not None and not self.running.done():
-                    self.emit({"type": "log", "message": "a run is already in progress"})
+                    self.notice("a run is already in progress")
                     continue
                 self.running = asyncio.create_task(self.run(request))
             elif op == "interrupt":
@@ -698,6 +856,10 @@ class Runner:
         warming.cancel()
         if self.running is not None:
             self.running.cancel()
+        process = self.kernel_process()
+        if self.frozen and process is not None:
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGCONT)
         await self.client._async_cleanup_kernel()
 
 
@@ -786,6 +948,22 @@ async def kernel_exit_code(client: NotebookClient) -> int | None:
             return int(code)
         await asyncio.sleep(0.05)
     return None
+
+
+async def stopped(process: Any) -> None:
+    """Wait until every thread of the kernel (the runner's child) has stopped: a thread in
+    the middle of a system call stops only when it returns from it."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        try:  # WNOHANG: never blocks
+            pid, status = os.waitpid(process.pid, os.WNOHANG | os.WUNTRACED)  # noqa: ASYNC222
+        except ChildProcessError:
+            return
+        if pid == process.pid:
+            if not os.WIFSTOPPED(status):  # it ended: keep its exit code for Popen
+                process.returncode = os.waitstatus_to_exitcode(status)
+            return
+        await asyncio.sleep(0.002)
 
 
 async def after(previous: asyncio.Task[None] | None, work: Any) -> None:
@@ -920,7 +1098,12 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
-    asyncio.run(Runner(out).serve())
+    stderr = StderrTail()
+    try:
+        asyncio.run(Runner(out, stderr).serve())
+    except BaseException:
+        stderr.report(traceback.format_exc())
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":
