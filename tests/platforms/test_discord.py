@@ -27,8 +27,10 @@ from tests.platforms.discord_server import (
     CAROL,
     CHANNEL_GENERAL,
     CHANNEL_OTHER,
+    GUILD_ID,
     OTHER_BOT,
     OWNER,
+    ROLE_MEMBER,
     TOKEN,
     DiscordServer,
     Interaction,
@@ -297,6 +299,24 @@ async def test_disallowed_channels_other_bots_and_the_bot_itself_are_ignored(
     )
     assert isinstance(callback, dict)
     assert "not enabled here" in callback["data"]["content"]
+
+
+async def test_a_dm_runs_code_only_for_a_member_of_an_allowed_server_with_an_allowed_role(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False, guilds=(str(GUILD_ID),), roles=(str(ROLE_MEMBER),))
+    proof = "import os; print('ran as', os.getuid())"
+    # Carol is in the allowed server without the role: ignored in #general, and by DM too.
+    carol_dm = await bot.server.dm_channel(CAROL)
+    await bot.server.post_message(carol_dm, f"```py\n{proof}\n```", author=CAROL)
+    denied = await bot.server.slash("run", {"code": proof}, channel_id=carol_dm, user=CAROL)
+    assert await _told(bot, denied) == "Cellmate is not enabled here."
+    alice_dm = await bot.server.dm_channel(ALICE)
+    await bot.server.post_message(alice_dm, f"```py\n{proof}\n```")
+    (answer,) = await bot.answer_in(alice_dm)
+    assert "ran as" in answer.content
+    assert bot.bot_messages(carol_dm) == []
+    assert not bot.client.conversations.turns
 
 
 async def test_a_dropped_gateway_resumes_and_each_turn_completes_once(

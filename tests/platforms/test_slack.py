@@ -528,6 +528,24 @@ async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
     await bot.answered(C_GENERAL, asked.ts)
 
 
+async def test_a_dm_runs_code_only_for_a_member_of_an_allowed_channel(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(use_model=False, channels=(C_GENERAL,))
+    proof = "import os; print('ran as', os.getuid())"
+    # Bob is in #other only: ignored by DM, and told so for /run from the DM.
+    bob_dm = bot.server.dm_channel(BOB)
+    await bot.server.post(bob_dm, f"```\n{proof}\n```", user=BOB)
+    await bot.server.slash("/run", proof, channel=bob_dm, user=BOB)
+    await bot.server.wait_for(lambda: _ephemeral_to(bot, BOB))
+    assert _ephemeral_to(bot, BOB) == ["Cellmate is not enabled here."]
+    alice_dm = bot.server.dm_channel(ALICE)
+    asked, _ = await bot.server.post(alice_dm, f"```\n{proof}\n```")
+    (answer,) = await bot.answered(alice_dm, asked.ts)
+    assert "ran as" in answer.text
+    assert bot.server.channel_messages(bob_dm, by_bot=True) == []
+
+
 async def test_conversation_commands_are_for_participants_and_admins(
     start_bot: Callable[..., Awaitable[Bot]],
 ) -> None:
