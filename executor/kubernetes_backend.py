@@ -309,17 +309,19 @@ class KubernetesSandbox:
     def _read(self) -> None:
         try:
             self._reader.run()
+            if self._reader.flooded:
+                # The Pod goes before the connection: unread (a stream still attached and
+                # not read holds the sandbox back), while a closed one would let the flood
+                # go on into the container log on the node's disk until the Pod ends.
+                log.warning(
+                    "sandbox %s wrote more than %d MB outside its protocol; deleting its Pod",
+                    self._name,
+                    JUNK_BUDGET_BYTES // 2**20,
+                )
+                with contextlib.suppress(Exception):
+                    _delete(self._api, self._namespace, self._name)
         finally:
             _close(self._attach)  # the reader frees the connection: see `_abort`
-        if self._reader.flooded:
-            # Unread, the flood would go on into the container log on the node's disk.
-            log.warning(
-                "sandbox %s wrote more than %d MB outside its protocol; deleting its Pod",
-                self._name,
-                JUNK_BUDGET_BYTES // 2**20,
-            )
-            with contextlib.suppress(Exception):
-                _delete(self._api, self._namespace, self._name)
 
     @property
     def id(self) -> str:

@@ -96,7 +96,11 @@ def test_the_backend_is_chosen_by_a_setting() -> None:
     from executor.kubernetes_backend import KubernetesBackend
 
     chosen = load_settings(
-        {"CELLMATE_EXECUTOR_BACKEND": "kubernetes", "CELLMATE_KUBERNETES_NAMESPACE": "sbx"},
+        {
+            "CELLMATE_EXECUTOR_BACKEND": "kubernetes",
+            "CELLMATE_KUBERNETES_NAMESPACE": "sbx",
+            "CELLMATE_KUBERNETES_ALLOW_RUNC": "1",
+        },
         env_file=None,
     )
     backend: SandboxBackend | None = chosen.sandbox_backend()
