@@ -25,5 +25,7 @@ def test_manifest_declares_the_commands_shortcut_and_events_the_app_handles() ->
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     # Files shared with a message are downloaded, and results uploaded, by the bot.
     assert {"files:read", "files:write", "chat:write", "commands", "reactions:write"} <= scopes
+    # DM admission reads the members of the allowed channels (public and private).
+    assert {"channels:read", "groups:read"} <= scopes
     assert manifest["settings"]["interactivity"]["is_enabled"] is True
     assert RUN_MODAL in APP

@@ -121,7 +121,7 @@ class ApprovalButton(
 
     async def callback(self, interaction: discord.Interaction) -> None:
         client = cast("CellmateDiscord", interaction.client)
-        person = client.person(interaction)
+        person = await client.person_now(interaction)
         conversations = client.conversations
         try:
             if self.action == "edit":
@@ -152,7 +152,7 @@ class EditModal(discord.ui.Modal, title="Edit the code, then run it"):
 
     async def on_submit(self, interaction: discord.Interaction) -> None:
         client = cast("CellmateDiscord", interaction.client)
-        person = client.person(interaction)
+        person = await client.person_now(interaction)
         try:
             await client.conversations.decide(
                 client.door, person, self.key, Verdict.EDITED, self.code.value

@@ -13,6 +13,7 @@ from discord import app_commands
 from bot.conversations import ConversationKey, Person, Refused
 from bot.conversations.policy import Scope, parse_mode
 from bot.platforms.markup import code_blocks
+from bot.platforms.on_discord.render import plain
 from bot.platforms.on_discord.reply import InteractionSurface
 from bot.text import files_text
 
@@ -155,7 +156,7 @@ def register_commands(client: CellmateDiscord) -> None:
         if found is None:
             return
         note = await conversations.restore(client.door, *found)
-        await interaction.followup.send(note)
+        await interaction.followup.send(plain(note))
 
     @tree.command(name="export", description="This conversation's code and output as a notebook")
     async def export(interaction: discord.Interaction) -> None:

@@ -37,6 +37,7 @@ from bot.conversations.presence import Expiring, Presence
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack import approval
 from bot.platforms.on_slack.mrkdwn import unescape
+from bot.platforms.on_slack.render import plain
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
 from bot.settings import SlackSettings
 from bot.text import files_text
@@ -435,7 +436,7 @@ class CellmateSlack:
         if found is None:
             return
         note = await self.conversations.restore(self.door, *found)
-        await respond(note, response_type="ephemeral")
+        await respond(plain(note), response_type="ephemeral")
 
     async def _on_export(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         await ack()
