@@ -18,8 +18,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes import utils as k8s_utils
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
 
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
 from executor.kubernetes_backend import (
@@ -56,13 +56,19 @@ def deployed(admin: k8s.ApiClient) -> str:
     """The shipped manifests, applied (all but the bot's Deployment, whose image is not in
     the cluster); the sandbox namespace."""
     for name in ("namespaces.yaml", "rbac.yaml", "networkpolicy.yaml", "runtimeclass.yaml"):
-        for document in yaml.safe_load_all((MANIFESTS / name).read_text()):
-            try:
-                k8s_utils.create_from_dict(admin, document)
-            except k8s_utils.FailToCreateError as exc:
-                if any(e.status != 409 for e in exc.api_exceptions):  # 409: already there
-                    raise
+        apply(admin, [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d])
     return NAMESPACE
+
+
+def apply(admin: k8s.ApiClient, documents: list[dict[str, Any]]) -> None:
+    """As `kubectl apply --server-side`: creates, or brings an existing object (such as the
+    `default` account the cluster makes with each namespace) in line with the manifest."""
+    dynamic = DynamicClient(admin)
+    for document in documents:
+        resource = dynamic.resources.get(api_version=document["apiVersion"], kind=document["kind"])
+        dynamic.server_side_apply(
+            resource, body=document, field_manager="cellmate-tests", force_conflicts=True
+        )
 
 
 @pytest.fixture(scope="session")

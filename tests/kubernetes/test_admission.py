@@ -24,7 +24,6 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
 from bot.cluster_enforcement import enforcement
 from bot.findings import Finding
@@ -37,6 +36,7 @@ from tests.kubernetes.conftest import (
     MANIFESTS,
     NAMESPACE,
     TEST_INSTANCE,
+    apply,
     bot_client,
     settings,
 )
@@ -64,17 +64,6 @@ def shipped_documents(namespace: str = NAMESPACE) -> list[dict[str, Any]]:
                 continue  # the bot's own namespace and account are shared
             found.append(document)
     return found
-
-
-def apply(admin: k8s.ApiClient, documents: list[dict[str, Any]]) -> None:
-    """As `kubectl apply --server-side`: creates, or brings an existing object (such as the
-    `default` account the cluster makes with each namespace) in line with the manifest."""
-    dynamic = DynamicClient(admin)
-    for document in documents:
-        resource = dynamic.resources.get(api_version=document["apiVersion"], kind=document["kind"])
-        dynamic.server_side_apply(
-            resource, body=document, field_manager="cellmate-tests", force_conflicts=True
-        )
 
 
 def wait_for_quotas(admin: k8s.ApiClient, namespace: str, **hard: str) -> None:
