@@ -306,7 +306,7 @@ class SessionManager:
         """The key's live session, or a new one with the reason the previous one ended."""
         live = self._live.get(key)
         if live is not None and not live.lease.sandbox.alive:
-            await self._end(key, "its sandbox had stopped")
+            await self._end(key, _why_it_stopped(live.lease.sandbox))
             live = None
         if live is not None:
             return live, None
@@ -794,7 +794,7 @@ class SessionManager:
                     True,
                 )
             elif not live.lease.sandbox.alive:
-                await self._end(key, "its sandbox had stopped")
+                await self._end(key, _why_it_stopped(live.lease.sandbox))
 
     async def close_all(self, keep: bool = False) -> list[Sandbox]:
         """End every session; with `keep`, stop their runs (the kernels keep their state)
@@ -926,6 +926,13 @@ def _why_it_ended(status: str, message: str, alive: bool) -> str:
         # reported dead first as everything in it ends).
         return "its sandbox had stopped"
     return "the previous one's kernel died"
+
+
+def _why_it_stopped(sandbox: Sandbox) -> str:
+    # A backend that cut a sandbox off for writing outside its protocol says so.
+    if getattr(sandbox, "flooded", False):
+        return "its sandbox wrote too much outside its protocol and was stopped"
+    return "its sandbox had stopped"
 
 
 def _duration(seconds: float) -> str:
