@@ -8,6 +8,7 @@ async with Executor(image=default_tag()) as executor:
 from executor.errors import (
     EngineUnavailable,
     ExecutorError,
+    FreezeFailed,
     ImageBuildError,
     ImageNotFound,
     InvalidInput,
@@ -35,6 +36,7 @@ __all__ = [
     "Executor",
     "ExecutorError",
     "FileInfo",
+    "FreezeFailed",
     "ImageBuildError",
     "ImageNotFound",
     "InvalidInput",

@@ -31,7 +31,7 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_output_tar
 from executor.backoff import Backoff
-from executor.errors import EngineUnavailable, ImageNotFound, SandboxError
+from executor.errors import EngineUnavailable, FreezeFailed, ImageNotFound, SandboxError
 from executor.limits import SandboxLimits
 from executor.protocol import ExitState
 from executor.seccomp import profile_json
@@ -50,11 +50,6 @@ FREEZE_RETRY = Backoff(attempts=6, first_s=0.05, factor=2.0, max_s=1.0)
 after 0.05, 0.1, 0.2, 0.4 and 0.8 s."""
 START_ATTEMPTS = 3
 """Starts tried when a sandbox's volume went away before its container was made."""
-
-
-class FreezeFailed(SandboxError):
-    """The engine could not freeze the sandbox for one file operation, which was not done;
-    the session and its files are as they were."""
 
 
 class VolumeReplaced(SandboxError):

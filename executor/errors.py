@@ -6,6 +6,7 @@ ExecutorError(Exception)
 ├── ImageBuildError(ExecutorError)                      the sandbox image could not be built
 ├── InvalidInput(ExecutorError, ValueError)             input files refused (name, size, count)
 ├── SandboxError(ExecutorError, RuntimeError)           a sandbox failed to start or speak
+│   └── FreezeFailed(SandboxError)                      one file operation refused: no freeze
 ├── SandboxBusy(ExecutorError, RuntimeError)            every slot taken and the line full
 └── WorkspaceError(ExecutorError)                       a workspace not saved, found or read
 """
@@ -35,6 +36,11 @@ class InvalidInput(ExecutorError, ValueError):
 
 class SandboxError(ExecutorError, RuntimeError):
     """A sandbox could not start, or its runner broke the protocol."""
+
+
+class FreezeFailed(SandboxError):
+    """The engine could not freeze the sandbox for one file operation, which was not done;
+    the session and its files are as they were."""
 
 
 class SandboxBusy(ExecutorError, RuntimeError):

@@ -23,7 +23,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from executor.archive import OutputCaps, build_input_tar, build_workspace_tar
-from executor.errors import InvalidInput, SandboxError, WorkspaceError
+from executor.errors import FreezeFailed, InvalidInput, SandboxError, WorkspaceError
 from executor.limits import SandboxLimits, is_bot_variable
 from executor.models import (
     ExecutionResult,
@@ -299,7 +299,10 @@ class SessionManager:
                 skipped.append(SkippedFile(path=path[:200], reason="path leaves /mnt/data"))
         if not wanted:
             return [], skipped
-        found = await live.lease.sandbox.get_files(output_caps(limits), wanted=wanted)
+        try:
+            found = await live.lease.sandbox.get_files(output_caps(limits), wanted=wanted)
+        except FreezeFailed as exc:  # the run's output still comes back, its files do not
+            return [], [*skipped, SkippedFile(path="(files of this run)", reason=str(exc))]
         return found.files, skipped + skipped_notes(found, limits)
 
     async def _session(self, key: str, on_queued: QueueCallback | None) -> tuple[_Live, str | None]:

@@ -15,7 +15,8 @@ import pytest
 from executor import docker_backend
 from executor.archive import OutputCaps
 from executor.backoff import Backoff
-from executor.docker_backend import DockerSandbox, FreezeFailed
+from executor.docker_backend import DockerSandbox
+from executor.errors import FreezeFailed
 
 CAPS = OutputCaps(max_files=10, max_file_bytes=1000, max_total_bytes=1000, max_depth=4)
 UNABLE = "OCI runtime pause failed: unable to freeze: unknown"
