@@ -16,9 +16,11 @@ until code has run in it. The kernel's stderr, like the runner's own, is a pipe 
 runner keeps a 16 KiB tail: only the protocol reaches the host. Nothing in /mnt/data can
 stand in for a module the kernel or the runner imports (see DATA_LAST).
 
-After `ready`, whose key is made before any user code exists, every line both ways is
-sealed: `<hmac-sha256 of "<seq> <json>" under the key, hex> <seq> <json>`, with `seq`
-rising in each direction; lines that are not are ignored.
+The host chooses the key: its first line on stdin, before any user code exists, is
+`{"op": "hello", "key": "<64 hex digits>"}` (a runner that gets anything else exits without
+starting). The key never travels on stdout, which an engine may keep. From then on every
+line both ways, `ready` first, is sealed: `<hmac-sha256 of "<seq> <json>" under the key,
+hex> <seq> <json>`, with `seq` rising in each direction; lines that are not are ignored.
 
 Requests (one JSON object per line on stdin):
     {"op": "run", "id": "r1", "cells": ["code", ...], "output_limit": 1000000,
@@ -42,7 +44,7 @@ Requests (one JSON object per line on stdin):
     {"op": "shutdown"}                stop the kernel and exit
 
 Events (one JSON object per line on stdout):
-    {"type": "ready", "python": "3.11.2", "startup_ms": 812, "key": "<64 hex digits>"}
+    {"type": "ready", "python": "3.11.2", "startup_ms": 812}
     {"type": "output", "id": "r1", "cell": 0, "output": {nbformat output}}
     {"type": "done", "id": "r1", "status": "ok|error|died", "changed": ["out.csv"],
      "dropped_results": 0, ...}
@@ -53,10 +55,8 @@ Events (one JSON object per line on stdout):
      "skipped": {"conn": "an open connection"}, "cells": ["code", ...]}   (or "error")
     {"type": "restored", "id": "w1", "restored": ["df"], "failed": {}}      (or "error")
 
-Where the host attaches after the start (CELLMATE_RUNNER_AWAIT_HELLO=1), it writes a first
-line before `ready`: `hello`, or `{"op": "hello", "key": "<64 hex digits>"}` to choose the
-key (one it can derive again); `ready` is then sealed and carries no key. A host that
-attaches again later knows the key but not the sequence numbers: it seals a `resume` with a
+A host that attaches again later (a Kubernetes Pod's, after a restart, derives the key again)
+knows the key but not the sequence numbers: it seals a `resume` with a
 higher number than any before (a clock in nanoseconds) and a fresh nonce, and takes the
 sealed `resumed` that repeats its nonce as the start of the runner's numbering.
 """
@@ -391,16 +391,23 @@ class CappedClient(NotebookClient):  # type: ignore[misc]
         return out
 
 
+class NoKey(Exception):
+    """The host did not give a key: without one, nothing can be sealed."""
+
+
 class StderrTail:
     """Descriptor 2 of the runner and of everything it starts (the kernel and what the user's
     code starts): a pipe that a thread drains, keeping only its last 16 KiB. The container's
     own stderr reaches the host (and the engine's log), so it serves only until the runner
-    is ready, to say why a start failed; then it is closed."""
+    is ready, to say why a start failed; then nothing writes to it. It stays open, since a
+    Kubernetes attach ends when one of the container's streams does; under gVisor the
+    user's code can open it through /proc, which is why the host keeps only a tail of it."""
 
     def __init__(self) -> None:
         self._kept = bytearray()
         self._lock = threading.Lock()
-        self._original: int | None = os.dup(2)
+        self._original = os.dup(2)
+        self._reporting = True
         read, write = os.pipe()
         os.dup2(write, 2)
         os.close(write)
@@ -417,16 +424,14 @@ class StderrTail:
         with self._lock:
             return self._kept.decode("utf-8", "replace")
 
-    def close_original(self) -> None:
-        """Once ready: nothing in the sandbox can write to the container's stderr any more."""
-        if self._original is not None:
-            os.close(self._original)
-            self._original = None
+    def stop_reporting(self) -> None:
+        """Once ready: the runner writes nothing more to the container's stderr."""
+        self._reporting = False
 
     def report(self, problem: str) -> None:
         """Why the runner stopped before it was ready, with the tail, on the container's
         stderr (where the host looks when a sandbox ends before its `ready`)."""
-        if self._original is not None:
+        if self._reporting:
             text = f"{self.text[-STDERR_REPORT_CHARS:]}{problem[-STDERR_REPORT_CHARS:]}"
             with contextlib.suppress(OSError):
                 os.write(self._original, text.encode("utf-8", "replace"))
@@ -480,10 +485,9 @@ class Runner:
             self.emit({"type": "log", "message": message})
 
     def emit(self, event: dict[str, Any]) -> None:
-        payload = json.dumps(event, default=str)
         if self.key is None:
-            self.out.write(payload + "\n")
-            return
+            raise RuntimeError("no event before the host's hello gave the key")
+        payload = json.dumps(event, default=str)
         self.sent += 1
         head = str(self.sent)
         mac = hmac.new(self.key, f"{head} {payload}".encode(), hashlib.sha256).hexdigest()
@@ -523,20 +527,12 @@ class Runner:
             "python": sys.version.split()[0],
             "startup_ms": round((time.monotonic() - started) * 1000),
         }
-        if os.environ.get("CELLMATE_RUNNER_AWAIT_HELLO") == "1":
-            # Where the host can attach only after the start (a Kubernetes Pod), what is
-            # written before it attached is lost: it says hello first, and may bring the
-            # key, which it can then make again to attach once more after a restart.
-            given = hello_key(await reader.readline())
-            if given is not None:
-                self.key = given
-                self.emit(ready)
-                self.stderr.close_original()
-                return
-        key = os.urandom(32)
-        self.emit({**ready, "key": key.hex()})
-        self.key = key
-        self.stderr.close_original()
+        # The host may attach only after the start (a Kubernetes Pod), so it speaks first.
+        self.key = hello_key(await reader.readline())
+        if self.key is None:
+            raise NoKey("the host's first line was not a hello with a key: the runner stops")
+        self.emit(ready)
+        self.stderr.stop_reporting()
 
     async def run(self, request: dict[str, Any]) -> None:
         run_id = str(request.get("id", ""))
@@ -1101,6 +1097,9 @@ def main() -> None:
     stderr = StderrTail()
     try:
         asyncio.run(Runner(out, stderr).serve())
+    except NoKey as exc:
+        stderr.report(f"{exc}\n")
+        raise SystemExit(2) from None
     except BaseException:
         stderr.report(traceback.format_exc())
         raise SystemExit(1) from None
