@@ -35,7 +35,7 @@ from executor.errors import EngineUnavailable, FreezeFailed, ImageNotFound, Sand
 from executor.limits import SandboxLimits
 from executor.protocol import ExitState
 from executor.seccomp import profile_json
-from executor.stdio import MAX_LINE_BYTES, RunnerStream
+from executor.stdio import RunnerStream
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -48,6 +48,8 @@ NAME_PATTERN = re.compile(r"cellmate-[0-9a-f]{16}")
 FREEZE_RETRY = Backoff(attempts=6, first_s=0.05, factor=2.0, max_s=1.0)
 """A freeze that the runtime refuses (runc under load: `unable to freeze`) is tried again
 after 0.05, 0.1, 0.2, 0.4 and 0.8 s."""
+UNREAD_BYTES = 64 * 1024
+"""Half of what an attach stream buffers before the engine's output waits for a reader."""
 START_ATTEMPTS = 3
 """Starts tried when a sandbox's volume went away before its container was made."""
 
@@ -486,7 +488,10 @@ class DockerBackend:
             await asyncio.shield(_abandon(client, name, creating))
             raise
         try:
-            reader, writer = await asyncio.open_connection(sock=raw, limit=MAX_LINE_BYTES)
+            # Frames are read with readexactly, which ignores the limit; the limit only sets
+            # how much the stream buffers unread (twice it) before it stops reading the
+            # socket, so between runs a sandbox cannot make the bot hold more than that.
+            reader, writer = await asyncio.open_connection(sock=raw, limit=UNREAD_BYTES)
             sandbox = DockerSandbox(client, container, name, reader, writer, os.urandom(32))
             await asyncio.to_thread(container.start)
             await sandbox.hello()
