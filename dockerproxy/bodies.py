@@ -282,6 +282,11 @@ def _data_mount(value: Any) -> str:
     source = j.text(mount.take("Source"), "the mount's volume", NAME)
     if j.boolean(mount.take("ReadOnly"), "the mount's ReadOnly", False):
         raise Refused(f"{DATA_DIR} must be writable")
+    # The executor repeats its volume's options here; the proxy writes its own from the
+    # volume it checked (see DockerProxy), so what the client sent is read and dropped.
+    options = mount.take("VolumeOptions")
+    if options is not None:
+        j.struct(options, "the mount's VolumeOptions")
     mount.done()
     return source
 

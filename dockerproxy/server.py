@@ -161,7 +161,17 @@ class DockerProxy:
         built = bodies.container(jsonbody.decode(raw), self.policy)
         # The data volume must be one of the sandboxes' own tmpfs volumes.
         volume = await self._sandbox("volumes", built.volume)
-        built.body["HostConfig"]["Mounts"][0]["Source"] = _key("volumes", volume)
+        mount = built.body["HostConfig"]["Mounts"][0]
+        mount["Source"] = _key("volumes", volume)
+        # Should the volume go before the engine makes the container, the engine makes one
+        # like it (the same tmpfs options and labels) rather than a plain one on its disk.
+        mount["VolumeOptions"] = {
+            "Labels": dict(volume.get("Labels") or {}),
+            "DriverConfig": {
+                "Name": str(volume.get("Driver") or "local"),
+                "Options": dict(volume.get("Options") or {}),
+            },
+        }
         return _encode(built.body)
 
     async def _sandbox(self, kind: Kind, name: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import docker
 import docker.errors
 import requests
 from docker.models.containers import Container
-from docker.types import LogConfig, Mount, Ulimit
+from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
 from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_output_tar
 from executor.backoff import Backoff
@@ -400,7 +400,18 @@ def sandbox_specs(
         "read_only": True,
         # Scratch space inside the container only; never a host path.
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={limits.tmp_mb}m,mode=1777"},  # noqa: S108
-        "mounts": [Mount(target=DATA_DIR, source=name, type="volume")],
+        # The volume's own driver, options and labels again: should it be gone by the time
+        # the container is made, the engine makes the same labelled tmpfs volume instead of
+        # a plain one on its own disk (a volume that exists is used as it is).
+        "mounts": [
+            Mount(
+                target=DATA_DIR,
+                source=name,
+                type="volume",
+                labels=dict(labels),
+                driver_config=DriverConfig(volume["driver"], volume["driver_opts"]),
+            )
+        ],
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges", "seccomp=" + profile_json()],
         "mem_limit": f"{limits.memory_mb}m",

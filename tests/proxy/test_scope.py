@@ -65,7 +65,10 @@ def test_a_create_with_another_instances_label_is_refused(labels: dict[str, str]
 
 
 def test_the_instance_label_in_another_case_or_twice_is_refused() -> None:
-    raw = json.dumps(CONTAINER).replace(
+    # The container's own labels first, so that the duplicate goes into them (the volume
+    # mount carries labels of its own).
+    ordered = {"Labels": CONTAINER["Labels"], **CONTAINER}
+    raw = json.dumps(ordered).replace(
         '"Labels": {', '"Labels": {"cellmate.instance": "victim", ', 1
     )
     assert refusal(build.container, decode(raw.encode()), POLICY)
@@ -225,3 +228,17 @@ def test_the_command_takes_the_instance_it_serves() -> None:
     for bad in ("", "two words", "a/b", "x" * 129, "é"):
         with pytest.raises(SystemExit, match="--instance must be"):
             policy_from(parser().parse_args(["--instance", bad]))
+
+
+def test_the_clients_volume_options_are_read_and_never_forwarded() -> None:
+    """The executor repeats its volume's options in the mount; the proxy writes its own from
+    the volume it checked, so a client's driver, options or labels never reach the engine."""
+    body = copy.deepcopy(CONTAINER)
+    body["HostConfig"]["Mounts"][0]["VolumeOptions"] = {
+        "DriverConfig": {"Name": "local", "Options": {"type": "none", "o": "bind", "device": "/"}},
+        "Labels": {"cellmate.instance": "victim"},
+    }
+    [mount] = container(body)["HostConfig"]["Mounts"]
+    assert "VolumeOptions" not in mount
+    assert mount["Type"] == "volume"
+    assert mount["Target"] == "/mnt/data"
