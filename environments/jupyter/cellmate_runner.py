@@ -14,7 +14,7 @@ in between; the next request that needs the kernel continues it (SIGCONT). Not w
 run allows background work, which carries on by design; nor during a new sandbox's warm-up
 until code has run in it. The kernel's stderr, like the runner's own, is a pipe of which the
 runner keeps a 16 KiB tail: only the protocol reaches the host. Nothing in /mnt/data can
-stand in for a module the kernel or the runner imports (see DATA_LAST).
+stand in for a module the kernel or the runner imports (see DATA_OFF).
 
 The host chooses the key: its first line on stdin, before any user code exists, is
 `{"op": "hello", "key": "<64 hex digits>"}` (a runner that gets anything else exits without
@@ -91,16 +91,20 @@ DATA_DIR = Path("/mnt/data")
 MPL_CACHE_SEED = Path("/opt/cellmate/mplconfig")
 SNAPSHOT_LIMIT = 20_000
 
-# The kernel's sys.path with the data folder last, after the standard library and the
-# installed packages, and without relative entries or anything under /tmp: a module the
-# user saved in /mnt/data (helpers.py) still imports by its name, but none can stand in for
-# one that the kernel, the runner's scripts or a restored variable import (cloudpickle.py,
-# pandas/, json.py). The kernel starts with -P, so that its working folder is not on the
-# path while it starts either, and -s, so that no user site folder is. An expression for
-# the scripts below, with os and sys imported.
-DATA_LAST = (
+# The kernel's sys.path without the data folder, relative entries or anything under /tmp,
+# for everything that is not the user's code: the kernel's set-up, the warm-up's imports
+# and the workspace scripts (and the variables they load). Files can land in /mnt/data
+# without any code being allowed to run (attachments, a restored workspace's files), and
+# even last on the path a file there would be found for a module that is not installed
+# (pandas tries `bottleneck` and `numexpr`) or beat a namespace package (`mpl_toolkits/`).
+# The folder joins the path, last, in the first user cell once the warm-up is over (see
+# KERNEL_SETUP), so a module the user saved (helpers.py) imports by its name then, and none
+# can stand in for an installed one. The kernel starts with -P, so that its working folder
+# is not on the path while it starts either, and -s, so that no user site folder is. An
+# expression for the scripts below, with os and sys imported.
+DATA_OFF = (
     "[e for e in sys.path if e.startswith('/') and not "
-    "(os.path.realpath(e) + '/').startswith(('/mnt/data/', '/tmp/'))] + ['/mnt/data']"
+    "(os.path.realpath(e) + '/').startswith(('/mnt/data/', '/tmp/'))]"
 )
 # Runs silently in the kernel before any user code, and returns at once: the data stack (the
 # modules of PRELOAD, from CELLMATE_PRELOAD) is imported and warmed up in a thread of the
@@ -118,7 +122,7 @@ DATA_LAST = (
 KERNEL_SETUP = """
 def _cellmate_setup(mark, preload):
     import ast, os, sys, threading
-    sys.path[:] = DATA_LAST
+    sys.path[:] = DATA_OFF
     from IPython.core.formatters import BaseFormatter
     from traitlets import ObjectName
 
@@ -159,6 +163,20 @@ def _cellmate_setup(mark, preload):
     warming = threading.Thread(target=warm_up, name="cellmate-warm-up", daemon=True)
     warming.start()
 
+    # pre_run_cell and post_run_cell fire for the user's cells only (the runner's own
+    # scripts run silent): the data folder joins the path, last, in the first user cell
+    # that runs once the warm-up is over, so the warm-up's imports never see it.
+    user_cell, data_added = [False], [False]
+
+    def user_cell_starts(info):
+        user_cell[0] = True
+
+    def user_cell_ends(result):
+        user_cell[0] = False
+
+    get_ipython().events.register("pre_run_cell", user_cell_starts)
+    get_ipython().events.register("post_run_cell", user_cell_ends)
+
     class FinishWarmUpBeforeImports(ast.NodeTransformer):
         def visit(self, tree):
             if warming.is_alive() and any(map(imports, ast.walk(tree))):
@@ -169,6 +187,10 @@ def _cellmate_setup(mark, preload):
                     # before any of its code ran.
                     stop = ast.Raise(exc=ast.Name(id="KeyboardInterrupt", ctx=ast.Load()))
                     return ast.fix_missing_locations(ast.Module(body=[stop], type_ignores=[]))
+            if user_cell[0] and not data_added[0] and not warming.is_alive():
+                data_added[0] = True
+                if "/mnt/data" not in sys.path:
+                    sys.path.append("/mnt/data")
             return tree
 
     def imports(node):
@@ -258,19 +280,19 @@ del _cellmate_reap
 """
 
 
-# Comes before each of the workspace scripts below, which run with the data folder last on
+# Comes before each of the workspace scripts below, which run without the data folder on
 # sys.path (whatever an earlier run made of it), so that the modules they and the variables
-# import come from the image.
-WITH_DATA_LAST = """
-def _cellmate_with_data_last(work):
+# import come from the image only.
+WITH_DATA_OFF = """
+def _cellmate_with_data_off(work):
     import os, sys
     kept = sys.path[:]
-    sys.path[:] = DATA_LAST
+    sys.path[:] = DATA_OFF
     try:
         work()
     finally:
         sys.path[:] = kept
-""".replace("DATA_LAST", DATA_LAST)
+""".replace("DATA_OFF", DATA_OFF)
 
 # Saves the user's variables, each pickled on its own (cloudpickle, so functions and classes
 # defined in the session come along), into FOLDER: what cannot be saved is named with why.
@@ -312,8 +334,8 @@ def _cellmate_snapshot(folder, limit):
         pickle.dump(blobs, out)
     with open(os.path.join(folder, 'report.json'), 'w') as out:
         json.dump({'saved': saved, 'skipped': skipped}, out)
-_cellmate_with_data_last(lambda: _cellmate_snapshot(FOLDER, LIMIT))
-del _cellmate_snapshot, _cellmate_with_data_last
+_cellmate_with_data_off(lambda: _cellmate_snapshot(FOLDER, LIMIT))
+del _cellmate_snapshot, _cellmate_with_data_off
 """
 
 # Loads variables saved by SNAPSHOT_CODE (in an earlier sandbox of the same conversation)
@@ -334,8 +356,8 @@ def _cellmate_restore(folder):
             failed[name] = f'{type(exc).__name__}: {str(exc)[:100]}'
     with open(os.path.join(folder, 'report.json'), 'w') as out:
         json.dump({'restored': restored, 'failed': failed}, out)
-_cellmate_with_data_last(lambda: _cellmate_restore(FOLDER))
-del _cellmate_restore, _cellmate_with_data_last
+_cellmate_with_data_off(lambda: _cellmate_restore(FOLDER))
+del _cellmate_restore, _cellmate_with_data_off
 """
 WORKSPACE_TIMEOUT_S = 120
 
@@ -510,12 +532,12 @@ class Runner:
         prepare_writable_dirs()
         self.client.km = self.client.create_kernel_manager()
         spec = self.client.km.kernel_spec
-        # `python -P -s -m ipykernel_launcher ...`: see DATA_LAST.
+        # `python -P -s -m ipykernel_launcher ...`: see DATA_OFF.
         spec.argv = [spec.argv[0], "-P", "-s", *spec.argv[1:]]
         await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
         await self.client.async_start_new_kernel_client()
         await self.client.kc.execute_interactive(
-            KERNEL_SETUP.replace("DATA_LAST", DATA_LAST)
+            KERNEL_SETUP.replace("DATA_OFF", DATA_OFF)
             .replace("WARM_MARK_PATH", repr(str(WARM_MARK)))
             .replace("WARM_JOIN_S", str(WARM_LIMIT_S))
             .replace("PRELOAD", repr(preload_modules())),
@@ -651,7 +673,15 @@ class Runner:
             return False
         killed = False
         for _ in range(KILL_ROUNDS):
+            # As init, one kill(-1) stops every other process at once, so a chain that forks
+            # and exits cannot outrun the scan below; the runner's helpers go on afterwards
+            # (the kernel stays stopped: see settle).
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGSTOP)
             others = [pid for pid, state, _ in processes() if pid not in keep and state != "Z"]
+            for pid in self.helpers:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)
             if not others:
                 break
             killed = True
@@ -721,7 +751,7 @@ class Runner:
 
     async def in_kernel(self, code: str, folder: Path) -> dict[str, Any]:
         """Run one of the workspace scripts in the user's kernel; its report."""
-        script = WITH_DATA_LAST + code.replace("FOLDER", repr(str(folder)))
+        script = WITH_DATA_OFF + code.replace("FOLDER", repr(str(folder)))
         async with self.kernel_awake():
             reply = await self.client.kc.execute_interactive(
                 script, silent=True, store_history=False, timeout=WORKSPACE_TIMEOUT_S

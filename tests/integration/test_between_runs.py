@@ -53,6 +53,18 @@ def later():
     started.append(subprocess.Popen([sys.executable, '-c', DAEMON], start_new_session=True))
 threading.Thread(target=later, daemon=True).start()
 """,
+    "chain of processes that fork and exit, faster than a scan": """
+import subprocess, sys
+CHAIN = (
+    'import os\\n'
+    'while True:\\n'
+    '    try:\\n'
+    '        if os.fork(): os._exit(0)\\n'
+    '    except OSError:\\n'
+    '        pass\\n'
+)
+started = [subprocess.Popen([sys.executable, '-c', CHAIN])]
+""",
     "timer that busy-loops after the run": """
 import threading, time
 ticks = [0]

@@ -40,6 +40,17 @@ SHADOWS = {
     "helpers.py": "value = 'mine'\n",
 }
 
+# Modules the data stack's imports try but the image lacks (pandas asks for bottleneck and
+# numexpr), and a regular package in the place of a namespace package (mpl_toolkits): even
+# last on the path, a file in /mnt/data would be found for these.
+MISSING_OR_NAMESPACE = {
+    "bottleneck.py": _marker("bottleneck"),
+    "numexpr.py": _marker("numexpr"),
+    "mpl_toolkits/__init__.py": _marker("mpl_toolkits"),
+    "pyarrow.py": _marker("pyarrow"),
+}
+
+
 # What ran, and where the modules came from, as the user's next run sees it.
 WHAT_RAN = """
 import os, sys
@@ -131,3 +142,41 @@ async def test_restore_snapshot_and_preview_import_the_real_modules(runtime: str
         )
         assert status == "ok", text
         assert text == NOTHING_RAN + "7 6 4 2.0 kept\n"
+
+
+async def test_files_there_before_the_warm_up_never_run_before_user_code(
+    runtime: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attachments (or a restored workspace's files) can reach a sandbox that is still
+    warming up, when a conversation waits for one, without any code being allowed to run:
+    the warm-up's imports (the whole data stack here) must not find them, nor must the
+    runner's own requests. The files are there before the kernel starts, the surest case."""
+    specs = docker_backend.sandbox_specs
+    files = {**SHADOWS, **MISSING_OR_NAMESPACE}
+
+    def files_first(*args: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        volume, container = specs(*args, **kwargs)
+        container["environment"] = {**container["environment"], "SHADOWS": json.dumps(files)}
+        python = "/opt/venv/bin/python -I"
+        container["entrypoint"] = [
+            "/bin/sh",
+            "-c",
+            f"{python} -c {shlex.quote(WRITE_SHADOWS)} "
+            f"&& exec {python} /opt/cellmate/cellmate_runner.py",
+        ]
+        return volume, container
+
+    monkeypatch.setattr(docker_backend, "sandbox_specs", files_first)
+    async with raw_sandbox(runtime, preload="numpy,pandas,matplotlib") as sandbox:
+        # What the runner itself does with the kernel before any user code: its set-up, the
+        # warm-up's imports (raw_sandbox waited for them), an `env` request, a snapshot.
+        await ask(sandbox, {"op": "env", "id": "v", "values": {"A": "1"}}, "env")
+        await ask(sandbox, {"op": "snapshot", "id": "s", "max_bytes": 10**6}, "snapshot")
+        listed = await ask(sandbox, {"op": "fs", "id": "f", "action": "list", "path": ""}, "fs")
+        names = {str(entry["path"]) for entry in listed[-1]["entries"]}
+        assert "helpers.py" in names, names
+        assert not {n for n in names if n.startswith("ran-")}, names
+        # The user's own module imports by its name once user code runs.
+        status, text = await run_cells(sandbox, "import helpers\nprint(helpers.value)")
+        assert status == "ok", text
+        assert text == "mine\n"
