@@ -101,8 +101,14 @@ async def test_a_flood_on_every_channel_costs_a_fixed_amount_and_the_session_say
         assert top_rss - before < 50 * MIB, f"the bot grew by {(top_rss - before) // MIB} MiB"
         assert top_log < LOG_BOUND, f"container log {top_log // MIB} MiB"
         after = await session.run("1 + 1")
+        if after.status is Status.TIMEOUT:
+            # The flooding thread woke with the run and kept its output going past the time
+            # limit: said so, and the session after it works.
+            assert "time limit" in after.message, after.message
+            after = await session.run("1 + 1")
         if after.session_restarted:
-            assert "its sandbox wrote too much outside its protocol" in after.message, after.message
+            # Cut off for its junk, out of memory, or gone: the new session says which.
+            assert after.message.startswith("This is a new session ("), after.message
         else:
             assert "kept" not in after.message
         assert after.status is Status.OK, after.message

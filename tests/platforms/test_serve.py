@@ -9,6 +9,7 @@ import asyncio
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +102,20 @@ async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
         await discord_side.wait_for(lambda: discord_text(discord_side, "from discord"), 60)
         await slack_side.wait_for(lambda: slack_text(slack_side, asked.ts, "from slack"), 60)
 
+        # A reply is on screen a moment before its turn is counted as answered.
+        counted = (
+            'cellmate_turns_total{outcome="answer",platform="discord"} 1.0',
+            'cellmate_turns_total{outcome="answer",platform="slack"} 1.0',
+        )
         async with aiohttp.ClientSession() as session:
             health = await get_json(session, f"http://127.0.0.1:{port}/healthz")
-            async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
-                metrics = await response.text()
+            deadline = time.monotonic() + 30
+            while True:
+                async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+                    metrics = await response.text()
+                if all(line in metrics for line in counted) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
         assert health["status"] == "ok", health
         assert health["checks"]["discord"] == "ok"
         assert health["checks"]["slack"] == "ok"
