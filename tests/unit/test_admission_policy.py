@@ -230,7 +230,7 @@ DEADLINE = "a sandbox Pod has a deadline (activeDeadlineSeconds) within the sand
 IMAGE_ONLY = "a sandbox Pod runs the sandbox image only"
 ONE_CONTAINER = "a sandbox Pod has one container: no init or ephemeral containers"
 RUNTIME = "a sandbox Pod runs under the sandbox RuntimeClass"
-VOLUMES = "a sandbox Pod has size-limited emptyDir volumes only"
+VOLUMES = "a sandbox Pod has size-limited in-memory emptyDir volumes only"
 CREDENTIALS = "a sandbox Pod holds no API token and no Secret"
 HOST = "a sandbox Pod shares no namespace with the node"
 USER = "a sandbox Pod runs as the sandbox user with a seccomp profile"
@@ -332,6 +332,11 @@ ATTACKS: dict[str, tuple[Callable[[Pod], None], str]] = {
     "RuntimeClass runc": (_spec(lambda s: s.update(runtimeClassName="runc")), RUNTIME),
     "an unsized emptyDir": (_volume({"emptyDir": {}}), VOLUMES),
     "an unsized memory emptyDir": (_volume({"emptyDir": {"medium": "Memory"}}), VOLUMES),
+    "a sized emptyDir on the node's disk": (_volume({"emptyDir": {"sizeLimit": "1Gi"}}), VOLUMES),
+    "a sized emptyDir of another medium": (
+        _volume({"emptyDir": {"medium": "HugePages", "sizeLimit": "1Gi"}}),
+        VOLUMES,
+    ),
     "a Secret volume": (_volume({"secret": {"secretName": "cellmate-secrets"}}), VOLUMES),
     "a hostPath volume": (_volume({"hostPath": {"path": "/"}}), VOLUMES),
     "a PVC volume": (_volume({"persistentVolumeClaim": {"claimName": "data"}}), VOLUMES),
