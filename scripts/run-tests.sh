@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=.venv/bin/pytest
 WORKERS="${CELLMATE_TEST_WORKERS:-3}"
-parallel=(-m "not serial")
+parallel=(-m "not serial" --durations=15)
 if [ "$WORKERS" != 0 ]; then
   parallel+=(-n "$WORKERS" --dist load)
 fi
