@@ -73,14 +73,13 @@ WRITE_SHADOWS = (
 )
 
 
-async def test_a_kernel_that_starts_among_shadows_imports_the_real_modules(
-    executor: Executor, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def files_before_the_runner(monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> None:
+    """Sandboxes started from here find `files` in /mnt/data before their kernel starts."""
     specs = docker_backend.sandbox_specs
 
     def files_first(*args: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         volume, container = specs(*args, **kwargs)
-        container["environment"] = {**container["environment"], "SHADOWS": json.dumps(SHADOWS)}
+        container["environment"] = {**container["environment"], "SHADOWS": json.dumps(files)}
         python = "/opt/venv/bin/python -I"
         container["entrypoint"] = [
             "/bin/sh",
@@ -91,6 +90,12 @@ async def test_a_kernel_that_starts_among_shadows_imports_the_real_modules(
         return volume, container
 
     monkeypatch.setattr(docker_backend, "sandbox_specs", files_first)
+
+
+async def test_a_kernel_that_starts_among_shadows_imports_the_real_modules(
+    executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files_before_the_runner(monkeypatch, SHADOWS)
     result = await executor.session("shadows").run(WHAT_RAN)
     assert result.status is Status.OK, result.message
     assert result.stdout == NOTHING_RAN
@@ -151,22 +156,7 @@ async def test_files_there_before_the_warm_up_never_run_before_user_code(
     warming up, when a conversation waits for one, without any code being allowed to run:
     the warm-up's imports (the whole data stack here) must not find them, nor must the
     runner's own requests. The files are there before the kernel starts, the surest case."""
-    specs = docker_backend.sandbox_specs
-    files = {**SHADOWS, **MISSING_OR_NAMESPACE}
-
-    def files_first(*args: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        volume, container = specs(*args, **kwargs)
-        container["environment"] = {**container["environment"], "SHADOWS": json.dumps(files)}
-        python = "/opt/venv/bin/python -I"
-        container["entrypoint"] = [
-            "/bin/sh",
-            "-c",
-            f"{python} -c {shlex.quote(WRITE_SHADOWS)} "
-            f"&& exec {python} /opt/cellmate/cellmate_runner.py",
-        ]
-        return volume, container
-
-    monkeypatch.setattr(docker_backend, "sandbox_specs", files_first)
+    files_before_the_runner(monkeypatch, {**SHADOWS, **MISSING_OR_NAMESPACE})
     async with raw_sandbox(runtime, preload="numpy,pandas,matplotlib") as sandbox:
         # What the runner itself does with the kernel before any user code: its set-up, the
         # warm-up's imports (raw_sandbox waited for them), an `env` request, a snapshot.
