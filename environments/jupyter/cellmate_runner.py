@@ -121,7 +121,11 @@ DATA_OFF = (
 # the user's namespace.
 KERNEL_SETUP = """
 def _cellmate_setup(mark, preload):
-    import ast, os, sys, threading
+    import ast, os, signal, sys, threading
+    # No terminal hangs up here; but the runner stops the kernel between runs, and when a
+    # process it killed leaves the kernel's process group orphaned, the system sends the
+    # group SIGHUP (see settle).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     sys.path[:] = DATA_OFF
     from IPython.core.formatters import BaseFormatter
     from traitlets import ObjectName
@@ -653,6 +657,12 @@ class Runner:
             # The kernel's own children that were killed wait for it to reap them, which it
             # does when it runs again.
             self.reap_in_kernel = True
+            # An exit that orphans a process group with a stopped member makes the system
+            # send that group SIGHUP and SIGCONT (job control): the kernel ignores SIGHUP
+            # (KERNEL_SETUP), and is stopped again if it was continued.
+            if process is not None and process.poll() is None and not is_stopped(process.pid):
+                os.kill(process.pid, signal.SIGSTOP)
+                await stopped(process)
 
     async def settle_when_warm(self) -> None:
         """A new sandbox's kernel rests once its warm-up is done, unless a request uses it."""
@@ -974,6 +984,15 @@ async def kernel_exit_code(client: NotebookClient) -> int | None:
             return int(code)
         await asyncio.sleep(0.05)
     return None
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether the process is in the stopped state (T), as /proc shows it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
 async def stopped(process: Any) -> None:
