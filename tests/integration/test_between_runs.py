@@ -13,6 +13,7 @@ import pytest
 from executor import Executor, SandboxLimits, Status, default_tag
 from tests.integration.conftest import NO_POOL, TEST_INSTANCE
 from tests.integration.sandbox_probes import idle_cpu_seconds, only_sandbox
+from tests.integration.test_sandbox_isolation import LEFTOVERS
 
 pytestmark = pytest.mark.docker
 
@@ -65,6 +66,19 @@ CHAIN = (
 )
 started = [subprocess.Popen([sys.executable, '-c', CHAIN])]
 """,
+    "busy thread beside a forked copy of the kernel": """
+import os, threading
+ticks = [0]
+def spin():
+    while True:
+        ticks[0] += 1
+threading.Thread(target=spin, daemon=True).start()
+child = os.fork()
+if child == 0:
+    while True:
+        pass
+started = [child]
+""",
     "timer that busy-loops after the run": """
 import threading, time
 ticks = [0]
@@ -74,6 +88,13 @@ def spin():
 threading.Timer(0.5, spin).start()
 """,
 }
+
+# Children, a daemon in a session of its own, multiprocessing and renamed forks: killing
+# them orphans the kernel's process group while the kernel is stopped, for which the system
+# sends the group SIGHUP and SIGCONT; the kernel must neither die nor run on.
+LEFT_BEHIND["every kind of leftover process beside a busy thread"] = (
+    LEFTOVERS + LEFT_BEHIND["busy thread"]
+)
 
 # A thread that starts a busy process again whenever the one before has ended.
 RESTARTER = """
