@@ -16,6 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from executor import default_tag
+from executor.docker_backend import DockerBackend
 from tests.integration.conftest import TEST_INSTANCE
 from tests.platforms import discord_server as dc
 from tests.platforms import slack_server as sl
@@ -151,6 +153,11 @@ async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
         if process.returncode is None:
             process.kill()
             await process.wait()
+            # A bot killed mid-test leaves its sandboxes for its next start to sweep; this
+            # instance has no next start, so the test sweeps them.
+            backend = DockerBackend(default_tag(), instance=INSTANCE)
+            await backend.remove_leftovers()
+            await backend.close()
         reader.cancel()
         await discord_side.close()
         await slack_side.close()
