@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bot.database import open_database
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -62,46 +66,55 @@ class History:
 
     def __init__(self, path: Path) -> None:
         self._db = open_database(path, SCHEMA)
-        self._lock = asyncio.Lock()
+        # Held by the worker thread, not the awaiting task: a turn stopped mid-statement
+        # must keep the connection until its statement is over, or the next one would run
+        # beside it on the same connection.
+        self._lock = threading.Lock()
+
+    async def _call(self, statement: Callable[[], T]) -> T:
+        def serially() -> T:
+            with self._lock:
+                return statement()
+
+        return await asyncio.to_thread(serially)
 
     async def load(self, conversation: str, after: int = 0) -> list[Stored]:
         """The conversation's messages after id `after`, oldest first (the newest WINDOW)."""
-        async with self._lock:
-            rows = await asyncio.to_thread(
-                lambda: self._db.execute(
-                    "SELECT id, created, message FROM messages WHERE conversation = ? AND id > ? "
-                    "ORDER BY id DESC LIMIT ?",
-                    (conversation, after, WINDOW),
-                ).fetchall()
-            )
+        rows = await self._call(
+            lambda: self._db.execute(
+                "SELECT id, created, message FROM messages WHERE conversation = ? AND id > ? "
+                "ORDER BY id DESC LIMIT ?",
+                (conversation, after, WINDOW),
+            ).fetchall()
+        )
         return [Stored(id, created, json.loads(raw)) for id, created, raw in reversed(rows)]
 
     async def append(self, conversation: str, messages: list[dict[str, Any]]) -> None:
         now = time.time()
         rows = [(conversation, now, json.dumps(m)) for m in messages]
-        async with self._lock:
-            await asyncio.to_thread(
-                self._db.executemany,
+        # The cursor is closed in the worker: a cursor freed later, on the loop's thread,
+        # would reset its statement beside another thread's.
+        await self._call(
+            lambda: self._db.executemany(
                 "INSERT INTO messages (conversation, created, message) VALUES (?, ?, ?)",
                 rows,
-            )
+            ).close()
+        )
 
     async def summary(self, conversation: str) -> Summary | None:
         """The summary that covers the most messages, if one was written."""
-        async with self._lock:
-            row = await asyncio.to_thread(
-                lambda: self._db.execute(
-                    "SELECT last_id, count, first_created, last_created, text FROM summaries "
-                    "WHERE conversation = ? ORDER BY last_id DESC LIMIT 1",
-                    (conversation,),
-                ).fetchone()
-            )
+        row = await self._call(
+            lambda: self._db.execute(
+                "SELECT last_id, count, first_created, last_created, text FROM summaries "
+                "WHERE conversation = ? ORDER BY last_id DESC LIMIT 1",
+                (conversation,),
+            ).fetchone()
+        )
         return None if row is None else Summary(*row)
 
     async def keep_summary(self, conversation: str, summary: Summary) -> None:
         """Store a summary; the ones it replaces are removed."""
-        async with self._lock:
-            await asyncio.to_thread(self._keep_summary, conversation, summary)
+        await self._call(lambda: self._keep_summary(conversation, summary))
 
     def _keep_summary(self, conversation: str, summary: Summary) -> None:
         with self._db:
@@ -123,8 +136,7 @@ class History:
             )
 
     async def forget(self, conversation: str) -> None:
-        async with self._lock:
-            await asyncio.to_thread(self._forget, conversation)
+        await self._call(lambda: self._forget(conversation))
 
     def _forget(self, conversation: str) -> None:
         with self._db:
