@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test suite in two phases: everything that can share the engine runs in parallel
-# (pytest-xdist, one sandbox label per worker), then the `serial` tests (engine restarts,
-# the Compose stack, the load test) run alone. Arguments go to both phases (paths, -k, ...);
-# a phase that selects no test is not a failure as long as the other one ran some.
+# (pytest-xdist, one sandbox label per worker, idle workers taking queued tests from busy
+# ones), then the `serial` tests (engine restarts, the load test) run alone. Arguments go
+# to both phases (paths, -k, ...); a phase that selects no test is not a failure as long
+# as the other one ran some.
 # CELLMATE_TEST_WORKERS sets the parallel phase's workers (default 3; 0 runs it in-process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ PYTEST=.venv/bin/pytest
 WORKERS="${CELLMATE_TEST_WORKERS:-3}"
 parallel=(-m "not serial" --durations=15)
 if [ "$WORKERS" != 0 ]; then
-  parallel+=(-n "$WORKERS" --dist load)
+  parallel+=(-n "$WORKERS" --dist worksteal)
 fi
 started=$(date +%s)
 echo "[cellmate] tests, phase 1 of 2: in parallel ($WORKERS workers)"

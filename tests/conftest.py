@@ -33,7 +33,6 @@ if worker := os.environ.get("PYTEST_XDIST_WORKER"):
 SERIAL_PATHS = (
     "tests/integration/test_engine_restart.py",  # restarts dockerd under everyone's sandboxes
     "tests/platforms/test_load.py",  # 100 turns at once, an engine restart, memory bounds
-    "tests/compose/",  # a whole Compose stack with the bot's fixed ports
 )
 """Tests that take the whole engine or machine: marked `serial`, run after the parallel phase."""
 
