@@ -1,0 +1,72 @@
+"""What the parts of session mode share: one live session's record, what a run may restore
+into it, the view of the session manager that the workspace and file parts use, and how a
+request is put to a session's runner."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from executor.pool import Lease
+from executor.protocol import Sandbox
+from executor.workspace import Workspace
+
+REQUEST_TIMEOUT_S = 60.0
+
+
+class Restore(enum.Enum):
+    """What a run (or /restore) may bring back of a saved workspace into a new session.
+
+    Loading pickled variables runs code (unpickling calls what `__reduce__` names), so it
+    is for the caller to allow, by the same rule as a run: files alone run nothing."""
+
+    VARIABLES = "variables"
+    """Files, then the variables."""
+    FILES = "files"
+    """Files only: a run then goes on without the variables, which are not loaded later."""
+
+
+@dataclass(eq=False, slots=True)
+class Live:
+    lease: Lease
+    created: float
+    last_used: float
+    saved: Workspace | None = None
+    """The saved workspace the session started with, while its variables are not loaded."""
+    files_back: bool = False
+    restored: str = ""
+    """Why nothing more may be restored into this session ('' while something may): a
+    restore happens at most once, so it never runs twice nor replaces newer variables."""
+    ran: bool = False
+    """Code ran in it (its variables are its own, not the saved ones)."""
+
+
+class LiveSessions(Protocol):
+    """The session manager, as the workspace and file parts of a session see it."""
+
+    def lock(self, key: str) -> asyncio.Lock:
+        """Held while anything runs in or changes the key's session."""
+
+    def live(self, key: str) -> Live | None:
+        """The key's session, None when it has none."""
+
+    async def open(self, key: str) -> Live:
+        """The key's session, started when it has none (its lock held)."""
+
+
+async def ask_sandbox(
+    sandbox: Sandbox, request: Mapping[str, Any], reply_type: str, timeout_s: float = 0
+) -> dict[str, Any] | None:
+    """Send a request to a runner and wait for its reply (None: the sandbox stopped first;
+    TimeoutError past REQUEST_TIMEOUT_S, or `timeout_s`)."""
+    request_id = uuid.uuid4().hex[:12]
+    await sandbox.send({**request, "id": request_id})
+    async with asyncio.timeout(timeout_s or REQUEST_TIMEOUT_S):
+        while (event := await sandbox.receive()) is not None:
+            if event.get("type") == reply_type and event.get("id") == request_id:
+                return event
+    return None
