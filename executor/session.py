@@ -2,8 +2,8 @@
 
 A session takes a fresh sandbox from the pool on its first run and keeps it until it is idle
 too long, reaches its maximum lifetime, is closed, or its kernel or sandbox dies. The next
-run then starts a new session and says so (`session_restarted`, with the reason in the
-message). Runs on one key queue in order; different keys run in parallel. Its workspace is
+run then starts a new session and says so (`session_restarted`, with the reason in
+`ended`). Runs on one key queue in order; different keys run in parallel. Its workspace is
 saved and restored by `session_workspace`; its files and the rest by `session_files`.
 """
 
@@ -33,6 +33,7 @@ from executor.run import (
 )
 from executor.session_files import SessionFiles, changed_files
 from executor.session_live import Live, Restore
+from executor.session_news import Ended, Ending
 from executor.session_workspace import Restored, WorkspaceKeeper
 from executor.workspace import WorkspaceSettings, WorkspaceStore
 
@@ -44,9 +45,6 @@ REMEMBERED_ENDINGS = 10_000
 STOPPED_BEFORE_START = "The run was stopped before it started; nothing ran."
 SHUTDOWN_SAVE_S = 20.0
 """On shutdown, how long every session's save may take, all of them at once."""
-RESUMED_NOTE = (
-    "The bot restarted since the last run; this session carried on, with its variables and files."
-)
 
 
 class SessionManager:
@@ -79,7 +77,7 @@ class SessionManager:
         self._stops: dict[str, asyncio.Event] = {}
         self._waiting_stops: dict[str, set[asyncio.Event]] = {}
         """Stop events of runs that wait for the key's lock or a sandbox."""
-        self._endings: OrderedDict[str, str] = OrderedDict()
+        self._endings: OrderedDict[str, Ended] = OrderedDict()
         self._resumed: set[str] = set()
         """Sessions found again after a restart whose next run has not said so yet."""
         self._saving = self.keeper.saving
@@ -143,7 +141,7 @@ class SessionManager:
     async def _run_on(
         self,
         key: str,
-        found: tuple[Live, str | None],
+        found: tuple[Live, Ended | None],
         cells: Sequence[str],
         limits: SandboxLimits,
         on_output: OutputCallback | None,
@@ -167,7 +165,7 @@ class SessionManager:
                     raise
                 # The sandbox vanished before the code started: nothing ran, so run it in
                 # a new session instead of failing.
-                await self._end(key, "its sandbox had stopped")
+                await self._end(key, Ended(Ending.SANDBOX_STOPPED))
                 live, ending = await self._session(key, on_queued)
                 await self.keeper.before_run(key, live, restore)
                 sandbox = live.lease.sandbox
@@ -186,7 +184,7 @@ class SessionManager:
         outcome: RunOutcome,
         collector: OutputCollector,
         limits: SandboxLimits,
-        ending: str | None,
+        ending: Ended | None,
     ) -> ExecutionResult:
         sandbox = live.lease.sandbox
         files: list[OutputFile] = []
@@ -201,18 +199,10 @@ class SessionManager:
         truncated = outcome.truncated or collector.truncated
         dropped = outcome.dropped_results + collector.dropped
         message = truncation_note(message, truncated, limits, dropped)
-        workspace = self.keeper.notes.pop(key, None)
-        if ending and workspace:
-            message = f"This is a new session ({ending}). {workspace} {message}".strip()
-        elif ending:
-            message = (
-                f"This is a new session ({ending}); earlier variables and files are gone. {message}"
-            ).strip()
-        elif workspace:
-            message = f"{workspace} {message}".strip()
-        elif key in self._resumed:
+        news = self.keeper.notes.pop(key, None)
+        resumed = ending is None and news is None and key in self._resumed
+        if resumed:
             self._resumed.discard(key)
-            message = f"{RESUMED_NOTE} {message}".strip()
         return collector.result(
             status,
             message,
@@ -225,10 +215,14 @@ class SessionManager:
             startup_ms=live.lease.startup_ms,
             runtime=limits.runtime,
             session_restarted=ending is not None,
-            workspace=workspace or "",
+            ended=ending,
+            workspace_news=news,
+            resumed=resumed,
         )
 
-    async def _session(self, key: str, on_queued: QueueCallback | None) -> tuple[Live, str | None]:
+    async def _session(
+        self, key: str, on_queued: QueueCallback | None
+    ) -> tuple[Live, Ended | None]:
         """The key's live session, or a new one with the reason the previous one ended."""
         live = self._live.get(key)
         if live is not None and not live.lease.sandbox.alive:
@@ -277,13 +271,13 @@ class SessionManager:
         _, oldest = min(idle)
         log.info("ending idle session %s to make room", oldest)
         # No await between choosing and ending: the session cannot start a run in between.
-        self._drop(oldest, "it was idle while another conversation needed a sandbox", save=True)
+        self._drop(oldest, Ended(Ending.MADE_ROOM), save=True)
         return True
 
-    async def _end(self, key: str, reason: str | None, save: bool = False) -> None:
+    async def _end(self, key: str, reason: Ended | None, save: bool = False) -> None:
         self._drop(key, reason, save)
 
-    def _drop(self, key: str, reason: str | None, save: bool = False) -> None:
+    def _drop(self, key: str, reason: Ended | None, save: bool = False) -> None:
         """End a session; with `save` (it ended though its kernel was fine), its workspace is
         saved first, in the background, and the sandbox released after."""
         live = self._live.pop(key, None)
@@ -330,15 +324,9 @@ class SessionManager:
             if self.lock(key).locked():
                 continue
             if now - live.last_used >= self.idle_timeout_s:
-                await self._end(
-                    key, f"the previous one was idle for {_duration(self.idle_timeout_s)}", True
-                )
+                await self._end(key, Ended(Ending.IDLE, self.idle_timeout_s), True)
             elif now - live.created >= self.max_lifetime_s:
-                await self._end(
-                    key,
-                    f"the previous one reached its {_duration(self.max_lifetime_s)} lifetime",
-                    True,
-                )
+                await self._end(key, Ended(Ending.LIFETIME, self.max_lifetime_s), True)
             elif not live.lease.sandbox.alive:
                 await self._end(key, _why_it_stopped(live.lease.sandbox))
 
@@ -390,8 +378,8 @@ class SessionManager:
 
 
 async def _unless_stopped(
-    waiting: Coroutine[Any, Any, tuple[Live, str | None]], stop: asyncio.Event
-) -> tuple[Live, str | None] | None:
+    waiting: Coroutine[Any, Any, tuple[Live, Ended | None]], stop: asyncio.Event
+) -> tuple[Live, Ended | None] | None:
     """The session `waiting` gets, or None (and no session started) once `stop` is set."""
     if stop.is_set():
         waiting.close()
@@ -410,30 +398,22 @@ async def _unless_stopped(
     return None
 
 
-def _why_it_ended(status: str, message: str, alive: bool) -> str:
+def _why_it_ended(status: str, message: str, alive: bool) -> Ended:
     if status == "memory":
-        return "the previous one ran out of memory"
+        return Ended(Ending.OUT_OF_MEMORY)
     if status == "timeout":
-        return "the previous run was stopped at the time limit"
+        return Ended(Ending.TIME_LIMIT)
     if "stopped on request" in message:
-        return "the previous run was stopped on request"
+        return Ended(Ending.STOPPED_ON_REQUEST)
     if message.startswith("The sandbox stopped") or not alive:
         # The whole sandbox went (deleted from outside; under gVisor the kernel may be
         # reported dead first as everything in it ends).
-        return "its sandbox had stopped"
-    return "the previous one's kernel died"
+        return Ended(Ending.SANDBOX_STOPPED)
+    return Ended(Ending.KERNEL_DIED)
 
 
-def _why_it_stopped(sandbox: Sandbox) -> str:
+def _why_it_stopped(sandbox: Sandbox) -> Ended:
     # A backend that cut a sandbox off for writing outside its protocol says so.
     if getattr(sandbox, "flooded", False):
-        return "its sandbox wrote too much outside its protocol and was stopped"
-    return "its sandbox had stopped"
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 3600 and seconds % 3600 == 0:
-        return f"{seconds / 3600:g} h"
-    if seconds >= 60:
-        return f"{seconds / 60:g} min"
-    return f"{seconds:g} s"
+        return Ended(Ending.FLOODED)
+    return Ended(Ending.SANDBOX_STOPPED)

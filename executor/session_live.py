@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from executor.pool import Lease
 from executor.protocol import Sandbox
+from executor.session_news import Held
 from executor.workspace import Workspace
 
 REQUEST_TIMEOUT_S = 60.0
@@ -38,9 +39,8 @@ class Live:
     saved: Workspace | None = None
     """The saved workspace the session started with, while its variables are not loaded."""
     files_back: bool = False
-    restored: str = ""
-    """Why nothing more may be restored into this session ('' while something may): a
-    restore happens at most once, so it never runs twice nor replaces newer variables."""
+    restored: Held | None = None
+    """Why nothing more may be restored into this session (None while something may)."""
     ran: bool = False
     """Code ran in it (its variables are its own, not the saved ones)."""
 

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from executor.archive import OutputCaps, build_workspace_tar
@@ -18,31 +18,20 @@ from executor.limits import SandboxLimits
 from executor.notebook import MB
 from executor.pool import SandboxPool
 from executor.session_live import Live, LiveSessions, Restore, ask_sandbox
-from executor.workspace import (
-    Workspace,
-    WorkspaceSettings,
-    WorkspaceStore,
-    ago,
-    failure_reason,
-    pack,
-    restored_note,
-    shown,
-    unpack,
-)
+from executor.session_news import Held, WorkspaceEvent, WorkspaceNews
+from executor.workspace import Workspace, WorkspaceSettings, WorkspaceStore, pack, unpack
 
 log = logging.getLogger(__name__)
 
 WORKSPACE_TIMEOUT_S = 150.0
 """Saving a workspace: the variables pickled in the kernel, then the files read."""
-NAMES_SHOWN = 8
-NAME_CHARS = 40
 
 
 @dataclass(frozen=True, slots=True)
 class Restored:
     """What /restore did, for the person who asked."""
 
-    note: str
+    news: WorkspaceNews
     withheld: tuple[str, ...] = ()
     """Saved variables not loaded (Restore.FILES); they still may be by a later restore."""
 
@@ -64,8 +53,8 @@ class WorkspaceKeeper:
         self.store = store
         self.settings = settings
         self.saving: dict[str, asyncio.Task[None]] = {}
-        self.notes: dict[str, str] = {}
-        """What the next run's message says about a workspace restored (or not)."""
+        self.notes: dict[str, WorkspaceNews] = {}
+        """What the next run tells about a workspace restored (or not)."""
         self.unsaved: set[str] = set()
         """Keys whose last save failed: their next session restores nothing (an older
         workspace is not what the user had)."""
@@ -79,9 +68,8 @@ class WorkspaceKeeper:
             return
         live.saved = saved
         if not self.settings.auto_restore:
-            self.notes[key] = (
-                f"A workspace from {ago(time.time() - saved.created)} is saved "
-                f"({_shown(saved.names) or 'empty'}): /restore brings it back."
+            self.notes[key] = WorkspaceNews(
+                WorkspaceEvent.WAITING, saved.created, names=tuple(saved.names)
             )
             return
         await self._files_back(key, live)
@@ -99,34 +87,31 @@ class WorkspaceKeeper:
             except (SandboxError, InvalidInput) as exc:
                 log.warning("could not restore the files of session %s: %s", key, exc)
                 live.saved = None
-                live.restored = "Your workspace could not be restored into this session"
-                self.notes[key] = (
-                    f"Your saved workspace could not be restored ({failure_reason(exc)}); "
-                    "this session starts empty."
-                )
+                live.restored = Held.FAILED
+                self.notes[key] = WorkspaceNews(WorkspaceEvent.NOT_RESTORED, why=str(exc))
 
     async def before_run(self, key: str, live: Live, restore: Restore) -> None:
         """The first run of a session that started from a saved workspace: its variables
         are loaded first when `restore` allows, else the session goes on without them."""
         live.ran = True
         saved = live.saved
-        if saved is None or live.restored or not self._loads_by_run(live):
+        if saved is None or live.restored is not None or not self._loads_by_run(live):
             return
         live.saved = None
         if restore is Restore.VARIABLES:
             self.notes[key] = await self._load_variables(key, live, saved)
         else:
-            live.restored = "This session already ran code without the saved variables"
-            self.notes[key] = _withheld_note(saved)
+            live.restored = Held.RAN_WITHOUT
+            self.notes[key] = _withheld(saved)
 
-    async def _load_variables(self, key: str, live: Live, saved: Workspace) -> str:
+    async def _load_variables(self, key: str, live: Live, saved: Workspace) -> WorkspaceNews:
         """Unpickle the saved variables in the session's kernel (once: the session is marked
-        restored first); what came back, for the user."""
-        live.restored = "Your workspace was already restored into this session"
+        restored first); what came back."""
+        live.restored = Held.RESTORED
         await self._files_back(key, live)
         if not saved.saved:
             # No variable names were saved: nothing legitimate to load, so nothing is sent.
-            return restored_note(saved, [], {})
+            return restored_news(saved, [], {})
         try:
             reply = await ask_sandbox(
                 live.lease.sandbox,
@@ -142,10 +127,10 @@ class WorkspaceKeeper:
         if reply is None or reply.get("error"):
             why = "no answer" if reply is None else str(reply["error"])
             log.warning("could not restore the variables of session %s: %s", key, why)
-            return restored_note(saved, [], {name: why for name in saved.saved})
+            return restored_news(saved, [], {name: why for name in saved.saved})
         failed = {str(k): str(v) for k, v in dict(reply.get("failed", {})).items()}
         restored = [str(name) for name in reply.get("restored", [])]
-        return restored_note(saved, restored, failed)
+        return restored_news(saved, restored, failed)
 
     async def _saved(self, key: str, started: bool = False) -> Workspace | None:
         """The key's saved workspace once any save of it ended; None when there is none, it
@@ -167,10 +152,7 @@ class WorkspaceKeeper:
         except WorkspaceError as exc:
             log.warning("could not read the workspace of session %s: %s", key, exc)
             if started:
-                self.notes[key] = (
-                    f"Your saved workspace could not be restored ({failure_reason(exc)}); "
-                    "this session starts empty."
-                )
+                self.notes[key] = WorkspaceNews(WorkspaceEvent.NOT_RESTORED, why=str(exc))
             return None
 
     async def restorable(self, key: str, by_run: bool = True) -> tuple[str, ...]:
@@ -180,7 +162,8 @@ class WorkspaceKeeper:
             return ()
         live = self.sessions.live(key)
         if live is not None and live.lease.sandbox.alive:
-            if live.saved is None or live.restored or (by_run and not self._loads_by_run(live)):
+            held = live.restored is not None or (by_run and not self._loads_by_run(live))
+            if live.saved is None or held:
                 return ()
             return live.saved.saved
         if by_run and not self.settings.auto_restore:
@@ -195,22 +178,23 @@ class WorkspaceKeeper:
 
     async def restore(self, key: str, restore: Restore = Restore.VARIABLES) -> Restored:
         """Restore the key's saved workspace into its session now (starting one if needed),
-        at most once per session; what came back, for the user."""
+        at most once per session; what came back."""
         if self.store is None:
-            return Restored("Workspaces are not kept here (CELLMATE_WORKSPACE_ENABLED is off).")
+            return Restored(WorkspaceNews(WorkspaceEvent.NOT_KEPT))
         async with self.sessions.lock(key):
             live = await self.sessions.open(key)
             note = self.notes.pop(key, None)
             saved = live.saved
-            if live.restored:
-                return Restored(_not_again(live.restored))
+            if live.restored is not None:
+                return Restored(WorkspaceNews(WorkspaceEvent.HELD, held=live.restored))
             if saved is None:
-                return Restored(note or "There is no saved workspace for this conversation.")
+                return Restored(note or WorkspaceNews(WorkspaceEvent.NONE_SAVED))
             await self._files_back(key, live)
-            if live.restored:  # the files could not be put back
-                return Restored(self.notes.pop(key, "") or _not_again(live.restored))
+            if live.restored is not None:  # the files could not be put back
+                held = WorkspaceNews(WorkspaceEvent.HELD, held=live.restored)
+                return Restored(self.notes.pop(key, None) or held)
             if restore is Restore.FILES:
-                return Restored(_withheld_note(saved), withheld=saved.saved)
+                return Restored(_withheld(saved), withheld=saved.saved)
             live.saved = None
             return Restored(await self._load_variables(key, live, saved))
 
@@ -297,13 +281,12 @@ class WorkspaceKeeper:
                 await self.store.save(key, pack(workspace))
                 return True
         except (WorkspaceError, SandboxError, TimeoutError, ValueError) as exc:
-            why = failure_reason(exc) if str(exc) else "it took too long"
-            log.warning("could not save the workspace of session %s: %s", key, why)
-            self.unsaved.add(key)
-            self.notes[key] = (
-                f"Your workspace could not be saved when the last session ended ({why}); "
-                "earlier variables and files are gone."
+            why = str(exc)
+            log.warning(
+                "could not save the workspace of session %s: %s", key, why or "it took too long"
             )
+            self.unsaved.add(key)
+            self.notes[key] = WorkspaceNews(WorkspaceEvent.NOT_SAVED, why=why)
             # An older workspace would be restored in its place: it is not what the user had.
             with contextlib.suppress(WorkspaceError):
                 await self.store.delete(key)
@@ -332,25 +315,18 @@ class WorkspaceKeeper:
                 await asyncio.wait(late)
 
 
-def _shown(names: Sequence[str]) -> str:
-    """Names for a one-line note: the first few, each cut short, and how many more."""
-    cut = [shown(name, NAME_CHARS) for name in names]
-    more = len(cut) - NAMES_SHOWN
-    return ", ".join(cut[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
-
-
-def _withheld_note(saved: Workspace) -> str:
+def _withheld(saved: Workspace) -> WorkspaceNews:
     """A workspace's files came back and its variables were not loaded."""
-    when = ago(time.time() - saved.created)
-    files = f" ({_shown(sorted(saved.files))})" if saved.files else ""
-    line = f"The files of your workspace from {when} are back{files}"
-    if saved.saved:
-        line += f"; its variables were not loaded: {_shown(saved.saved)}"
-    return line + "."
+    files = tuple(sorted(saved.files))
+    return WorkspaceNews(WorkspaceEvent.FILES_BACK, saved.created, files, withheld=saved.saved)
 
 
-def _not_again(why: str) -> str:
-    return (
-        f"{why}; a workspace is restored at most once per session (again, it would replace "
-        "newer variables with older ones)."
-    )
+def restored_news(
+    workspace: Workspace, restored: list[str], failed: Mapping[str, str]
+) -> WorkspaceNews:
+    """What came back of `workspace` (its files, and the variables `restored`) and what did
+    not, with why: what it skipped when saved, and what `failed` to load."""
+    came_back = set(restored)
+    back = [name for name in workspace.names if name in came_back or name in workspace.files]
+    missing = {**workspace.skipped, **failed}
+    return WorkspaceNews(WorkspaceEvent.RESTORED, workspace.created, tuple(back), missing=missing)
