@@ -24,7 +24,6 @@ import contextlib
 import functools
 import hashlib
 import hmac
-import json
 import logging
 import os
 import tarfile
@@ -38,7 +37,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_output_tar
-from executor.errors import ImageNotFound, SandboxError
+from executor.errors import SandboxError
 from executor.kubernetes_api import (
     abort,
     close_stream,
@@ -49,10 +48,19 @@ from executor.kubernetes_api import (
     open_stream,
     stdout_chunks,
 )
-from executor.kubernetes_pod import CONTAINER, DATA_DIR, KubernetesSettings, pod_manifest
+from executor.kubernetes_pod import (
+    CONTAINER,
+    DATA_DIR,
+    START_POLL_S,
+    KubernetesSettings,
+    exit_state,
+    pod_manifest,
+    wait_running,
+)
 from executor.kubernetes_stream import JUNK_BUDGET_BYTES, FrameQueue, Pump
 from executor.limits import SandboxLimits
 from executor.protocol import ExitState, Recovered, Sandbox
+from executor.runner_client import RunnerClient
 from executor.stdio import STDERR, STDOUT, RunnerStream
 
 log = logging.getLogger(__name__)
@@ -60,7 +68,6 @@ T = TypeVar("T")
 
 SANDBOX_LABEL = "cellmate.sandbox"
 INSTANCE_LABEL = "cellmate.instance"
-START_POLL_S = 0.1
 EXIT_REPORT_S = 10.0
 EXEC_SILENCE_S = 120.0
 RESUME_ANSWER_S = 15.0
@@ -75,7 +82,6 @@ NEEDED = (
     ("pods", "exec", "create"),
 )
 """What the executor does with Pods in its namespace (resource, subresource, verb)."""
-IMAGE_FAILURES = {"ErrImageNeverPull", "ImagePullBackOff", "ErrImagePull", "InvalidImageName"}
 
 
 class KubernetesSandbox:
@@ -146,30 +152,24 @@ class KubernetesSandbox:
 
     async def hello(self) -> None:
         """The runner's first line, with its key: written before any user code exists."""
-        await self._write(json.dumps({"op": "hello", "key": self._key.hex()}).encode() + b"\n")
+        await self._write(self._events.hello_line())
 
     async def resume(self) -> Recovered | None:
         """Ask a runner this process did not start whose session it holds; a run that a lost
         process started is interrupted and waited for. None: no answer, or no session."""
-        nonce = uuid.uuid4().hex
+        client = RunnerClient(self, RESUME_ANSWER_S)
         try:
             async with asyncio.timeout(RESUME_ANSWER_S):
-                await self._write(self._events.resume_line(nonce))
-                answer = await self.receive()
-                while answer is not None and answer.get("type") == "warm":
-                    answer = await self.receive()  # a runner still warming up says so first
-                if answer is None or not answer.get("session"):
+                answer = await client.resume()
+                if answer is None or not answer.session:
                     return None
-                if answer.get("busy"):
-                    await self.send({"op": "interrupt"})
-                    while (event := await self.receive()) is not None:
-                        if event.get("type") == "done":
-                            break
-                    else:
+                if answer.busy:
+                    await client.interrupt()
+                    if not await client.until_done():
                         return None
         except (TimeoutError, SandboxError):
             return None
-        return Recovered(sandbox=self, session=str(answer["session"]))
+        return Recovered(sandbox=self, session=answer.session)
 
     def detach(self) -> None:
         """Stop reading the runner without stopping the Pod."""
@@ -279,7 +279,7 @@ class KubernetesSandbox:
                     if exc.status == 404:
                         return ExitState(running=False, exit_code=None, oom_killed=False)
                     raise
-                state = _exit_state(pod)
+                state = exit_state(pod)
                 if state.running is False or not ended or time.monotonic() > deadline:
                     return state
                 time.sleep(START_POLL_S)
@@ -306,19 +306,6 @@ class KubernetesSandbox:
         abort(self._attach)
         await cluster_call(delete_pod, self._api, self._namespace, self._name)
         self._destroyed = True
-
-
-def _exit_state(pod: Any) -> ExitState:
-    statuses = pod.status.container_statuses or []
-    state = statuses[0].state if statuses else None
-    terminated = state.terminated if state is not None else None
-    if terminated is not None:
-        return ExitState(
-            running=False,
-            exit_code=terminated.exit_code,
-            oom_killed=terminated.reason == "OOMKilled",
-        )
-    return ExitState(running=pod.status.phase == "Running", exit_code=None, oom_killed=False)
 
 
 class KubernetesBackend:
@@ -410,7 +397,15 @@ class KubernetesBackend:
             raise SandboxError(f"the cluster refused to create a sandbox Pod: {exc}") from exc
         sandbox: KubernetesSandbox | None = None
         try:
-            await cluster_call(self._wait_running, api, name, limits.startup_timeout_s)
+            await cluster_call(
+                wait_running,
+                api,
+                self.namespace,
+                name,
+                self.image,
+                self.settings,
+                limits.startup_timeout_s,
+            )
             attach = await cluster_call(self._attach, name)
             sandbox = KubernetesSandbox(
                 api, self.streams(), self.namespace, name, attach, self.key_for(name)
@@ -424,37 +419,6 @@ class KubernetesBackend:
             await asyncio.shield(asyncio.to_thread(delete_pod, api, self.namespace, name))
             raise
         return sandbox
-
-    def _wait_running(self, api: k8s.CoreV1Api, name: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            pod: Any = api.read_namespaced_pod(name, self.namespace)
-            if pod.status.phase == "Running":
-                return
-            if pod.status.phase in ("Failed", "Succeeded"):
-                raise SandboxError(f"the sandbox Pod ended before it ran ({pod.status.reason})")
-            for status in pod.status.container_statuses or []:
-                waiting = status.state.waiting if status.state is not None else None
-                if waiting is not None and waiting.reason in IMAGE_FAILURES:
-                    raise ImageNotFound(
-                        f"The cluster cannot run the sandbox image {self.image} "
-                        f"({waiting.reason}): load or push it where the nodes pull from."
-                    )
-                if waiting is not None and "seccomp" in (waiting.message or ""):
-                    raise SandboxError(self._no_profile(pod, waiting.message))
-            if time.monotonic() > deadline:
-                raise SandboxError(f"the sandbox Pod was not running after {timeout_s:g} s")
-            time.sleep(START_POLL_S)
-
-    def _no_profile(self, pod: Any, message: str) -> str:
-        node = pod.spec.node_name or "its node"
-        return (
-            f"The sandbox's seccomp profile {self.settings.seccomp_profile!r} is not installed "
-            f"on {node} ({message[:200]}). Install it on every node that runs sandboxes "
-            "(scripts/install-seccomp-profile.sh, into the kubelet's seccomp folder), or set "
-            "CELLMATE_KUBERNETES_SECCOMP_PROFILE=RuntimeDefault to run runc sandboxes under "
-            "the runtime's default profile, which allows io_uring."
-        )
 
     def _attach(self, name: str) -> Any:
         return open_stream(
@@ -512,3 +476,14 @@ class KubernetesBackend:
             if client is not None:
                 await asyncio.to_thread(client.close)
         self._client = self._stream_client = None
+
+
+# The Pod's settings and manifest live in kubernetes_pod; callers take them from here too.
+__all__ = [
+    "INSTANCE_LABEL",
+    "SANDBOX_LABEL",
+    "KubernetesBackend",
+    "KubernetesSandbox",
+    "KubernetesSettings",
+    "pod_manifest",
+]

@@ -1,17 +1,24 @@
-"""What a sandbox Pod is: the settings that place it, and its manifest, in one place (what
-the cluster is asked for; bot/cluster_enforcement.py checks the cluster enforces it)."""
+"""What a sandbox Pod is: the settings that place it, its manifest (everything the cluster is
+asked for, in one place), and how it comes up and ends, as the cluster reports them."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kubernetes import client as k8s
+
+from executor.errors import ImageNotFound, SandboxError
 from executor.kubernetes_seccomp import PROFILE_PATH
 from executor.limits import SandboxLimits
+from executor.protocol import ExitState
 
 CONTAINER = "sandbox"
 DATA_DIR = "/mnt/data"
+START_POLL_S = 0.1
+IMAGE_FAILURES = {"ErrImageNeverPull", "ImagePullBackOff", "ErrImagePull", "InvalidImageName"}
 TERMINATION_MESSAGE_PATH = "/root/termination-log"
 """Where the kubelet bind-mounts the container's termination message: a file on the node's
 disk, mode 0666, which no size limit of the Pod covers. Inside /root (root's, mode 0700 in
@@ -183,3 +190,57 @@ def _toleration(item: str) -> dict[str, str]:
     if effect.strip():
         toleration["effect"] = effect.strip()
     return toleration
+
+
+def wait_running(
+    api: k8s.CoreV1Api,
+    namespace: str,
+    name: str,
+    image: str,
+    settings: KubernetesSettings,
+    timeout_s: float,
+) -> None:
+    """Wait (blocking) until the Pod runs; why it cannot, as ImageNotFound or SandboxError."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pod: Any = api.read_namespaced_pod(name, namespace)
+        if pod.status.phase == "Running":
+            return
+        if pod.status.phase in ("Failed", "Succeeded"):
+            raise SandboxError(f"the sandbox Pod ended before it ran ({pod.status.reason})")
+        for status in pod.status.container_statuses or []:
+            waiting = status.state.waiting if status.state is not None else None
+            if waiting is not None and waiting.reason in IMAGE_FAILURES:
+                raise ImageNotFound(
+                    f"The cluster cannot run the sandbox image {image} "
+                    f"({waiting.reason}): load or push it where the nodes pull from."
+                )
+            if waiting is not None and "seccomp" in (waiting.message or ""):
+                raise SandboxError(no_profile(pod, waiting.message, settings))
+        if time.monotonic() > deadline:
+            raise SandboxError(f"the sandbox Pod was not running after {timeout_s:g} s")
+        time.sleep(START_POLL_S)
+
+
+def no_profile(pod: Any, message: str, settings: KubernetesSettings) -> str:
+    node = pod.spec.node_name or "its node"
+    return (
+        f"The sandbox's seccomp profile {settings.seccomp_profile!r} is not installed "
+        f"on {node} ({message[:200]}). Install it on every node that runs sandboxes "
+        "(scripts/install-seccomp-profile.sh, into the kubelet's seccomp folder), or set "
+        "CELLMATE_KUBERNETES_SECCOMP_PROFILE=RuntimeDefault to run runc sandboxes under "
+        "the runtime's default profile, which allows io_uring."
+    )
+
+
+def exit_state(pod: Any) -> ExitState:
+    statuses = pod.status.container_statuses or []
+    state = statuses[0].state if statuses else None
+    terminated = state.terminated if state is not None else None
+    if terminated is not None:
+        return ExitState(
+            running=False,
+            exit_code=terminated.exit_code,
+            oom_killed=terminated.reason == "OOMKilled",
+        )
+    return ExitState(running=pod.status.phase == "Running", exit_code=None, oom_killed=False)

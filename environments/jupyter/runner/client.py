@@ -7,9 +7,12 @@ import contextlib
 import json
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from nbclient import NotebookClient
+
+from executor import wire
 
 STDERR_TAIL_BYTES = 16 * 1024
 STDERR_REPORT_CHARS = 4000
@@ -18,7 +21,7 @@ STDERR_REPORT_CHARS = 4000
 class CappedClient(NotebookClient):  # type: ignore[misc]
     """A notebook client that streams each output to the host and caps what it keeps."""
 
-    def __init__(self, nb: Any, emit: Any, **kw: Any) -> None:
+    def __init__(self, nb: Any, emit: Callable[[wire.Event], None], **kw: Any) -> None:
         super().__init__(nb, **kw)
         self.emit = emit
         self.run_id = ""
@@ -62,7 +65,7 @@ class CappedClient(NotebookClient):  # type: ignore[misc]
                 self.rich_count += 1
         out = super().output(outs, msg, display_id, cell_index)
         if out is not None:
-            self.emit({"type": "output", "id": self.run_id, "cell": cell_index, "output": out})
+            self.emit(wire.Output(id=self.run_id, cell=cell_index, output=out))
         return out
 
 
