@@ -1,39 +1,29 @@
 """Session mode: one live kernel per conversation key, so follow-ups reuse its state.
 
 A session takes a fresh sandbox from the pool on its first run and keeps it until it is idle
-too long, reaches its maximum lifetime, is closed, or its kernel or sandbox dies. The next
-run then starts a new session and says so (`session_restarted`, with the reason in
-`ended`). Runs on one key queue in order; different keys run in parallel. Its workspace is
-saved and restored by `session_workspace`; its files and the rest by `session_files`.
-"""
+too long, reaches its maximum lifetime, is closed, or its kernel or sandbox dies; the next
+run starts a new session and says why (`ended`). Runs on one key queue in order; different
+keys run in parallel. `session_workspace` keeps workspaces; `session_files` the rest."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from executor.errors import InvalidInput, SandboxError
+from executor.errors import SandboxError
 from executor.limits import SandboxLimits
-from executor.models import ExecutionResult, OutputCollector, OutputFile, SkippedFile, Status
+from executor.models import ExecutionResult, OutputCollector, Status
 from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import Recovered, Sandbox
-from executor.run import (
-    OutputCallback,
-    RunOutcome,
-    execute,
-    judge,
-    new_collector,
-    truncation_note,
-)
+from executor.run import OutputCallback, RunOutcome, execute, judge, new_collector, truncation_note
 from executor.session_files import SessionFiles, changed_files
-from executor.session_live import Live, Restore
-from executor.session_news import Ended, Ending
+from executor.session_live import Found, Live, Restore, run_limits, unless_stopped
+from executor.session_news import Ended, Ending, ending_of_run, ending_of_sandbox
 from executor.session_workspace import Restored, WorkspaceKeeper
 from executor.workspace import WorkspaceSettings, WorkspaceStore
 
@@ -114,7 +104,7 @@ class SessionManager:
     ) -> ExecutionResult:
         """Run cells in the key's session. `restore`: whether a saved workspace's variables
         may be loaded first (a new session's, with automatic restore on)."""
-        limits = self._run_limits(overrides)
+        limits = run_limits(self.limits, overrides)
         stop = stop or asyncio.Event()
         # Until the run starts, a stop for the key ends its wait (behind another run, or for
         # a sandbox) and nothing runs.
@@ -122,7 +112,7 @@ class SessionManager:
         waiting.add(stop)
         try:
             async with self.lock(key):
-                found = await _unless_stopped(self._session(key, on_queued), stop)
+                found = await unless_stopped(self._session(key, on_queued), stop)
                 if found is None:
                     return new_collector(limits).result(
                         Status.KILLED, STOPPED_BEFORE_START, runtime=limits.runtime
@@ -141,7 +131,7 @@ class SessionManager:
     async def _run_on(
         self,
         key: str,
-        found: tuple[Live, Ended | None],
+        found: Found,
         cells: Sequence[str],
         limits: SandboxLimits,
         on_output: OutputCallback | None,
@@ -165,7 +155,7 @@ class SessionManager:
                     raise
                 # The sandbox vanished before the code started: nothing ran, so run it in
                 # a new session instead of failing.
-                await self._end(key, Ended(Ending.SANDBOX_STOPPED))
+                self._drop(key, Ended(Ending.SANDBOX_STOPPED))
                 live, ending = await self._session(key, on_queued)
                 await self.keeper.before_run(key, live, restore)
                 sandbox = live.lease.sandbox
@@ -187,15 +177,14 @@ class SessionManager:
         ending: Ended | None,
     ) -> ExecutionResult:
         sandbox = live.lease.sandbox
-        files: list[OutputFile] = []
-        skipped: list[SkippedFile] = []
         if outcome.sandbox_usable:
             status, message = judge(outcome, False, None, limits)
             files, skipped = await changed_files(live, outcome.changed, limits)
         else:
             state = await sandbox.exit_state()
             status, message = judge(outcome, state.oom_killed, state.exit_code, limits)
-            await self._end(key, _why_it_ended(status.value, message, sandbox.alive))
+            self._drop(key, ending_of_run(status.value, message, sandbox.alive))
+            files, skipped = [], []
         truncated = outcome.truncated or collector.truncated
         dropped = outcome.dropped_results + collector.dropped
         message = truncation_note(message, truncated, limits, dropped)
@@ -220,13 +209,11 @@ class SessionManager:
             resumed=resumed,
         )
 
-    async def _session(
-        self, key: str, on_queued: QueueCallback | None
-    ) -> tuple[Live, Ended | None]:
+    async def _session(self, key: str, on_queued: QueueCallback | None) -> Found:
         """The key's live session, or a new one with the reason the previous one ended."""
         live = self._live.get(key)
         if live is not None and not live.lease.sandbox.alive:
-            await self._end(key, _why_it_stopped(live.lease.sandbox))
+            self._drop(key, ending_of_sandbox(live.lease.sandbox))
             live = None
         if live is not None:
             return live, None
@@ -274,9 +261,6 @@ class SessionManager:
         self._drop(oldest, Ended(Ending.MADE_ROOM), save=True)
         return True
 
-    async def _end(self, key: str, reason: Ended | None, save: bool = False) -> None:
-        self._drop(key, reason, save)
-
     def _drop(self, key: str, reason: Ended | None, save: bool = False) -> None:
         """End a session; with `save` (it ended though its kernel was fine), its workspace is
         saved first, in the background, and the sandbox released after."""
@@ -298,10 +282,8 @@ class SessionManager:
     def stop(self, key: str) -> bool:
         """Interrupt the key's running run, and end the runs that wait to start (nothing of
         them runs); False when nothing runs or waits."""
-        events = set(self._waiting_stops.get(key, ()))
         running = self._stops.get(key)
-        if running is not None:
-            events.add(running)
+        events = set(self._waiting_stops.get(key, ())) | ({running} if running else set())
         for event in events:
             event.set()
         return bool(events)
@@ -309,7 +291,7 @@ class SessionManager:
     async def close(self, key: str) -> None:
         """End the key's session on request (the next run starts afresh without a note)."""
         async with self.lock(key):
-            await self._end(key, None)
+            self._drop(key, None)
             self._endings.pop(key, None)
             await self.keeper.forget(key)
 
@@ -324,11 +306,11 @@ class SessionManager:
             if self.lock(key).locked():
                 continue
             if now - live.last_used >= self.idle_timeout_s:
-                await self._end(key, Ended(Ending.IDLE, self.idle_timeout_s), True)
+                self._drop(key, Ended(Ending.IDLE, self.idle_timeout_s), True)
             elif now - live.created >= self.max_lifetime_s:
-                await self._end(key, Ended(Ending.LIFETIME, self.max_lifetime_s), True)
+                self._drop(key, Ended(Ending.LIFETIME, self.max_lifetime_s), True)
             elif not live.lease.sandbox.alive:
-                await self._end(key, _why_it_stopped(live.lease.sandbox))
+                self._drop(key, ending_of_sandbox(live.lease.sandbox))
 
     async def close_all(self, keep: bool = False) -> list[Sandbox]:
         """End every session; with `keep`, stop their runs (the kernels keep their state)
@@ -341,7 +323,7 @@ class SessionManager:
             self.stop(key)
         if not keep and self.workspaces is None:
             for key in list(self._live):
-                await self._end(key, None)
+                self._drop(key, None)
         # Every session ends at once, each save within its own deadline: one that pickles
         # slowly loses only its own workspace, never another's, within the engine's grace.
         ended = await asyncio.gather(*(self._close_one(key, keep) for key in list(self._live)))
@@ -366,54 +348,3 @@ class SessionManager:
                 log.info("saved session %s in %.1f s on shutdown", key, time.monotonic() - started)
         self.pool.release(sandbox)
         return None
-
-    def _run_limits(self, overrides: Mapping[str, Any]) -> SandboxLimits:
-        limits = dataclasses.replace(self.limits, **overrides) if overrides else self.limits
-        if limits.container_spec() != self.limits.container_spec():
-            raise InvalidInput(
-                "a session run can change only per-run limits (time, output); container limits "
-                "(memory, CPU, runtime, network, sizes) are set for the executor"
-            )
-        return limits
-
-
-async def _unless_stopped(
-    waiting: Coroutine[Any, Any, tuple[Live, Ended | None]], stop: asyncio.Event
-) -> tuple[Live, Ended | None] | None:
-    """The session `waiting` gets, or None (and no session started) once `stop` is set."""
-    if stop.is_set():
-        waiting.close()
-        return None
-    getting = asyncio.ensure_future(waiting)
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-    if getting.done():
-        return getting.result()
-    getting.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await getting
-    return None
-
-
-def _why_it_ended(status: str, message: str, alive: bool) -> Ended:
-    if status == "memory":
-        return Ended(Ending.OUT_OF_MEMORY)
-    if status == "timeout":
-        return Ended(Ending.TIME_LIMIT)
-    if "stopped on request" in message:
-        return Ended(Ending.STOPPED_ON_REQUEST)
-    if message.startswith("The sandbox stopped") or not alive:
-        # The whole sandbox went (deleted from outside; under gVisor the kernel may be
-        # reported dead first as everything in it ends).
-        return Ended(Ending.SANDBOX_STOPPED)
-    return Ended(Ending.KERNEL_DIED)
-
-
-def _why_it_stopped(sandbox: Sandbox) -> Ended:
-    # A backend that cut a sandbox off for writing outside its protocol says so.
-    if getattr(sandbox, "flooded", False):
-        return Ended(Ending.FLOODED)
-    return Ended(Ending.SANDBOX_STOPPED)

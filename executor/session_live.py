@@ -5,15 +5,19 @@ request is put to a session's runner."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from executor.errors import InvalidInput
+from executor.limits import SandboxLimits
 from executor.pool import Lease
 from executor.protocol import Sandbox
-from executor.session_news import Held
+from executor.session_news import Ended, Held
 from executor.workspace import Workspace
 
 REQUEST_TIMEOUT_S = 60.0
@@ -45,6 +49,10 @@ class Live:
     """Code ran in it (its variables are its own, not the saved ones)."""
 
 
+Found = tuple[Live, Ended | None]
+"""A key's session, and why its previous one ended when it is new."""
+
+
 class LiveSessions(Protocol):
     """The session manager, as the workspace and file parts of a session see it."""
 
@@ -69,4 +77,34 @@ async def ask_sandbox(
         while (event := await sandbox.receive()) is not None:
             if event.get("type") == reply_type and event.get("id") == request_id:
                 return event
+    return None
+
+
+def run_limits(base: SandboxLimits, overrides: Mapping[str, Any]) -> SandboxLimits:
+    """The limits of one session run: only per-run ones may differ from the session's."""
+    limits = dataclasses.replace(base, **overrides) if overrides else base
+    if limits.container_spec() != base.container_spec():
+        raise InvalidInput(
+            "a session run can change only per-run limits (time, output); container limits "
+            "(memory, CPU, runtime, network, sizes) are set for the executor"
+        )
+    return limits
+
+
+async def unless_stopped(waiting: Coroutine[Any, Any, Found], stop: asyncio.Event) -> Found | None:
+    """The session `waiting` gets, or None (and no session started) once `stop` is set."""
+    if stop.is_set():
+        waiting.close()
+        return None
+    getting = asyncio.ensure_future(waiting)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if getting.done():
+        return getting.result()
+    getting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await getting
     return None

@@ -79,3 +79,26 @@ class WorkspaceNews:
     why: str = ""
     """What the store or the sandbox said when the whole save or restore failed."""
     held: Held | None = None
+
+
+def ending_of_run(status: str, message: str, alive: bool) -> Ended:
+    """Why a session ends after a run that left its sandbox unusable."""
+    if status == "memory":
+        return Ended(Ending.OUT_OF_MEMORY)
+    if status == "timeout":
+        return Ended(Ending.TIME_LIMIT)
+    if "stopped on request" in message:
+        return Ended(Ending.STOPPED_ON_REQUEST)
+    if message.startswith("The sandbox stopped") or not alive:
+        # The whole sandbox went (deleted from outside; under gVisor the kernel may be
+        # reported dead first as everything in it ends).
+        return Ended(Ending.SANDBOX_STOPPED)
+    return Ended(Ending.KERNEL_DIED)
+
+
+def ending_of_sandbox(sandbox: object) -> Ended:
+    """Why a session ends whose sandbox is gone."""
+    # A backend that cut a sandbox off for writing outside its protocol says so.
+    if getattr(sandbox, "flooded", False):
+        return Ended(Ending.FLOODED)
+    return Ended(Ending.SANDBOX_STOPPED)
