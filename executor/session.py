@@ -21,6 +21,7 @@ from executor.models import ExecutionResult, OutputCollector, Status
 from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import Recovered, Sandbox
 from executor.run import OutputCallback, RunOutcome, execute, judge, new_collector, truncation_note
+from executor.runner_client import RunnerClient
 from executor.session_files import SessionFiles, changed_files
 from executor.session_live import Found, Live, Restore, run_limits, unless_stopped
 from executor.session_news import Ended, Ending, ending_of_run, ending_of_sandbox
@@ -223,7 +224,7 @@ class SessionManager:
         now = time.monotonic()
         live = self._live[key] = Live(lease=lease, created=now, last_used=now)
         # The runner keeps whose session it holds, for a later process to find it again.
-        await lease.sandbox.send({"op": "claim", "session": key})
+        await RunnerClient(lease.sandbox).claim(key)
         if self.workspaces is not None:
             await self.keeper.started(key, live)
         return live, self._endings.pop(key, None)

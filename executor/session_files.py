@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, cast
 
+from executor import wire
 from executor.archive import build_input_tar
 from executor.errors import FreezeFailed, InvalidInput, SandboxError
 from executor.limits import SandboxLimits, is_bot_variable
 from executor.models import FileInfo, OutputFile, SkippedFile
 from executor.notebook import MB, output_caps, skipped_notes
-from executor.session_live import REQUEST_TIMEOUT_S, Live, LiveSessions, ask_sandbox
+from executor.runner_client import REQUEST_TIMEOUT_S, Answer, RunnerClient
+from executor.session_live import Live, LiveSessions
 
 MAX_CHANGED_PATHS = 20_000
 """As many changed paths as the runner lists; more can only come from a forged event."""
@@ -63,7 +65,7 @@ class SessionFiles:
     async def files(self, key: str, path: str = "", recursive: bool = True) -> list[FileInfo]:
         """Entries under `path` in the session's /mnt/data ([] without a live session)."""
         reply = await self._files_op(key, "list", path, start=False, recursive=recursive)
-        found = reply.get("entries", []) if reply else []
+        found = (reply.entries or ()) if reply else ()
         return [entry for item in found if (entry := _file_info(item)) is not None]
 
     async def info(self, key: str, path: str) -> FileInfo | None:
@@ -72,18 +74,24 @@ class SessionFiles:
             reply = await self._files_op(key, "info", path, start=False)
         except InvalidInput:
             return None
-        return _file_info(reply.get("entry")) if reply else None
+        return _file_info(reply.entry) if reply else None
 
     async def change_files(self, key: str, action: str, path: str, to: str = "") -> None:
         """make_dir, remove or rename (to `to`) in the session's /mnt/data."""
         if action not in ("make_dir", "remove", "rename"):
             raise InvalidInput(f"unknown file action {action!r}")
-        await self._files_op(key, action, path, start=True, to=to)
+        await self._files_op(key, cast(wire.FsAction, action), path, start=True, to=to)
 
     async def _files_op(
-        self, key: str, action: str, path: str, start: bool, **extra: Any
-    ) -> dict[str, Any] | None:
-        for given in (path, str(extra.get("to", ""))):
+        self,
+        key: str,
+        action: wire.FsAction,
+        path: str,
+        start: bool,
+        to: str = "",
+        recursive: bool = True,
+    ) -> wire.FsDone | None:
+        for given in (path, to):
             if given and not safe_relative(given):
                 raise InvalidInput(f"path {given!r} must be relative to /mnt/data, without '..'")
         async with self.sessions.lock(key):
@@ -93,16 +101,14 @@ class SessionFiles:
             if live is None:
                 live = await self.sessions.open(key)
             try:
-                reply = await ask_sandbox(
-                    live.lease.sandbox, {"op": "fs", "action": action, "path": path, **extra}, "fs"
-                )
+                reply = await RunnerClient(live.lease.sandbox).fs(action, path, to, recursive)
             except TimeoutError:
                 raise SandboxError(f"the sandbox did not {action} in time") from None
             if reply is None:
                 raise SandboxError(f"the sandbox stopped before it could {action}")
             live.last_used = time.monotonic()
-        if reply.get("error"):
-            raise InvalidInput(f"could not {action.replace('_', ' ')} {path!r}: {reply['error']}")
+        if reply.error:
+            raise InvalidInput(f"could not {action.replace('_', ' ')} {path!r}: {reply.error}")
         return reply
 
     async def set_env(self, key: str, values: Mapping[str, str]) -> None:
@@ -118,16 +124,14 @@ class SessionFiles:
                 raise InvalidInput(f"the value of {name!r} is too long or has a NUL byte")
         async with self.sessions.lock(key):
             live = await self.sessions.open(key)
-            reply = await ask_sandbox(
-                live.lease.sandbox, {"op": "env", "values": dict(values)}, "env"
-            )
-            if reply is None or not reply.get("ok"):
+            reply = await RunnerClient(live.lease.sandbox).env(values)
+            if reply is None or not reply.ok:
                 raise SandboxError("the sandbox could not set the environment variables")
 
     async def export(self, key: str) -> Any:
         """The session's notebook (nbformat 4 JSON), or None without a live session."""
-        reply = await self._ask(key, {"op": "export"}, "exported", "export the session")
-        return None if reply is None else reply.get("content")
+        reply = await self._ask(key, RunnerClient.export, "export the session")
+        return None if reply is None else reply.content
 
     async def preview(self, key: str, paths: Sequence[str]) -> dict[str, str]:
         """Short schema previews (columns, types, first rows) of tabular files in the session."""
@@ -136,24 +140,23 @@ class SessionFiles:
                 raise InvalidInput(
                     f"file path {path!r} must be relative to /mnt/data, without '..'"
                 )
-        reply = await self._ask(
-            key, {"op": "preview", "paths": list(paths)}, "previewed", "preview files"
-        )
-        found = None if reply is None else reply.get("previews")
-        if not isinstance(found, dict):
-            return {}
-        return {str(k): str(v)[:3000] for k, v in found.items() if k in paths}
+        reply = await self._ask(key, lambda client: client.preview(paths), "preview files")
+        found = {} if reply is None else reply.previews
+        return {k: v[:3000] for k, v in found.items() if k in paths}
 
     async def _ask(
-        self, key: str, request: dict[str, Any], reply_type: str, doing: str
-    ) -> dict[str, Any] | None:
+        self,
+        key: str,
+        ask: Callable[[RunnerClient], Awaitable[Answer | None]],
+        doing: str,
+    ) -> Answer | None:
         """Send a request to the session's runner and wait for its reply (None: no session)."""
         async with self.sessions.lock(key):
             live = self.sessions.live(key)
             if live is None:
                 return None
             try:
-                reply = await ask_sandbox(live.lease.sandbox, request, reply_type)
+                reply = await ask(RunnerClient(live.lease.sandbox))
             except TimeoutError:
                 raise SandboxError(
                     f"the sandbox did not {doing} within {REQUEST_TIMEOUT_S:g} s"
@@ -184,19 +187,10 @@ async def changed_files(
     return found.files, skipped + skipped_notes(found, limits)
 
 
-def _file_info(item: Any) -> FileInfo | None:
-    if not isinstance(item, dict) or item.get("type") not in ("file", "dir", "link"):
+def _file_info(item: wire.Entry | None) -> FileInfo | None:
+    if item is None or not safe_relative(item.path):
         return None
-    path = str(item.get("path", ""))
-    if not safe_relative(path):
-        return None
-    size, modified = item.get("size"), item.get("modified")
-    return FileInfo(
-        path=path,
-        type=item["type"],
-        size=size if isinstance(size, int) and size >= 0 else 0,
-        modified=float(modified) if isinstance(modified, int | float) else 0.0,
-    )
+    return FileInfo(path=item.path, type=item.type, size=item.size, modified=item.modified)
 
 
 def safe_relative(path: str) -> bool:

@@ -1,6 +1,6 @@
 """What the parts of session mode share: one live session's record, what a run may restore
-into it, the view of the session manager that the workspace and file parts use, and how a
-request is put to a session's runner."""
+into it, the view of the session manager that the workspace and file parts use (their requests to
+the runner go through RunnerClient)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
-import uuid
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,11 +15,8 @@ from typing import Any, Protocol
 from executor.errors import InvalidInput
 from executor.limits import SandboxLimits
 from executor.pool import Lease
-from executor.protocol import Sandbox
 from executor.session_news import Ended, Held
 from executor.workspace import Workspace
-
-REQUEST_TIMEOUT_S = 60.0
 
 
 class Restore(enum.Enum):
@@ -64,20 +60,6 @@ class LiveSessions(Protocol):
 
     async def open(self, key: str) -> Live:
         """The key's session, started when it has none (its lock held)."""
-
-
-async def ask_sandbox(
-    sandbox: Sandbox, request: Mapping[str, Any], reply_type: str, timeout_s: float = 0
-) -> dict[str, Any] | None:
-    """Send a request to a runner and wait for its reply (None: the sandbox stopped first;
-    TimeoutError past REQUEST_TIMEOUT_S, or `timeout_s`)."""
-    request_id = uuid.uuid4().hex[:12]
-    await sandbox.send({**request, "id": request_id})
-    async with asyncio.timeout(timeout_s or REQUEST_TIMEOUT_S):
-        while (event := await sandbox.receive()) is not None:
-            if event.get("type") == reply_type and event.get("id") == request_id:
-                return event
-    return None
 
 
 def run_limits(base: SandboxLimits, overrides: Mapping[str, Any]) -> SandboxLimits:

@@ -17,7 +17,8 @@ from executor.errors import InvalidInput, SandboxError, WorkspaceError
 from executor.limits import SandboxLimits
 from executor.notebook import MB
 from executor.pool import SandboxPool
-from executor.session_live import Live, LiveSessions, Restore, ask_sandbox
+from executor.runner_client import RunnerClient
+from executor.session_live import Live, LiveSessions, Restore
 from executor.session_news import Held, WorkspaceEvent, WorkspaceNews
 from executor.workspace import Workspace, WorkspaceSettings, WorkspaceStore, pack, unpack
 
@@ -112,25 +113,16 @@ class WorkspaceKeeper:
         if not saved.saved:
             # No variable names were saved: nothing legitimate to load, so nothing is sent.
             return restored_news(saved, [], {})
+        variables = base64.b64encode(saved.variables).decode()
         try:
-            reply = await ask_sandbox(
-                live.lease.sandbox,
-                {
-                    "op": "restore",
-                    "variables": base64.b64encode(saved.variables).decode(),
-                    "cells": list(saved.cells),
-                },
-                "restored",
-            )
+            reply = await RunnerClient(live.lease.sandbox).restore(variables, saved.cells)
+            why = "no answer" if reply is None else reply.error
         except TimeoutError:
-            reply = {"error": "it took too long"}
-        if reply is None or reply.get("error"):
-            why = "no answer" if reply is None else str(reply["error"])
+            reply, why = None, "it took too long"
+        if reply is None or why:
             log.warning("could not restore the variables of session %s: %s", key, why)
-            return restored_news(saved, [], {name: why for name in saved.saved})
-        failed = {str(k): str(v) for k, v in dict(reply.get("failed", {})).items()}
-        restored = [str(name) for name in reply.get("restored", [])]
-        return restored_news(saved, restored, failed)
+            return restored_news(saved, [], {name: str(why) for name in saved.saved})
+        return restored_news(saved, list(reply.restored), dict(reply.failed))
 
     async def _saved(self, key: str, started: bool = False) -> Workspace | None:
         """The key's saved workspace once any save of it ended; None when there is none, it
@@ -238,16 +230,11 @@ class WorkspaceKeeper:
         try:
             async with asyncio.timeout(timeout_s):
                 variables_cap = min(limits.max_variables_mb, limits.max_mb) * MB
-                reply = await ask_sandbox(
-                    sandbox,
-                    {"op": "snapshot", "max_bytes": variables_cap},
-                    "snapshot",
-                    timeout_s,
-                )
-                if reply is None or reply.get("error"):
-                    why = "no answer" if reply is None else reply["error"]
+                reply = await RunnerClient(sandbox).snapshot(variables_cap, timeout_s)
+                if reply is None or reply.error:
+                    why = "no answer" if reply is None else reply.error
                     raise WorkspaceError(f"the variables could not be saved ({why})")
-                variables = base64.b64decode(str(reply.get("variables", "")))
+                variables = base64.b64decode(reply.variables)
                 room = max(0, limits.max_mb * MB - len(variables))
                 found = await sandbox.get_files(
                     OutputCaps(
@@ -257,7 +244,7 @@ class WorkspaceKeeper:
                         max_depth=self.limits.max_output_depth,
                     )
                 )
-                skipped = {str(k): str(v) for k, v in dict(reply.get("skipped", {})).items()}
+                skipped = dict(reply.skipped)
                 for note in found.skipped:
                     skipped[note.path] = note.reason
                 if found.not_listed:
@@ -265,9 +252,9 @@ class WorkspaceKeeper:
                 workspace = Workspace(
                     created=time.time(),
                     variables=variables,
-                    saved=tuple(str(name) for name in reply.get("saved", [])),
+                    saved=reply.saved,
                     skipped=skipped,
-                    cells=tuple(str(cell) for cell in reply.get("cells", [])),
+                    cells=reply.cells,
                     files={f.path: f.content for f in found.files},
                 )
                 if carried is not None:
