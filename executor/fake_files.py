@@ -22,6 +22,8 @@ class FakeTree:
 
     def apply(self, request: wire.Fs) -> wire.FsDone:
         """The runner's answer; OSError or ValueError where the runner's answer is an error."""
+        # The folders that files put or written so far sit in stay when those files go.
+        self.folders = self._all_dirs()
         path = _relative(request.path)
         if request.action == "list":
             if path and not self._is_dir(path):
