@@ -1,6 +1,6 @@
 """A sandbox backend without Docker, for fast tests of everything above the executor.
 
-`FakeBackend` plays the runner's side of the whole runner protocol (executor/wire.py: it
+`FakeBackend` plays the runner's side of the whole runner protocol (executor/wire/: it
 decodes each request and answers with the declared events) from a script, the way httpx's
 MockTransport plays a server: each cell's code is looked up in the script, which says what
 the run prints, displays, raises, writes to /mnt/data, or whether it hangs, ignores

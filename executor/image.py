@@ -1,9 +1,9 @@
 """Building the sandbox image, with or without a container registry.
 
 The tag is a hash of everything that goes into the image (Dockerfile, pinned requirements,
-the runner and the protocol module it shares with the host, executor/wire.py), so an image
+the runner and the protocol package it shares with the host, executor/wire/), so an image
 is rebuilt exactly when its inputs change. The build context is environments/jupyter with
-that module added at executor/wire.py, sent to the engine as one tar stream. Wheels are
+that package added at executor/wire/, sent to the engine as one tar stream. Wheels are
 downloaded on the host into the build context; the base is python:3.11-slim-bookworm when
 the engine has it or can pull it, and otherwise a Debian bookworm root made with debootstrap
 and `docker import`.
@@ -32,9 +32,9 @@ CONTEXT_DIR = Path(__file__).resolve().parent.parent / "environments" / "jupyter
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", "cellmate_runner.py")
 RUNNER_PACKAGE = "runner"
 """The runner's modules, in the context beside its entry point (every *.py in it)."""
-PROTOCOL = Path(__file__).resolve().parent / "wire.py"
-PROTOCOL_NAME = "executor/wire.py"
-"""Where the protocol module goes in the build context (and, under /opt/cellmate, in the image)."""
+PROTOCOL = Path(__file__).resolve().parent / "wire"
+PROTOCOL_NAME = "executor/wire"
+"""Where the protocol package goes in the build context (and, under /opt/cellmate, in the image)."""
 IMAGE_REPOSITORY = "cellmate-sandbox"
 OFFICIAL_BASE = "python:3.11-slim-bookworm"
 DEBIAN_SUITE = "bookworm"
@@ -49,7 +49,8 @@ def inputs(context: Path = CONTEXT_DIR) -> list[tuple[str, Path]]:
     named = [(name, context / name) for name in CONTEXT_FILES]
     package = sorted((context / RUNNER_PACKAGE).glob("*.py"))
     named += [(path.relative_to(context).as_posix(), path) for path in package]
-    return [*named, (PROTOCOL_NAME, PROTOCOL)]
+    protocol = sorted(PROTOCOL.glob("*.py"))
+    return named + [(f"{PROTOCOL_NAME}/{path.name}", path) for path in protocol]
 
 
 def content_hash(context: Path = CONTEXT_DIR) -> str:

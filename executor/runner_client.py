@@ -1,4 +1,4 @@
-"""The host's side of the runner protocol (executor/wire.py), over any started sandbox.
+"""The host's side of the runner protocol (executor/wire/), over any started sandbox.
 
 `RunnerClient` sends typed requests and reads typed events; everything that asks a runner
 something goes through it. A sandbox's `send`/`receive` carry the JSON objects; this

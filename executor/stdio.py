@@ -1,7 +1,7 @@
 """The runner's events, read from a container's multiplexed stdout/stderr stream, and its
 requests, sealed for its stdin.
 
-The lines are the runner protocol's (executor/wire.py: the hello with the key, then sealed
+The lines are the runner protocol's (executor/wire/: the hello with the key, then sealed
 lines both ways); this stream keeps the numbering of one attachment and drops every line
 the runner did not seal. It speaks JSON objects; `RunnerClient` turns them into the
 protocol's typed messages.
@@ -101,7 +101,7 @@ class RunnerStream:
         return seal(self._key, self._sent, wire.dumps(request))
 
     def resume_line(self, nonce: str) -> bytes:
-        """A `resume` request from a host that attaches again (see executor/wire.py): its
+        """A `resume` request from a host that attaches again (see executor/wire/): its
         numbers start above any an earlier host used, and only the answer to it opens the
         runner's."""
         self._sent = time.time_ns()

@@ -1,4 +1,4 @@
-"""The runner protocol's contract (executor/wire.py), run the same way against the fake, the
+"""The runner protocol's contract (executor/wire/), run the same way against the fake, the
 Docker backend (runc, gVisor) and Kubernetes, so the fake cannot drift from the real runner:
 runs, interrupts, file operations, environment variables, export, previews, snapshots and
 restores, claims and resumes, and junk on the runner's input."""

@@ -1,6 +1,6 @@
 """The process inside a Cellmate sandbox: it owns one Jupyter kernel and answers the host.
 
-It speaks the runner protocol (executor/wire.py, copied into the image beside it: the
+It speaks the runner protocol (executor/wire/, copied into the image beside it: the
 contract, its messages and its sealing) over the container's attached stdin/stdout, so it
 works under runc and gVisor alike and needs no socket, port or shared folder. It is the
 sandbox's init (PID 1), so nothing else holds the event stream's descriptors, and it makes

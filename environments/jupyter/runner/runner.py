@@ -1,4 +1,4 @@
-"""The runner: one Jupyter kernel, driven by the host's requests (executor/wire.py)."""
+"""The runner: one Jupyter kernel, driven by the host's requests (executor/wire/)."""
 
 from __future__ import annotations
 
