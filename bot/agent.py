@@ -48,6 +48,7 @@ from bot.llm import Completions, EmptyReply, Reply, ToolCall
 from bot.metrics import Metrics
 from bot.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
 from bot.run_outputs import artifact_sources
+from bot.sandbox_words import spoken
 from bot.tokens import Counter
 from executor import ExecutionResult, Executor, ExecutorError, OutputEvent
 from executor.session import Restore
@@ -394,8 +395,10 @@ class Agent:
         turn.may_run()
         logs.run_id.set(uuid.uuid4().hex[:12])
         # A Stop pressed while the sandbox is still starting applies to this run as well.
-        result = await self.executor.session(conversation).run(
-            code, on_output=forward, stop=turn.stop_requested, restore=restore
+        result = spoken(
+            await self.executor.session(conversation).run(
+                code, on_output=forward, stop=turn.stop_requested, restore=restore
+            )
         )
         seconds = result.duration_ms / 1000
         log.info("run finished: %s in %.2f s", result.status.value, seconds)

@@ -42,6 +42,7 @@ BOT_INPUTS = (
     "environments/jupyter/Dockerfile",
     "environments/jupyter/requirements.txt",
     "environments/jupyter/cellmate_runner.py",
+    "environments/jupyter/runner",
 )
 AZURITE_DOCKERFILE = ROOT / "deploy" / "azurite" / "Dockerfile"
 NODE_MODULES = ROOT / ".tools" / "node_modules"

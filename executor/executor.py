@@ -202,61 +202,61 @@ class Session:
 
     async def put_files(self, files: Mapping[str, bytes]) -> None:
         """Put files into /mnt/data; names may have folders (`in/sales.csv`)."""
-        await self._manager.put_files(self.key, files)
+        await self._manager.files.put_files(self.key, files)
 
     async def list_files(self) -> list[tuple[str, int]]:
-        return await self._manager.list_files(self.key)
+        return await self._manager.files.list_files(self.key)
 
     async def restore(self, restore: Restore = Restore.VARIABLES) -> Restored:
         """Bring back the saved workspace now (at most once per session); what came back, as
         one line for the user. With Restore.FILES only its files come back."""
-        return await self._manager.restore(self.key, restore)
+        return await self._manager.keeper.restore(self.key, restore)
 
     async def restorable(self, by_run: bool = True) -> tuple[str, ...]:
         """The saved variables a run (`by_run`) or `restore` would load now, to show a
         person who approves that; () when there are none."""
-        return await self._manager.restorable(self.key, by_run)
+        return await self._manager.keeper.restorable(self.key, by_run)
 
     async def saved_files(self) -> list[tuple[str, int]] | None:
         """The files of the saved workspace the next session restores (None: none saved)."""
-        return await self._manager.saved_files(self.key)
+        return await self._manager.keeper.saved_files(self.key)
 
     async def files(self, path: str = "", recursive: bool = True) -> list[FileInfo]:
         """Files and folders under `path` in /mnt/data, with size and modified time ([]
         before the session started)."""
-        return await self._manager.files(self.key, path, recursive)
+        return await self._manager.files.files(self.key, path, recursive)
 
     async def info(self, path: str) -> FileInfo | None:
-        return await self._manager.info(self.key, path)
+        return await self._manager.files.info(self.key, path)
 
     async def make_dir(self, path: str) -> None:
-        await self._manager.change_files(self.key, "make_dir", path)
+        await self._manager.files.change_files(self.key, "make_dir", path)
 
     async def remove(self, path: str) -> None:
         """Remove a file, or a folder with everything in it."""
-        await self._manager.change_files(self.key, "remove", path)
+        await self._manager.files.change_files(self.key, "remove", path)
 
     async def rename(self, path: str, to: str) -> None:
         """Move a file or folder within /mnt/data; InvalidInput when `to` exists."""
-        await self._manager.change_files(self.key, "rename", path, to)
+        await self._manager.files.change_files(self.key, "rename", path, to)
 
     async def set_env(self, values: Mapping[str, str]) -> None:
         """Set environment variables in the kernel, for names in
         `SandboxLimits.env_allowed` (`CELLMATE_SANDBOX_ENV_ALLOWED`); InvalidInput otherwise."""
-        await self._manager.set_env(self.key, values)
+        await self._manager.files.set_env(self.key, values)
 
     async def get_file(self, path: str) -> bytes | None:
-        return await self._manager.get_file(self.key, path)
+        return await self._manager.files.get_file(self.key, path)
 
     async def export_notebook(self) -> dict[str, Any] | None:
         """All cells run so far, with their outputs, as nbformat 4 JSON."""
-        notebook = await self._manager.export(self.key)
+        notebook = await self._manager.files.export(self.key)
         return notebook if isinstance(notebook, dict) else None
 
     async def preview(self, paths: Sequence[str]) -> dict[str, str]:
         """Schema previews of tabular files in /mnt/data (columns, types, first rows), read
         inside the sandbox, for the model to see instead of the raw contents."""
-        return await self._manager.preview(self.key, paths)
+        return await self._manager.files.preview(self.key, paths)
 
     async def close(self) -> None:
         await self._manager.close(self.key)

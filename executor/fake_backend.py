@@ -1,10 +1,13 @@
 """A sandbox backend without Docker, for fast tests of everything above the executor.
 
-`FakeBackend` plays the runner's side of the JSON-lines protocol (see cellmate_runner.py)
-from a script, the way httpx's MockTransport plays a server: each cell's code is looked up
-in the script, which says what the run prints, displays, raises, writes to /mnt/data, or
-whether it hangs, ignores interrupts, or kills its kernel. No code is ever executed. The
-pool, sessions, time limits, stop, output caps and file caps above it are the real ones:
+`FakeBackend` plays the runner's side of the whole runner protocol (executor/wire/: it
+decodes each request and answers with the declared events) from a script, the way httpx's
+MockTransport plays a server: each cell's code is looked up in the script, which says what
+the run prints, displays, raises, writes to /mnt/data, or whether it hangs, ignores
+interrupts, or kills its kernel. No code is ever executed. File operations, environment
+variables, previews, snapshots, restores, claims and resumes are answered from the fake's
+own state. The pool, sessions, time limits, stop, output caps and file caps above it are the
+real ones (tests/contract runs the same cases on the fake, Docker and Kubernetes):
 
     backend = FakeBackend({"print(1)": FakeRun(outputs=[stdout("1\\n")])})
     async with Executor("unused", backend=backend, pool=PoolSettings(size=0)) as executor:
@@ -27,8 +30,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from executor import wire
 from executor.archive import ExtractedFiles, OutputCaps, read_output_tar
 from executor.errors import EngineUnavailable
+from executor.fake_files import FakeTree
 from executor.limits import SandboxLimits
 from executor.protocol import ExitState, Recovered, Sandbox
 
@@ -62,6 +67,8 @@ class FakeRun:
     """Prints this variable's value, or raises NameError when the kernel has none."""
 
 
+NOTICE_LIMIT = 20
+"""As the runner: at most this many `log` events per sandbox."""
 Script = Mapping[str, FakeRun] | Callable[[str], FakeRun | None]
 
 
@@ -107,6 +114,10 @@ class FakeSandbox:
         self.session = ""
         self.variables: dict[str, str] = {}
         self.unsaveable: set[str] = set()
+        self.env: dict[str, str] = {}
+        """Environment variables set in the fake kernel."""
+        self.notices = 0
+        self.tree = FakeTree(self.files)
 
     @property
     def id(self) -> str:
@@ -124,47 +135,77 @@ class FakeSandbox:
                     self.files[member.name.lstrip("./")] = extracted.read()
 
     async def send(self, request: Mapping[str, Any]) -> None:
-        op = request.get("op")
-        if op == "run":
+        try:
+            decoded = wire.decode_request(wire.dumps(request))
+        except wire.Malformed:
+            await self._notice("malformed request ignored")
+            return
+        await self._answer(decoded)
+
+    async def _write(self, line: bytes) -> None:
+        """A raw line on the runner's input: never sealed here, so it is ignored."""
+        await self._notice("unsealed request ignored")
+
+    async def _answer(self, request: wire.Request) -> None:
+        if isinstance(request, wire.Run):
+            if self._running is not None and not self._running.done():
+                await self._notice("a run is already in progress")
+                return
             self._interrupted.clear()
             self._running = asyncio.create_task(self._run(request))
-        elif op == "interrupt":
+        elif isinstance(request, wire.Interrupt):
             self._interrupted.set()
-        elif op == "export":
-            await self._emit(
-                {"type": "exported", "id": request.get("id"), "content": self._export(request)}
-            )
-        elif op == "preview":
+        elif isinstance(request, wire.Export):
+            await self._emit(wire.Exported(id=request.id, content=self._notebook(self._cells)))
+        elif isinstance(request, wire.Preview):
             previews = {
-                str(path): f"{path}: {len(self.files.get(str(path), b''))} bytes"
-                for path in request.get("paths", [])
+                path: f"{path}: {len(self.files.get(path, b''))} bytes" for path in request.paths
             }
-            await self._emit({"type": "previewed", "id": request.get("id"), "previews": previews})
-        elif op == "snapshot":
-            await asyncio.sleep(self._backend.snapshot_s.get(self.session, 0.0))
-            saved = {k: v for k, v in self.variables.items() if k not in self.unsaveable}
-            await self._emit(
-                {
-                    "type": "snapshot",
-                    "id": request.get("id"),
-                    "variables": base64.b64encode(json.dumps(saved).encode()).decode(),
-                    "saved": sorted(saved),
-                    "skipped": {name: "an open connection" for name in sorted(self.unsaveable)},
-                    "cells": [code for code, _ in self._cells],
-                }
-            )
-        elif op == "restore":
-            restored = json.loads(base64.b64decode(str(request.get("variables", ""))) or b"{}")
-            self._backend.restores.append(sorted(restored))
-            self.variables.update(restored)
-            self._cells.extend((str(code), []) for code in request.get("cells", []))
-            await self._emit(
-                {"type": "restored", "id": request.get("id"), "restored": sorted(restored)}
-            )
-        elif op == "claim":
-            self.session = str(request.get("session", ""))
-        elif op == "shutdown":
+            await self._emit(wire.Previewed(id=request.id, previews=previews))
+        elif isinstance(request, wire.Snapshot):
+            await self._emit(await self._snapshot(request))
+        elif isinstance(request, wire.Restore):
+            await self._emit(self._restore(request))
+        elif isinstance(request, wire.Fs):
+            await self._emit(self._fs(request))
+        elif isinstance(request, wire.Env):
+            self.env.update(request.values)
+            await self._emit(wire.EnvSet(id=request.id, ok=True))
+        elif isinstance(request, wire.Claim):
+            self.session = request.session
+        elif isinstance(request, wire.Resume):
+            busy = self._running is not None and not self._running.done()
+            await self._emit(wire.Resumed(nonce=request.nonce, session=self.session, busy=busy))
+        elif isinstance(request, wire.Shutdown):
             self._end()
+
+    async def _snapshot(self, request: wire.Snapshot) -> wire.SnapshotTaken:
+        await asyncio.sleep(self._backend.snapshot_s.get(self.session, 0.0))
+        saved = {k: v for k, v in self.variables.items() if k not in self.unsaveable}
+        return wire.SnapshotTaken(
+            id=request.id,
+            variables=base64.b64encode(json.dumps(saved).encode()).decode(),
+            saved=tuple(sorted(saved)),
+            skipped={name: "an open connection" for name in sorted(self.unsaveable)},
+            cells=tuple(code for code, _ in self._cells),
+        )
+
+    def _restore(self, request: wire.Restore) -> wire.Restored:
+        try:
+            restored = json.loads(base64.b64decode(request.variables) or b"{}")
+        except ValueError as exc:
+            return wire.Restored(id=request.id, error=f"{type(exc).__name__}: {exc}"[:300])
+        self._backend.restores.append(sorted(restored))
+        self.variables.update(restored)
+        self._cells.extend((code, []) for code in request.cells)
+        return wire.Restored(id=request.id, restored=tuple(sorted(restored)))
+
+    def _fs(self, request: wire.Fs) -> wire.FsDone:
+        """The runner's file operations, on the fake's files and folders."""
+        try:
+            return self.tree.apply(request)
+        except (OSError, ValueError) as exc:
+            return wire.FsDone(id=request.id, error=f"{type(exc).__name__}: {exc}"[:300])
 
     async def receive(self) -> dict[str, Any] | None:
         if self._ended and self._events.empty():
@@ -206,10 +247,10 @@ class FakeSandbox:
         self._backend.live.discard(self)
         self._backend.detached.discard(self)
 
-    async def _run(self, request: Mapping[str, Any]) -> None:
-        run_id = request.get("id")
-        cells = [str(c) for c in request.get("cells", [])]
-        done: dict[str, Any] = {"type": "done", "id": run_id, "status": "ok", "changed": []}
+    async def _run(self, request: wire.Run) -> None:
+        run_id = request.id
+        cells = list(request.cells)
+        status, exit_code, oom = "ok", None, False
         before = dict(self.files)
         for index, code in enumerate(cells):
             self._backend.runs.append(code)
@@ -220,7 +261,7 @@ class FakeSandbox:
                 if step.delay_s:
                     await asyncio.sleep(step.delay_s)
                 kept.append(output)
-                await self._emit({"type": "output", "id": run_id, "cell": index, "output": output})
+                await self._emit(wire.Output(id=run_id, cell=index, output=output))
             for path in step.removed:
                 self.files.pop(path, None)
             self.files.update(step.files)
@@ -232,9 +273,7 @@ class FakeSandbox:
                 if step.shows in self.variables:
                     shown = stdout(f"{self.variables[step.shows]}\n")
                     kept.append(shown)
-                    await self._emit(
-                        {"type": "output", "id": run_id, "cell": index, "output": shown}
-                    )
+                    await self._emit(wire.Output(id=run_id, cell=index, output=shown))
                 else:
                     error = ("NameError", f"name '{step.shows}' is not defined")
             if step.hang:
@@ -243,7 +282,7 @@ class FakeSandbox:
                     await asyncio.Event().wait()  # until the host kills the sandbox
                 error = ("KeyboardInterrupt", "")
             if step.kernel_dies is not None:
-                done.update(status="died", exit_code=step.kernel_dies, oom=step.out_of_memory)
+                status, exit_code, oom = "died", step.kernel_dies, step.out_of_memory
                 self._exit = ExitState(running=True, exit_code=None, oom_killed=step.out_of_memory)
                 break
             if error is not None:
@@ -255,25 +294,35 @@ class FakeSandbox:
                     "traceback": [f"{ename}: {evalue}"],
                 }
                 kept.append(failure)
-                await self._emit({"type": "output", "id": run_id, "cell": index, "output": failure})
-                done["status"] = "error"
+                await self._emit(wire.Output(id=run_id, cell=index, output=failure))
+                status = "error"
                 break
-        done["changed"] = sorted(p for p, c in self.files.items() if before.get(p) != c)
-        if request.get("notebook"):
-            done["notebook"] = self._notebook(self._cells[-len(cells) :])
-        await self._emit(done)
+        changed = sorted(p for p, c in self.files.items() if before.get(p) != c)
+        notebook = self._notebook(self._cells[-len(cells) :]) if request.notebook else None
+        await self._emit(
+            wire.Done(
+                id=run_id,
+                status=status,
+                changed=tuple(changed),
+                exit_code=exit_code,
+                oom=oom,
+                notebook=notebook,
+            )
+        )
 
-    async def _emit(self, event: dict[str, Any]) -> None:
+    async def _emit(self, event: wire.Event) -> None:
         if not self._frozen and not self._ended:
-            await self._events.put(event)
+            await self._events.put(wire.encode(event))
+
+    async def _notice(self, message: str) -> None:
+        self.notices += 1
+        if self.notices <= NOTICE_LIMIT:
+            await self._emit(wire.Log(message=message))
 
     def _end(self) -> None:
         if not self._ended:
             self._ended = True
             self._events.put_nowait(None)
-
-    def _export(self, request: Mapping[str, Any]) -> Any:
-        return self._notebook(self._cells)
 
     @staticmethod
     def _notebook(cells: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> dict[str, Any]:
@@ -345,8 +394,8 @@ class FakeBackend:
             await sandbox.put_files(input_tar)
         self.started += 1
         self.live.add(sandbox)
-        await sandbox._emit({"type": "ready", "python": "3.11 (fake)", "startup_ms": 0})
-        await sandbox._emit({"type": "warm"})
+        await sandbox._emit(wire.Ready(python="3.11 (fake)", startup_ms=0))
+        await sandbox._emit(wire.Warm())
         return sandbox
 
     async def remove_leftovers(self, keep: Collection[str] = ()) -> int:

@@ -1,9 +1,12 @@
 """Building the sandbox image, with or without a container registry.
 
 The tag is a hash of everything that goes into the image (Dockerfile, pinned requirements,
-runner), so an image is rebuilt exactly when its inputs change. Wheels are downloaded on the
-host into the build context; the base is python:3.11-slim-bookworm when the engine has it or
-can pull it, and otherwise a Debian bookworm root made with debootstrap and `docker import`.
+the runner and the protocol package it shares with the host, executor/wire/), so an image
+is rebuilt exactly when its inputs change. The build context is environments/jupyter with
+that package added at executor/wire/, sent to the engine as one tar stream. Wheels are
+downloaded on the host into the build context; the base is python:3.11-slim-bookworm when
+the engine has it or can pull it, and otherwise a Debian bookworm root made with debootstrap
+and `docker import`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ from executor.errors import ImageBuildError
 
 CONTEXT_DIR = Path(__file__).resolve().parent.parent / "environments" / "jupyter"
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", "cellmate_runner.py")
+RUNNER_PACKAGE = "runner"
+"""The runner's modules, in the context beside its entry point (every *.py in it)."""
+PROTOCOL = Path(__file__).resolve().parent / "wire"
+PROTOCOL_NAME = "executor/wire"
+"""Where the protocol package goes in the build context (and, under /opt/cellmate, in the image)."""
 IMAGE_REPOSITORY = "cellmate-sandbox"
 OFFICIAL_BASE = "python:3.11-slim-bookworm"
 DEBIAN_SUITE = "bookworm"
@@ -35,10 +43,20 @@ DEBOOTSTRAP_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 Say = Callable[[str], None]
 
 
+def inputs(context: Path = CONTEXT_DIR) -> list[tuple[str, Path]]:
+    """Every file that goes into the image from the host but the wheels (which the pinned
+    requirements name), by its name in the build context."""
+    named = [(name, context / name) for name in CONTEXT_FILES]
+    package = sorted((context / RUNNER_PACKAGE).glob("*.py"))
+    named += [(path.relative_to(context).as_posix(), path) for path in package]
+    protocol = sorted(PROTOCOL.glob("*.py"))
+    return named + [(f"{PROTOCOL_NAME}/{path.name}", path) for path in protocol]
+
+
 def content_hash(context: Path = CONTEXT_DIR) -> str:
     digest = hashlib.sha256()
-    for name in CONTEXT_FILES:
-        digest.update(name.encode() + b"\0" + (context / name).read_bytes() + b"\0")
+    for name, path in inputs(context):
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 
 
@@ -71,11 +89,32 @@ def build_image(
     download_wheels(context, say)
     base = base_image(client, mirror, say)
     say(f"Building on {base} (this takes a minute or two) ...")
-    docker_build(client, tag, base, path=str(context), say=say)
+    with tempfile.TemporaryFile(prefix="cellmate-sandbox-context-") as archive:
+        build_context(context, archive)
+        archive.seek(0)
+        docker_build(client, tag, base, fileobj=archive, say=say)
     client.images.get(tag).tag(IMAGE_REPOSITORY, "latest")
     say(f"Built {tag}.")
     remove_stale_images(client, keep=tag)
     return tag
+
+
+def build_context(context: Path, out: IO[bytes]) -> None:
+    """The sandbox image's build context as a tar: the inputs and the downloaded wheels,
+    readable by everyone, owned by root."""
+
+    def plain(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if "__pycache__" in info.name:
+            return None
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        info.mode = 0o755 if info.isdir() else 0o644
+        return info
+
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, path in inputs(context):
+            tar.add(path, arcname=name, filter=plain)
+        tar.add(context / "wheels", arcname="wheels", filter=plain)
 
 
 def docker_build(

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from executor.session_news import Ended, WorkspaceNews
+
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*(?:\x07|\x1b\\)")
 
 
@@ -152,15 +154,24 @@ class ExecutionResult:
     startup_ms: int = 0
     runtime: str = "runc"
     workspace: str = ""
+    """In session mode, for a person: what became of the conversation's saved workspace
+    (`workspace_news`), as the caller phrases it (the executor leaves it empty)."""
+    workspace_news: WorkspaceNews | None = None
     """In session mode: what became of the conversation's saved workspace for this run
     (restored, and what not; could not be saved or restored; saved and waiting for
-    /restore), also in `message`."""
+    /restore)."""
+    ended: Ended | None = None
+    """In session mode: why the conversation's earlier session ended, when this run had to
+    start a new one."""
+    resumed: bool = False
+    """In session mode: the session carried on, with its variables and files, across a
+    restart of the process that runs sessions (said once, on its next run)."""
     execution_count: int | None = None
     """The kernel's count for the run's last cell that ran, as Jupyter numbers cells
     (`In [7]`); None when no cell ran."""
     session_restarted: bool = False
     """In session mode: the conversation's earlier session had ended, so its variables and
-    files are gone (the message says why)."""
+    files are gone (`ended` says why)."""
 
     @property
     def ok(self) -> bool:

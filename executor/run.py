@@ -1,6 +1,7 @@
 """One run of cells on a started sandbox: streaming, time limit, stop, and the verdict.
 
-Shared by notebook mode and session mode; it knows the runner's protocol, not Docker.
+Shared by notebook mode and session mode; it speaks to the runner through `RunnerClient`,
+and knows nothing of Docker or Kubernetes.
 """
 
 from __future__ import annotations
@@ -10,15 +11,16 @@ import contextlib
 import inspect
 import signal
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from executor import wire
 from executor.errors import SandboxError
 from executor.limits import SandboxLimits
 from executor.models import OutputCollector, OutputEvent, Status
 from executor.protocol import Sandbox
+from executor.runner_client import RunnerClient
 
 OutputCallback = Callable[[OutputEvent], Awaitable[None] | None]
 
@@ -52,15 +54,13 @@ async def wait_ready(sandbox: Sandbox, timeout_s: float) -> int:
     """Wait for the runner's ready event; return its start-up time in ms."""
     try:
         async with asyncio.timeout(timeout_s):
-            while True:
-                event = await sandbox.receive()
-                if event is None:
-                    tail = getattr(sandbox, "stderr_tail", "")
-                    raise SandboxError(
-                        f"the sandbox exited before its kernel was ready. {tail[-2000:]}".strip()
-                    )
-                if event.get("type") == "ready":
-                    return int(event.get("startup_ms") or 0)
+            ready = await RunnerClient(sandbox).ready()
+        if ready is None:
+            tail = getattr(sandbox, "stderr_tail", "")
+            raise SandboxError(
+                f"the sandbox exited before its kernel was ready. {tail[-2000:]}".strip()
+            )
+        return ready.startup_ms
     except TimeoutError:
         raise SandboxError(f"the sandbox's kernel was not ready within {timeout_s:.0f} s") from None
 
@@ -68,10 +68,7 @@ async def wait_ready(sandbox: Sandbox, timeout_s: float) -> int:
 async def wait_warm(sandbox: Sandbox) -> bool:
     """After ready: wait until the runner says its data stack is loaded (False: the sandbox
     stopped first)."""
-    while (event := await sandbox.receive()) is not None:
-        if event.get("type") == "warm":
-            return True
-    return False
+    return await RunnerClient(sandbox).warm()
 
 
 async def execute(
@@ -90,23 +87,17 @@ async def execute(
         # Stopped while waiting for the sandbox: the code never starts, the kernel is as it was.
         outcome.status, outcome.stopped = "ok", True
         return outcome
-    # Events carry this id to count as the run's own: long enough that it cannot be guessed
-    # (the runner keeps it where the user's code cannot read it).
-    run_id = uuid.uuid4().hex
+    client = RunnerClient(sandbox)
     started = time.monotonic()
-    await sandbox.send(
-        {
-            "op": "run",
-            "id": run_id,
-            "cells": list(cells),
-            "output_limit": limits.output_bytes,
-            "rich_limit": limits.rich_output_bytes,
-            "rich_count_limit": limits.max_rich_results,
-            "background": limits.background_processes,
-            "notebook": want_notebook,
-        }
+    run_id = await client.run(
+        cells,
+        output_limit=limits.output_bytes,
+        rich_limit=limits.rich_output_bytes,
+        rich_count_limit=limits.max_rich_results,
+        background=limits.background_processes,
+        notebook=want_notebook,
     )
-    collecting = asyncio.create_task(_collect(sandbox, run_id, collector, outcome, on_output))
+    collecting = asyncio.create_task(_collect(client, run_id, collector, outcome, on_output))
     stopping = asyncio.create_task(stop.wait()) if stop is not None else None
     try:
         waiting: set[asyncio.Future[Any]] = {collecting} | ({stopping} if stopping else set())
@@ -116,7 +107,7 @@ async def execute(
             outcome.timed_out = not outcome.stopped
             # Interrupt first, so the kernel keeps its state; freeze it if the code ignores that.
             with contextlib.suppress(SandboxError):
-                await sandbox.send({"op": "interrupt"})
+                await client.interrupt()
             await asyncio.wait({collecting}, timeout=limits.interrupt_grace_s)
             if not collecting.done():
                 outcome.killed_by_host = True
@@ -142,39 +133,28 @@ async def _finish(task: asyncio.Task[None]) -> None:
 
 
 async def _collect(
-    sandbox: Sandbox,
+    client: RunnerClient,
     run_id: str,
     collector: OutputCollector,
     outcome: RunOutcome,
     on_output: OutputCallback | None,
 ) -> None:
-    while True:
-        event = await sandbox.receive()
-        if event is None:
-            outcome.status = "lost"
-            return
-        if event.get("id") != run_id:
-            continue
-        kind = event.get("type")
-        if kind == "output" and isinstance(event.get("output"), Mapping):
-            update = collector.add(event["output"])
+    async for event in client.run_events(run_id):
+        if isinstance(event, wire.Output):
+            update = collector.add(event.output)
             if update is not None and on_output is not None:
                 await _call(on_output, update)
-        elif kind == "done":
-            outcome.status = str(event.get("status"))
-            notebook = event.get("notebook")
-            outcome.notebook = notebook if isinstance(notebook, Mapping) else None
-            outcome.truncated = bool(event.get("truncated"))
-            dropped = event.get("dropped_results")
-            outcome.dropped_results = min(max(dropped, 0), 10**9) if isinstance(dropped, int) else 0
-            changed = event.get("changed")
-            outcome.changed = [str(p) for p in changed] if isinstance(changed, list) else []
-            code = event.get("exit_code")
-            outcome.kernel_exit_code = code if isinstance(code, int) else None
-            count = event.get("execution_count")
-            outcome.execution_count = count if isinstance(count, int) and count > 0 else None
-            outcome.kernel_oom = bool(event.get("oom"))
-            return
+            continue
+        outcome.status = event.status
+        outcome.notebook = event.notebook
+        outcome.truncated = event.truncated
+        outcome.dropped_results = event.dropped_results
+        outcome.changed = list(event.changed)
+        outcome.kernel_exit_code = event.exit_code
+        outcome.execution_count = event.execution_count
+        outcome.kernel_oom = event.oom
+        return
+    outcome.status = "lost"
 
 
 async def _call(callback: OutputCallback, event: OutputEvent) -> None:

@@ -1,50 +1,30 @@
-"""The runner's events, read from a container's multiplexed stdout/stderr stream.
+"""The runner's events, read from a container's multiplexed stdout/stderr stream, and its
+requests, sealed for its stdin.
 
-The host chooses each sandbox's key and gives it to the runner in its first line on stdin
-(`hello`), before any user code exists in the sandbox; the key never travels on the
-sandbox's stdout, which an engine may store. Every line after the hello, both ways, is
-sealed with that key and a sequence number (`<hmac-sha256 hex> <seq> <json>`), so that
-nothing the user's code writes into the runner's pipes, or replays from them, counts as the
-runner's; a key that a line offers is ignored.
+The lines are the runner protocol's (executor/wire/: the hello with the key, then sealed
+lines both ways); this stream keeps the numbering of one attachment and drops every line
+the runner did not seal. It speaks JSON objects; `RunnerClient` turns them into the
+protocol's typed messages.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import json
 import logging
 import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from executor import wire
 from executor.errors import SandboxError
+from executor.wire import seal, unseal
 
 log = logging.getLogger(__name__)
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 STDERR_TAIL_BYTES = 16 * 1024
 STDOUT, STDERR = 1, 2
-
-
-def seal(key: bytes, seq: int, payload: bytes) -> bytes:
-    head = str(seq).encode()
-    mac = hmac.new(key, head + b" " + payload, hashlib.sha256).hexdigest().encode()
-    return mac + b" " + head + b" " + payload + b"\n"
-
-
-def unseal(key: bytes, line: bytes, last_seq: int) -> tuple[int, bytes] | None:
-    """The sequence number and payload of a line sealed with `key` after `last_seq`."""
-    mac, _, rest = line.partition(b" ")
-    head, _, payload = rest.partition(b" ")
-    if not head.isdigit() or len(head) > 20:
-        return None
-    expected = hmac.new(key, head + b" " + payload, hashlib.sha256).hexdigest().encode()
-    if not hmac.compare_digest(mac, expected) or int(head) <= last_seq:
-        return None
-    return int(head), payload
 
 
 class RunnerStream:
@@ -110,20 +90,23 @@ class RunnerStream:
 
     def hello_line(self) -> bytes:
         """The first line the runner reads (CELLMATE_RUNNER_AWAIT_HELLO=1): its key."""
-        return json.dumps({"op": "hello", "key": self._key.hex()}).encode() + b"\n"
+        return wire.hello_line(self._key)
 
     def request_line(self, request: Mapping[str, Any]) -> bytes:
-        """A request as the runner accepts it: sealed."""
-        payload = json.dumps(request).encode()
+        """A request as the runner accepts it: sealed. A `resume` starts a new numbering
+        (see `resume_line`)."""
+        if request.get("op") == wire.Resume.op:
+            return self.resume_line(str(request.get("nonce", "")))
         self._sent += 1
-        return seal(self._key, self._sent, payload)
+        return seal(self._key, self._sent, wire.dumps(request))
 
     def resume_line(self, nonce: str) -> bytes:
-        """A `resume` request from a host that attaches again (see the runner): its numbers
-        start above any an earlier host used, and only the answer to it opens the runner's."""
+        """A `resume` request from a host that attaches again (see executor/wire/): its
+        numbers start above any an earlier host used, and only the answer to it opens the
+        runner's."""
         self._sent = time.time_ns()
         self._resuming = nonce
-        return self.request_line({"op": "resume", "nonce": nonce})
+        return seal(self._key, self._sent, wire.dumps(wire.encode(wire.Resume(nonce=nonce))))
 
     def _event(self, line: bytes) -> dict[str, Any] | None:
         if self._resuming is not None:
@@ -135,13 +118,9 @@ class RunnerStream:
                 log.warning("the sandbox wrote a line the runner did not seal; ignored")
             return None
         self._received, line = opened
-        try:
-            event = json.loads(line)
-        except ValueError:
-            log.warning("the sandbox wrote a line that is not JSON; ignored")
-            return None
-        if not isinstance(event, dict):
-            return None
+        event = wire.loads(line)
+        if event is None:
+            log.warning("the sandbox wrote a line that is not a JSON object; ignored")
         return event
 
     def _resumed(self, key: bytes, line: bytes, nonce: str) -> dict[str, Any] | None:
@@ -149,13 +128,9 @@ class RunnerStream:
         if opened is None:
             return None  # sealed before this host attached, or not sealed at all
         seq, payload = opened
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            return None
-        if not isinstance(event, dict) or event.get("type") != "resumed":
-            return None
-        if event.get("nonce") != nonce:
+        event = wire.loads(payload)
+        answer = wire.decode_event(event) if event is not None else None
+        if not isinstance(answer, wire.Resumed) or answer.nonce != nonce:
             return None
         self._received, self._resuming = seq, None
         return event

@@ -43,6 +43,7 @@ from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Tur
 from bot.conversations.reply import Reply
 from bot.events import ExecutionFinished, TurnEvent
 from bot.fences import as_run
+from bot.sandbox_words import restored
 from bot.workspaces import workspace_person
 
 if TYPE_CHECKING:
@@ -337,7 +338,7 @@ class Conversations:
         await self.check(door, person, key)
         session = self.agent.executor.session(key.id)
         if self.policies is None:
-            return (await session.restore()).note
+            return restored(await session.restore())
         approver = Approver(
             self.policies,
             self.pending,
@@ -351,7 +352,7 @@ class Conversations:
         if ask is not None:
             mode = await approver.restore(by_run=False)
         done = await session.restore(mode)
-        return f"{why} {done.note}" if done.withheld and why else done.note
+        return f"{why} {restored(done)}" if done.withheld and why else restored(done)
 
     async def export(self, door: Admission, person: Person, key: ConversationKey) -> Any:
         """The conversation's session as a notebook, or None when no code has run."""

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bot.sandbox_words import spoken
 from executor import Executor, PoolSettings, SandboxLimits, Status
 from executor.fake_backend import FakeBackend, FakeRun, image, result, stderr, stdout
 
@@ -60,10 +61,10 @@ async def test_timeouts_stop_and_kernel_deaths(executor: Executor) -> None:
     assert timed_out.stdout == "going\n"
     stop = asyncio.Event()
     asyncio.get_running_loop().call_later(0.1, stop.set)
-    stopped = await session.run("sleep()", stop=stop, timeout_s=30)
+    stopped = spoken(await session.run("sleep()", stop=stop, timeout_s=30))
     assert stopped.status is Status.KILLED
     assert "stopped on request" in stopped.message
-    killed = await session.run("stubborn()")
+    killed = spoken(await session.run("stubborn()"))
     assert killed.status is Status.TIMEOUT
     assert "stopped" in killed.message
     died = await session.run("crash()")
@@ -116,11 +117,11 @@ async def test_with_a_backend_that_keeps_sessions_a_restart_carries_them_on() ->
 
     async with executor() as second:
         assert sorted(second.sessions.active) == ["a", "b", "c"]
-        again = await second.session("a").run("print('hi')")
+        again = spoken(await second.session("a").run("print('hi')"))
         assert again.stdout == "hi\n"
         assert again.message.startswith("The bot restarted since the last run")
         assert not again.session_restarted
-        assert "restarted" not in (await second.session("a").run("print('hi')")).message
+        assert "restarted" not in spoken(await second.session("a").run("print('hi')")).message
         await second.session("b").close()
         fresh = await second.session("d").run("print('hi')")
         assert "restarted" not in fresh.message

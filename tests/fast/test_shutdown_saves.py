@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from bot.sandbox_words import spoken
 from executor.fake_backend import FakeBackend
 from tests.fast.test_workspaces import Outage, backend, executor, storage
 
@@ -35,9 +36,9 @@ async def test_a_slow_save_loses_only_its_own_workspace_within_the_grace(
     backend.snapshot_s.clear()
     async with executor(backend, storage) as second:
         for key in ("conv-a", "conv-b", "conv-c"):
-            back = await second.session(key).run("print(y)")
+            back = spoken(await second.session(key).run("print(y)"))
             assert back.stdout == "b\n", (key, back.message)
-        slow = await second.session("conv-slow").run("print(x)")
+        slow = spoken(await second.session("conv-slow").run("print(x)"))
         assert slow.stdout == ""
         assert "Your workspace could not be saved when the last session ended" not in slow.message
         assert "Restored" not in slow.message

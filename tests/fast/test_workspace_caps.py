@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.sandbox_words import spoken
 from bot.workspaces import StoredWorkspaces, workspace_person
 from executor import Executor, PoolSettings, SandboxLimits, Status
 from executor.fake_backend import FakeBackend, FakeRun
@@ -66,7 +67,7 @@ async def run_as(ex: Executor, person: str, conversation: str, code: str) -> str
 
     async def turn() -> str:
         workspace_person.set(person)
-        result = await ex.session(conversation).run(code)
+        result = spoken(await ex.session(conversation).run(code))
         assert result.status is Status.OK or code == "print(x)", result.message
         return result.message
 

@@ -14,6 +14,7 @@ import pytest
 
 from bot.agent import Agent
 from bot.platforms.console import CONVERSATION
+from bot.sandbox_words import spoken
 from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings, SandboxLimits, Status
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -102,7 +103,7 @@ async def test_an_idle_session_comes_back_with_its_variables_and_files(idle: Exe
     await end_idle_sessions(idle)
     assert idle.sessions.active == []
 
-    back = await session.run("print(x)")
+    back = spoken(await session.run("print(x)"))
     assert back.status is Status.OK, back.message
     assert back.stdout == "41\n"
     assert back.message == (
@@ -113,7 +114,7 @@ async def test_an_idle_session_comes_back_with_its_variables_and_files(idle: Exe
     exported = await session.export_notebook()
     assert exported is not None
     assert [c["source"] for c in exported["cells"]][:2] == ["x = 41", "conn = connect()"]
-    follow_up = await session.run("print(x)")
+    follow_up = spoken(await session.run("print(x)"))
     assert "Restored" not in follow_up.message
 
 
@@ -122,7 +123,7 @@ async def test_a_restore_never_shows_another_conversations_workspace(
 ) -> None:
     await idle.session("conv-a").run("x = 41")
     await end_idle_sessions(idle)
-    other = await idle.session("conv-b").run("print(x)")
+    other = spoken(await idle.session("conv-b").run("print(x)"))
     assert other.error is not None
     assert other.error.name == "NameError"
     assert "Restored" not in other.message
@@ -139,7 +140,7 @@ async def test_a_restore_never_shows_another_conversations_workspace(
         moved_to.with_name(own.name + suffix).write_bytes(
             own.with_name(own.name + suffix).read_bytes()
         )
-    moved = await idle.session("conv-b").run("print(x)")
+    moved = spoken(await idle.session("conv-b").run("print(x)"))
     assert moved.error is not None
     assert moved.error.name == "NameError"
     assert "Your saved workspace could not be restored (the saved workspace does not open" in (
@@ -166,10 +167,10 @@ async def test_room_for_another_conversation_saves_the_one_that_made_room(
     async with executor(backend, storage, max_live=1) as ex:
         await ex.session("conv-a").run("x = 41")
         await ex.session("conv-b").run("y = 'b'")  # conv-a's sandbox goes to conv-b
-        a = await ex.session("conv-a").run("print(x)")  # and back
+        a = spoken(await ex.session("conv-a").run("print(x)"))  # and back
         assert a.stdout == "41\n"
         assert "idle while another conversation needed a sandbox). Restored your" in a.message
-        b = await ex.session("conv-b").run("print(y)")
+        b = spoken(await ex.session("conv-b").run("print(y)"))
         assert b.stdout == "b\n"
         assert "Restored your workspace" in b.message
 
@@ -182,7 +183,7 @@ async def test_a_restart_saves_every_session_and_the_next_process_restores_them(
         await first.session("conv-b").run("y = 'b'")
     assert not backend.live
     async with executor(backend, storage) as second:
-        a = await second.session("conv-a").run("print(x)")
+        a = spoken(await second.session("conv-a").run("print(x)"))
         assert a.stdout == "41\n"
         assert a.message.startswith("Restored your workspace from a moment ago: x, data.csv.")
         assert (await second.session("conv-b").run("print(y)")).stdout == "b\n"
@@ -196,7 +197,7 @@ async def test_files_past_the_cap_are_named_as_not_saved(
         await session.run("x = 41")
         await session.run("big()")
         await end_idle_sessions(ex)
-        back = await session.run("print(x)")
+        back = spoken(await session.run("print(x)"))
         assert back.stdout == "41\n"
         assert (
             "Restored your workspace from a moment ago: x, data.csv; not restored: big.bin ("
@@ -213,7 +214,7 @@ async def test_storage_down_when_saving_or_restoring_says_so_and_the_run_still_r
     storage.down = True
     await end_idle_sessions(idle)
     storage.down = False
-    lost = await session.run("print('hi')")
+    lost = spoken(await session.run("print('hi')"))
     assert lost.stdout == "hi\n"
     assert lost.message.startswith(
         "This is a new session (the previous one was idle for 0.05 s). Your workspace could not "
@@ -224,7 +225,7 @@ async def test_storage_down_when_saving_or_restoring_says_so_and_the_run_still_r
     await session.run("x = 41")
     await end_idle_sessions(idle)
     storage.down = True
-    unread = await session.run("print('hi')")
+    unread = spoken(await session.run("print('hi')"))
     assert unread.stdout == "hi\n"
     assert "Your saved workspace could not be restored (storage: the storage account did " in (
         unread.message

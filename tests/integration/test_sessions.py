@@ -9,6 +9,7 @@ import docker
 import nbformat
 import pytest
 
+from bot.sandbox_words import spoken
 from executor import Executor, InvalidInput, OutputEvent, SandboxLimits, Status, default_tag
 from tests.integration.conftest import NO_POOL, TEST_INSTANCE
 
@@ -112,7 +113,7 @@ async def test_stop_freezes_code_that_ignores_it_and_the_session_restarts(
     stopped = await running
     assert stopped.status is Status.KILLED
     assert "stopped on request" in stopped.message
-    after = await session.run("1 + 1")
+    after = spoken(await session.run("1 + 1"))
     assert after.session_restarted
     assert after.message.startswith(
         "This is a new session (the previous run was stopped on request)"
@@ -147,7 +148,7 @@ async def test_a_dead_kernel_restarts_the_session_and_says_so(
     await session.run("precious = 1")
     died = await session.run(code)
     assert died.status is status
-    after = await session.run("'precious' in globals()")
+    after = spoken(await session.run("'precious' in globals()"))
     assert after.session_restarted
     assert reason in after.message
     assert "earlier variables and files are gone" in after.message
@@ -169,7 +170,7 @@ async def test_a_container_removed_from_outside_is_replaced(
     ]
     container.remove(force=True)
     await asyncio.sleep(0.5)
-    after = await session.run("print('recovered')")
+    after = spoken(await session.run("print('recovered')"))
     assert after.status is Status.OK
     assert after.stdout == "recovered\n"
     assert after.session_restarted
@@ -249,7 +250,7 @@ async def test_idle_sessions_end_and_the_next_run_says_so(executor: Executor) ->
     await asyncio.sleep(1)
     await executor.sessions.reap()
     assert not session.active
-    after = await session.run("'x' in globals()")
+    after = spoken(await session.run("'x' in globals()"))
     assert after.session_restarted
     assert "idle for 0.5 s" in after.message
     assert after.results[-1].text == "False"

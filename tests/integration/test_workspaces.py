@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.sandbox_words import restored, spoken
 from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
 from executor.session import Restore
@@ -70,14 +71,14 @@ async def test_a_workspace_survives_an_idle_end_and_a_restart(
 ) -> None:
     async with executor(runtime, store, idle_timeout_s=0.5) as first:
         session = first.session("conv-a")
-        made = await session.run(WORK)
+        made = spoken(await session.run(WORK))
         assert made.status is Status.OK, made.message
         await asyncio.sleep(0.6)
         await first.sessions.reap()  # the idle session ends: its workspace is saved
         await asyncio.gather(*first.sessions._saving.values())
         assert first.sessions.active == []
 
-        back = await session.run(CHECK)
+        back = spoken(await session.run(CHECK))
         assert back.status is Status.OK, back.message
         assert back.stdout == "7 42 kept 4\nin a folder city,sales\n['box']\n"
         assert back.message.startswith(
@@ -103,12 +104,12 @@ async def test_a_workspace_survives_an_idle_end_and_a_restart(
         ):
             assert missing in back.message
 
-        other = await first.session("conv-b").run("print('df' in dir(), os.listdir('.'))")
+        other = spoken(await first.session("conv-b").run("print('df' in dir(), os.listdir('.'))"))
         assert other.error is not None  # not even `os` is there: nothing of conv-a
         assert "Restored" not in other.message
 
     async with executor(runtime, store) as second:  # the first one saved conv-a on exit
-        again = await second.session("conv-a").run("print(double(df.sales.max()))")
+        again = spoken(await second.session("conv-a").run("print(double(df.sales.max()))"))
         assert again.status is Status.OK, again.message
         assert again.stdout == "8\n"
         assert again.message.startswith("Restored your workspace from a moment ago: ")
@@ -122,7 +123,7 @@ async def test_a_session_that_made_room_for_another_comes_back(
         assert made.status is Status.OK, made.message
         other = await ex.session("conv-b").run("b = 'only b'\nprint('a' in dir())")
         assert other.stdout == "False\n"
-        back = await ex.session("conv-a").run("print(a.sum(), 'b' in dir())")
+        back = spoken(await ex.session("conv-a").run("print(a.sum(), 'b' in dir())"))
         assert back.stdout == "6 False\n"
         assert "idle while another conversation needed a sandbox). Restored your" in back.message
         assert "pd (a module: import it again)" in back.message
@@ -144,7 +145,7 @@ async def test_a_kernel_that_tampers_with_the_snapshot_cannot_overfill_it(
         await asyncio.sleep(0.6)
         await ex.sessions.reap()
         await asyncio.gather(*ex.sessions._saving.values())
-        after = await session.run("print('x' in globals())")
+        after = spoken(await session.run("print('x' in globals())"))
         assert after.stdout == "False\n"
         assert "Your workspace could not be saved when the last session ended" in after.message
         assert "larger than the cap" in after.message
@@ -161,7 +162,7 @@ RAN = "import os\nprint(os.path.exists('/mnt/data/ran-at-restore'), open('kept.t
 
 
 async def _saved_payload(ex: Executor, key: str) -> None:
-    made = await ex.session(key).run(PAYLOAD)
+    made = spoken(await ex.session(key).run(PAYLOAD))
     assert made.status is Status.OK, made.message
     await asyncio.sleep(0.6)
     await ex.sessions.reap()  # the idle session ends: the pickle is saved
@@ -177,13 +178,13 @@ async def test_a_pickle_that_runs_code_when_loaded_never_runs_with_files_only(
         await _saved_payload(ex, "conv-off")
         done = await ex.session("conv-off").restore(Restore.FILES)
         assert done.withheld == ("Payload", "payload")
-        assert "kept.txt" in done.note
+        assert "kept.txt" in restored(done)
         assert await ex.session("conv-off").info("ran-at-restore") is None
-        after = await ex.session("conv-off").run(RAN, restore=Restore.FILES)
+        after = spoken(await ex.session("conv-off").run(RAN, restore=Restore.FILES))
         assert after.stdout == "False a file\n", after.message
         assert "its variables were not loaded: Payload, payload" in after.message
         again = await ex.session("conv-off").restore(Restore.VARIABLES)
-        assert "at most once per session" in again.note
+        assert "at most once per session" in restored(again)
         assert await ex.session("conv-off").info("ran-at-restore") is None
 
         # Where code may run, the same pickle does run on loading: the check above is real.

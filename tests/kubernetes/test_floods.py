@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
+from bot.sandbox_words import spoken
 from executor import Status
 from tests.kubernetes.conftest import NAMESPACE, make_executor, sandbox_pods
 
@@ -100,12 +101,12 @@ async def test_a_flood_on_every_channel_costs_a_fixed_amount_and_the_session_say
         top_rss = max(top_rss, rss())
         assert top_rss - before < 50 * MIB, f"the bot grew by {(top_rss - before) // MIB} MiB"
         assert top_log < LOG_BOUND, f"container log {top_log // MIB} MiB"
-        after = await session.run("1 + 1")
+        after = spoken(await session.run("1 + 1"))
         if after.status is Status.TIMEOUT:
             # The flooding thread woke with the run and kept its output going past the time
             # limit: said so, and the session after it works.
             assert "time limit" in after.message, after.message
-            after = await session.run("1 + 1")
+            after = spoken(await session.run("1 + 1"))
         if after.session_restarted:
             # Cut off for its junk, out of memory, or gone: the new session says which.
             assert after.message.startswith("This is a new session ("), after.message

@@ -13,6 +13,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from bot.doctor import _kubernetes
+from bot.sandbox_words import spoken
 from bot.settings import Settings, load_settings
 from executor import Executor, PoolSettings, Status, default_tag
 from executor.kubernetes_backend import KubernetesBackend, pod_manifest
@@ -130,7 +131,7 @@ async def test_a_pod_deleted_from_outside_gives_a_new_session_that_says_so(
     while not result.session_restarted and time.monotonic() < deadline:
         assert result.status in (Status.OK, Status.KILLED), result
         await asyncio.sleep(0.5)
-        result = await session.run("'precious' in globals()")
+        result = spoken(await session.run("'precious' in globals()"))
     assert result.session_restarted, result
     assert result.results[-1].text == "False"
     assert "its sandbox had stopped" in result.message

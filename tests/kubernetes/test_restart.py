@@ -12,6 +12,7 @@ import secrets
 import pytest
 from kubernetes import client as k8s
 
+from bot.sandbox_words import spoken
 from executor import Executor, PoolSettings, Status
 from executor.kubernetes_backend import KubernetesSandbox
 from tests.kubernetes.conftest import make_executor, sandbox_pods, wait_until
@@ -54,14 +55,14 @@ async def test_sessions_carry_on_across_a_restart_and_only_with_the_secret(
 
     async with make_executor(bot_kubeconfig, runtime, session_secret=SECRET) as second:
         assert sorted(second.sessions.active) == ["conv-a", "conv-b"]
-        again = await second.session("conv-a").run("print(x + 1, open('kept.txt').read())")
+        again = spoken(await second.session("conv-a").run("print(x + 1, open('kept.txt').read())"))
         assert again.status is Status.OK, again.message
         assert again.stdout == "42 still here\n"
         assert again.message.startswith(RESUMED)
         assert not again.session_restarted
         other = await second.session("conv-b").run("print(y, 'x' in dir())")
         assert other.stdout == "b False\n"  # each Pod came back to its own conversation
-        follow_up = await second.session("conv-a").run("print(x)")
+        follow_up = spoken(await second.session("conv-a").run("print(x)"))
         assert follow_up.stdout == "41\n"
         assert RESUMED not in follow_up.message
     assert set(sandbox_pods(admin)) == kept
@@ -72,7 +73,7 @@ async def test_sessions_carry_on_across_a_restart_and_only_with_the_secret(
     async with make_executor(bot_kubeconfig, runtime, session_secret=another) as third:
         assert third.sessions.active == []
         assert sandbox_pods(admin) == []
-        fresh = await third.session("conv-a").run("print('x' in dir())")
+        fresh = spoken(await third.session("conv-a").run("print('x' in dir())"))
         assert fresh.stdout == "False\n"
         assert RESUMED not in fresh.message
         await third.session("conv-a").close()
@@ -96,7 +97,7 @@ async def test_a_session_whose_bot_crashed_mid_run_carries_on_interrupted(
 
     async with make_executor(bot_kubeconfig, session_secret=SECRET) as restarted:
         assert restarted.sessions.active == ["conv-c"]
-        result = await restarted.session("conv-c").run("print(x)")
+        result = spoken(await restarted.session("conv-c").run("print(x)"))
         assert result.status is Status.OK, result.message
         assert result.stdout == "during\n"  # the sleep was interrupted, the state kept
         assert result.message.startswith(RESUMED)

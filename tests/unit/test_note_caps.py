@@ -15,9 +15,10 @@ from bot.platforms.on_slack.render import MESSAGE_LIMIT as SLACK_LIMIT
 from bot.platforms.on_slack.render import SECTION_LIMIT, answer_texts
 from bot.platforms.on_slack.render import progress_text as slack_progress
 from bot.platforms.progress import RunView, TurnView, fit_notices
+from bot.sandbox_words import restored_note, saved_note, shown
 from bot.text import run_status
 from executor import Status
-from executor.workspace import Workspace, restored_note, saved_note, shown
+from executor.workspace import Workspace
 
 HUGE = "a" * 400_000
 NAMES = {

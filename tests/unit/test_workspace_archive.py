@@ -10,9 +10,10 @@ import time
 
 import pytest
 
+from bot.sandbox_words import restored_note
 from executor.archive import build_workspace_tar
 from executor.errors import InvalidInput, WorkspaceError
-from executor.workspace import Workspace, pack, restored_note, unpack
+from executor.workspace import Workspace, pack, unpack
 
 
 def tampered(*members: tuple[str, bytes]) -> bytes:

@@ -1,0 +1,105 @@
+"""The runner's view of /mnt/data: what a run changed, and the protocol's file operations
+(`Fs`), done as the sandbox's user, with links never followed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from executor import wire
+
+DATA_DIR = Path("/mnt/data")
+SNAPSHOT_LIMIT = 20_000
+FS_LIST_LIMIT = 10_000
+
+
+def snapshot() -> dict[str, tuple[int, int]]:
+    """Size and modification time of every regular file under /mnt/data (capped)."""
+    found: dict[str, tuple[int, int]] = {}
+    for root, dirs, files in os.walk(DATA_DIR):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(root) / name
+            try:
+                stat = path.lstat()
+            except OSError:
+                continue
+            found[str(path.relative_to(DATA_DIR))] = (stat.st_size, stat.st_mtime_ns)
+            if len(found) >= SNAPSHOT_LIMIT:
+                return found
+    return found
+
+
+def files_op(request: wire.Fs) -> wire.FsDone:
+    """A file operation in /mnt/data, as the sandbox's user (what it reaches, the user's
+    code reaches too): list, info, make_dir, remove, rename. Links are never followed."""
+    try:
+        path = data_path(request.path)
+        if request.action == "list":
+            return wire.FsDone(id=request.id, entries=tuple(list_entries(path, request.recursive)))
+        if request.action == "info":
+            return wire.FsDone(id=request.id, entry=entry(path))
+        if path == DATA_DIR:
+            raise ValueError("that is /mnt/data itself")
+        if request.action == "make_dir":
+            path.mkdir(parents=True, exist_ok=True)
+        elif request.action == "remove":
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        else:
+            target = data_path(request.to)
+            if target == DATA_DIR or target.exists() or target.is_symlink():
+                raise FileExistsError(f"{target.relative_to(DATA_DIR)} already exists")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            path.rename(target)
+        return wire.FsDone(id=request.id, ok=True)
+    except (OSError, ValueError) as exc:
+        return wire.FsDone(id=request.id, error=f"{type(exc).__name__}: {exc}"[:300])
+
+
+def data_path(relative: str) -> Path:
+    """A path under /mnt/data whose parents are real folders there (no link on the way)."""
+    parts = [part for part in relative.split("/") if part not in ("", ".")]
+    if ".." in parts or "\x00" in relative:
+        raise ValueError(f"{relative!r} leaves /mnt/data")
+    path = DATA_DIR
+    for part in parts[:-1]:
+        path = path / part
+        if path.is_symlink():
+            raise ValueError(f"{relative!r} goes through a link")
+    return path / parts[-1] if parts else DATA_DIR
+
+
+def entry(path: Path) -> wire.Entry:
+    stat = path.lstat()
+    kind: Literal["file", "dir", "link"] = (
+        "link" if path.is_symlink() else "dir" if path.is_dir() else "file"
+    )
+    return wire.Entry(
+        path=str(path.relative_to(DATA_DIR)),
+        type=kind,
+        size=stat.st_size if kind == "file" else 0,
+        modified=stat.st_mtime,
+    )
+
+
+def list_entries(path: Path, recursive: bool) -> list[wire.Entry]:
+    found: list[wire.Entry] = []
+    pending = [path]
+    while pending and len(found) < FS_LIST_LIMIT:
+        folder = pending.pop(0)
+        for child in sorted(folder.iterdir()):
+            item = entry(child)
+            found.append(item)
+            if recursive and item.type == "dir":
+                pending.append(child)
+    return found[:FS_LIST_LIMIT]
+
+
+def read_at_most(path: Path, size: int) -> bytes:
+    with path.open("rb") as file:
+        return file.read(size)

@@ -1,0 +1,520 @@
+"""The runner: one Jupyter kernel, driven by the host's requests (executor/wire/)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+from executor import wire
+from runner.client import CappedClient, NoKey, StderrTail
+from runner.files import DATA_DIR, files_op, read_at_most, snapshot
+from runner.kernel_scripts import (
+    DATA_OFF,
+    IOPUB_GRACE_S,
+    KERNEL_REAP,
+    KERNEL_SETUP,
+    PREVIEW_SCRIPT,
+    RESTORE_CODE,
+    SNAPSHOT_CODE,
+    WARM_LIMIT_S,
+    WARM_MARK,
+    WARM_POLL_S,
+    WITH_DATA_OFF,
+)
+from runner.system import (
+    ignore,
+    is_stopped,
+    kernel_exit_code,
+    limit_file_size,
+    make_unreadable,
+    oom_kills,
+    pids,
+    preload_modules,
+    prepare_writable_dirs,
+    processes,
+    stdin_reader,
+    stopped,
+)
+
+PREVIEW_TIMEOUT_S = 30
+WORKSPACE_TIMEOUT_S = 120
+STDERR_TAIL_BYTES = 16 * 1024
+STDERR_REPORT_CHARS = 4000
+NOTICE_LIMIT = 20
+STOP_WAIT_S = 5.0
+PR_SET_DUMPABLE = 4
+REAP_INTERVAL_S = 1.0
+KILL_ROUNDS = 200
+
+
+class Runner:
+    def __init__(self, out: Any, stderr: StderrTail) -> None:
+        self.out = out
+        self.stderr = stderr
+        self.nb = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
+        self.nb.metadata["kernelspec"] = {
+            "name": "python3",
+            "display_name": "Python 3",
+            "language": "python",
+        }
+        self.client = CappedClient(
+            self.nb,
+            self.emit,
+            timeout=None,
+            allow_errors=False,
+            kernel_name="python3",
+            record_timing=True,
+            iopub_timeout=IOPUB_GRACE_S,
+            shutdown_kernel="immediate",
+        )
+        self.running: asyncio.Task[None] | None = None
+        self.side_tasks: set[asyncio.Task[None]] = set()
+        self.helpers: set[int] = set()
+        """Processes the runner itself started (previews), which it waits for itself."""
+        self.sealer: wire.Sealer | None = None
+        self.opener: wire.Opener | None = None
+        """The key's numbering each way, once the host's hello gave the key."""
+        self.session = ""
+        """Whose session the host said this sandbox holds, for it to find again later."""
+        self.notices = 0
+        self.kernel_turn = asyncio.Lock()
+        """Held while the kernel works for a request, and while it is put to rest after."""
+        self.frozen = False
+        self.warm = False
+        self.user_code_ran = False
+        """A run or a restore (the user's code) has run: from then on the kernel rests
+        between requests, whether or not the warm-up has finished."""
+        self.background = False
+        self.reap_in_kernel = False
+
+    def notice(self, message: str) -> None:
+        """A `log` event, a limited number of times: lines the user's code may write into the
+        runner's stdin (gVisor lets it) must not become a flood of events to the host."""
+        self.notices += 1
+        if self.notices <= NOTICE_LIMIT:
+            self.emit(wire.Log(message=message))
+
+    def emit(self, event: wire.Event) -> None:
+        if self.sealer is None:
+            raise RuntimeError("no event before the host's hello gave the key")
+        self.out.write(self.sealer.line(wire.encode(event)).decode())
+
+    def open_request(self, line: bytes) -> wire.Request | None:
+        """The request in a line the host sealed; None when it is not sealed, Malformed when
+        it is not a declared request."""
+        payload = self.opener.open(line) if self.opener is not None else None
+        return None if payload is None else wire.decode_request(payload)
+
+    async def start(self, reader: asyncio.StreamReader) -> None:
+        started = time.monotonic()
+        prepare_writable_dirs()
+        self.client.km = self.client.create_kernel_manager()
+        spec = self.client.km.kernel_spec
+        # `python -P -s -m ipykernel_launcher ...`: see DATA_OFF.
+        spec.argv = [spec.argv[0], "-P", "-s", *spec.argv[1:]]
+        await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
+        await self.client.async_start_new_kernel_client()
+        await self.client.kc.execute_interactive(
+            KERNEL_SETUP.replace("DATA_OFF", DATA_OFF)
+            .replace("WARM_MARK_PATH", repr(str(WARM_MARK)))
+            .replace("WARM_JOIN_S", str(WARM_LIMIT_S))
+            .replace("PRELOAD", repr(preload_modules())),
+            silent=True,
+            store_history=False,
+        )
+        ready = wire.Ready(
+            python=sys.version.split()[0],
+            startup_ms=round((time.monotonic() - started) * 1000),
+        )
+        # The host may attach only after the start (a Kubernetes Pod), so it speaks first.
+        key = wire.hello_key(await reader.readline())
+        if key is None:
+            raise NoKey("the host's first line was not a hello with a key: the runner stops")
+        self.sealer, self.opener = wire.Sealer(key), wire.Opener(key)
+        self.emit(ready)
+        self.stderr.stop_reporting()
+
+    async def run(self, request: wire.Run) -> None:
+        run_id = request.id
+        status = "ok"
+        exit_code: int | None = None
+        oom = False
+        oom_before = oom_kills()
+        before = snapshot()
+        self.client.run_id = run_id
+        self.client.text_limit = request.output_limit
+        self.client.rich_limit = request.rich_limit
+        self.client.rich_count_limit = request.rich_count_limit
+        self.client.reset_caps()
+        self.background = request.background
+        self.user_code_ran = True
+        async with self.kernel_awake():
+            for source in request.cells:
+                cell = nbformat.v4.new_code_cell(source)  # type: ignore[no-untyped-call]
+                self.nb.cells.append(cell)
+                index = len(self.nb.cells) - 1
+                try:
+                    await self.client.async_execute_cell(cell, index)
+                except CellExecutionError:
+                    status = "error"
+                    break
+                except DeadKernelError:
+                    status = "died"
+                    exit_code = await kernel_exit_code(self.client)
+                    oom = oom_kills() > oom_before
+                    break
+        after = snapshot()
+        changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
+        counts = [c.get("execution_count") for c in self.nb.cells if c.get("execution_count")]
+        self.emit(
+            wire.Done(
+                id=run_id,
+                status=status,
+                execution_count=counts[-1] if counts else None,
+                truncated=self.client.truncated,
+                dropped_results=self.client.dropped,
+                changed=tuple(changed),
+                exit_code=exit_code,
+                oom=oom,
+                notebook=self.nb if request.notebook else None,
+            )
+        )
+
+    def kernel_process(self) -> Any:
+        """The kernel's Popen, or None."""
+        provisioner = getattr(self.client.km, "provisioner", None)
+        return getattr(provisioner, "process", None)
+
+    def kernel_pid(self) -> int | None:
+        pid = getattr(self.kernel_process(), "pid", None)
+        return pid if isinstance(pid, int) else None
+
+    @contextlib.asynccontextmanager
+    async def kernel_awake(self) -> AsyncIterator[None]:
+        """The kernel runs for the duration of a request (a run, restore, snapshot, `env`),
+        and rests after it."""
+        async with self.kernel_turn:
+            await self.thaw()
+            try:
+                yield
+            finally:
+                await self.settle()
+
+    async def thaw(self) -> None:
+        process = self.kernel_process()
+        if self.frozen and process is not None:
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGCONT)
+        self.frozen = False
+        if self.reap_in_kernel:
+            self.reap_in_kernel = False
+            with contextlib.suppress(Exception):
+                await self.client.kc.execute_interactive(
+                    KERNEL_REAP, silent=True, store_history=False, timeout=5
+                )
+
+    async def settle(self) -> None:
+        """Between requests nothing may run, since nothing counts it: the kernel (every
+        thread of it) is stopped first, so that it cannot start anything more, and then
+        every other process is ended. Not where the host allows background work, nor while
+        the warm-up of a sandbox that no code has used yet goes on."""
+        if self.background or not (self.warm or self.user_code_ran):
+            return
+        process = self.kernel_process()
+        if not self.frozen and process is not None and process.poll() is None:
+            os.kill(process.pid, signal.SIGSTOP)
+            self.frozen = True
+            await stopped(process)
+        if await self.end_leftovers():
+            # The kernel's own children that were killed wait for it to reap them, which it
+            # does when it runs again.
+            self.reap_in_kernel = True
+            # An exit that orphans a process group with a stopped member makes the system
+            # send that group SIGHUP and SIGCONT (job control): the kernel ignores SIGHUP
+            # (KERNEL_SETUP), and is stopped again if it was continued.
+            if process is not None and process.poll() is None and not is_stopped(process.pid):
+                os.kill(process.pid, signal.SIGSTOP)
+                await stopped(process)
+
+    async def settle_when_warm(self) -> None:
+        """A new sandbox's kernel rests once its warm-up is done, unless a request uses it."""
+        self.warm = True
+        async with self.kernel_turn:
+            await self.settle()
+
+    async def end_leftovers(self) -> bool:
+        """End every process but the runner, the kernel and the runner's helpers: whatever
+        the run started (children, daemons, renamed or re-parented ones) is found in /proc
+        and killed, again until none is left, since some may fork in between. Whether any
+        was."""
+        kernel = self.kernel_pid()
+        keep = self.helpers | ({kernel} if kernel is not None else set())
+        # Most runs start no process: the names in /proc tell that without reading each
+        # one's state (every read is a system call, and those are dear under gVisor).
+        if pids() <= keep | {os.getpid()}:
+            return False
+        killed = False
+        for _ in range(KILL_ROUNDS):
+            # As init, one kill(-1) stops every other process at once, so a chain that forks
+            # and exits cannot outrun the scan below; the runner's helpers go on afterwards
+            # (the kernel stays stopped: see settle).
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGSTOP)
+            others = [pid for pid, state, _ in processes() if pid not in keep and state != "Z"]
+            for pid in self.helpers:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)
+            if not others:
+                break
+            killed = True
+            for pid in others:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            self.reap()
+            await asyncio.sleep(0.005)
+        self.reap()
+        return killed
+
+    def reap(self) -> None:
+        """Wait for orphans that ended: as init, every re-parented process is the runner's."""
+        kernel = self.kernel_pid()
+        if pids() <= self.helpers | {os.getpid(), kernel}:
+            return
+        for pid, state, parent in processes():
+            if parent == os.getpid() and state == "Z" and pid != kernel and pid not in self.helpers:
+                with contextlib.suppress(OSError):
+                    os.waitpid(pid, os.WNOHANG)
+
+    async def say_when_warm(self) -> None:
+        for _ in range(round(WARM_LIMIT_S / WARM_POLL_S)):
+            if WARM_MARK.exists():
+                break
+            await asyncio.sleep(WARM_POLL_S)
+        self.emit(wire.Warm())
+        await self.settle_when_warm()
+
+    async def reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_INTERVAL_S)
+            self.reap()
+
+    def export(self, request: wire.Export) -> None:
+        self.emit(wire.Exported(id=request.id, content=self.nb))
+
+    async def preview(self, request: wire.Preview) -> None:
+        paths = list(request.paths[:20])
+        previews: dict[str, str] = {}
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-I",
+                "-c",
+                PREVIEW_SCRIPT,
+                *paths,
+                cwd=str(DATA_DIR),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            self.helpers.add(process.pid)
+            output, _ = await asyncio.wait_for(process.communicate(), PREVIEW_TIMEOUT_S)
+            found = json.loads(output or b"{}")
+            previews = {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+        except (TimeoutError, ValueError, OSError) as exc:
+            previews = {path: f"{path}: no preview ({type(exc).__name__})" for path in paths}
+            with contextlib.suppress(ProcessLookupError, UnboundLocalError):
+                process.kill()
+                await process.wait()
+        finally:
+            with contextlib.suppress(UnboundLocalError):
+                self.helpers.discard(process.pid)
+        self.emit(wire.Previewed(id=request.id, previews=previews))
+
+    async def in_kernel(self, code: str, folder: Path) -> dict[str, Any]:
+        """Run one of the workspace scripts in the user's kernel; its report."""
+        script = WITH_DATA_OFF + code.replace("FOLDER", repr(str(folder)))
+        async with self.kernel_awake():
+            reply = await self.client.kc.execute_interactive(
+                script, silent=True, store_history=False, timeout=WORKSPACE_TIMEOUT_S
+            )
+        content = reply.get("content", {}) if isinstance(reply, dict) else {}
+        if content.get("status") != "ok":
+            raise RuntimeError(f"{content.get('ename', 'error')}: {content.get('evalue', '')}")
+        report = json.loads((folder / "report.json").read_text())
+        return report if isinstance(report, dict) else {}
+
+    async def snapshot(self, request: wire.Snapshot) -> None:
+        """The session's variables (pickled in the kernel) and the cells run so far."""
+        limit = request.max_bytes
+        event = wire.SnapshotTaken(id=request.id)
+        folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
+        try:
+            report = await self.in_kernel(SNAPSHOT_CODE.replace("LIMIT", str(limit)), folder)
+            variables = read_at_most(folder / "variables.pkl", limit + 1_000_000)
+            if len(variables) > limit + 500_000:
+                raise ValueError("the saved variables are larger than the cap")
+            event = wire.SnapshotTaken(
+                id=request.id,
+                variables=base64.b64encode(variables).decode(),
+                saved=tuple(str(name) for name in report.get("saved", [])),
+                skipped={str(k): str(v) for k, v in dict(report.get("skipped", {})).items()},
+                cells=tuple(str(cell.source) for cell in self.nb.cells)[-500:],
+            )
+        except Exception as exc:
+            event = wire.SnapshotTaken(id=request.id, error=problem(exc))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.emit(event)
+
+    async def restore(self, request: wire.Restore) -> None:
+        """Load saved variables into the kernel, and the cells run before into the notebook."""
+        event = wire.Restored(id=request.id)
+        folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
+        try:
+            (folder / "variables.pkl").write_bytes(base64.b64decode(request.variables))
+            self.user_code_ran = True  # loading a pickle may run any code
+            report = await self.in_kernel(RESTORE_CODE, folder)
+            event = wire.Restored(
+                id=request.id,
+                restored=tuple(str(name) for name in report.get("restored", [])),
+                failed={str(k): str(v) for k, v in dict(report.get("failed", {})).items()},
+            )
+            for source in request.cells[:500]:
+                self.nb.cells.append(nbformat.v4.new_code_cell(source))  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            event = wire.Restored(id=request.id, error=problem(exc))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.emit(event)
+
+    async def set_env(self, request: wire.Env) -> None:
+        """Set environment variables in the kernel (the host allowed their names)."""
+        values = dict(request.values)
+        # repr() makes a Python literal of the JSON text: the values cannot become code.
+        script = (
+            "import os as _o, json as _j\n"
+            f"_o.environ.update(_j.loads({json.dumps(values)!r}))\n"
+            "del _o, _j"
+        )
+        async with self.kernel_awake():
+            reply = await self.client.kc.execute_interactive(
+                script, silent=True, store_history=False, timeout=30
+            )
+        content = reply.get("content", {}) if isinstance(reply, dict) else {}
+        self.emit(wire.EnvSet(id=request.id, ok=content.get("status") == "ok"))
+
+    async def interrupt(self) -> None:
+        # A resting kernel runs nothing to interrupt; the signal would wait for it, and stop
+        # the next request's code instead.
+        if self.client.km is not None and not self.frozen:
+            await self.client.km.interrupt_kernel()
+
+    async def dispatch(self, request: wire.Request) -> None:
+        """Start (or do) what a request asks; the kernel's work goes one at a time."""
+        if isinstance(request, wire.Run):
+            if self.running is not None and not self.running.done():
+                self.notice("a run is already in progress")
+                return
+            self.running = asyncio.create_task(self.run(request))
+        elif isinstance(request, wire.Interrupt):
+            await self.interrupt()
+        elif isinstance(request, wire.Export):
+            if self.running is not None and not self.running.done():
+                await asyncio.wait([self.running])
+            self.export(request)
+        elif isinstance(request, wire.Preview):
+            self.side_tasks.add(task := asyncio.create_task(self.preview(request)))
+            task.add_done_callback(self.side_tasks.discard)
+        elif isinstance(request, wire.Snapshot):
+            self.running = asyncio.create_task(after(self.running, self.snapshot(request)))
+        elif isinstance(request, wire.Restore):
+            self.running = asyncio.create_task(after(self.running, self.restore(request)))
+        elif isinstance(request, wire.Env):
+            self.running = asyncio.create_task(after(self.running, self.set_env(request)))
+        elif isinstance(request, wire.Fs):
+            self.emit(files_op(request))
+        elif isinstance(request, wire.Claim):
+            self.session = request.session
+        elif isinstance(request, wire.Resume):
+            busy = self.running is not None and not self.running.done()
+            self.emit(wire.Resumed(nonce=request.nonce, session=self.session, busy=busy))
+
+    async def serve(self) -> None:
+        reader = await stdin_reader()
+        await self.start(reader)
+        reaper = asyncio.create_task(self.reap_loop())
+        warming = asyncio.create_task(self.say_when_warm())
+        while True:
+            line = await reader.readline()
+            if not line:
+                break
+            try:
+                request = self.open_request(line)
+            except wire.Malformed:
+                self.notice("malformed request ignored")
+                continue
+            if request is None:
+                self.notice("unsealed request ignored")
+                continue
+            if isinstance(request, wire.Shutdown):
+                break
+            await self.dispatch(request)
+        reaper.cancel()
+        warming.cancel()
+        if self.running is not None:
+            self.running.cancel()
+        process = self.kernel_process()
+        if self.frozen and process is not None:
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGCONT)
+        await self.client._async_cleanup_kernel()
+
+
+def problem(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+async def after(previous: asyncio.Task[None] | None, work: Any) -> None:
+    """Do `work` (a coroutine) once the kernel has finished what it was doing."""
+    if previous is not None and not previous.done():
+        await asyncio.wait([previous])
+    await work
+
+
+def main() -> None:
+    make_unreadable()
+    limit_file_size()
+    signal.signal(signal.SIGINT, ignore)
+    # Events go to a private copy of stdout; whatever else writes to descriptor 1 (the
+    # kernel's children inherit it) goes nowhere.
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    stderr = StderrTail()
+    try:
+        asyncio.run(Runner(out, stderr).serve())
+    except NoKey as exc:
+        stderr.report(f"{exc}\n")
+        raise SystemExit(2) from None
+    except BaseException:
+        stderr.report(traceback.format_exc())
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

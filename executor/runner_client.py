@@ -1,0 +1,155 @@
+"""The host's side of the runner protocol (executor/wire/), over any started sandbox.
+
+`RunnerClient` sends typed requests and reads typed events; everything that asks a runner
+something goes through it. A sandbox's `send`/`receive` carry the JSON objects; this
+client encodes and decodes them with the protocol's declarations, and skips events it
+does not know. A request that needs an answer gets a fresh id and waits for the answer
+that repeats it: None when the sandbox's output ended first, TimeoutError past the
+client's (or the call's) deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TypeVar
+
+from executor import wire
+from executor.protocol import Sandbox
+
+REQUEST_TIMEOUT_S = 60.0
+Answer = TypeVar("Answer", bound=wire.Event)
+
+
+def request_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class RunnerClient:
+    def __init__(self, sandbox: Sandbox, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.sandbox = sandbox
+        self.timeout_s = timeout_s
+
+    async def send(self, request: wire.Request) -> None:
+        await self.sandbox.send(wire.encode(request))
+
+    async def event(self) -> wire.Event | None:
+        """The runner's next declared event, or None once its output has ended."""
+        while (found := await self.sandbox.receive()) is not None:
+            event = wire.decode_event(found)
+            if event is not None:
+                return event
+        return None
+
+    async def ready(self) -> wire.Ready | None:
+        """The runner's `ready` (None: the sandbox's output ended first)."""
+        while (event := await self.event()) is not None:
+            if isinstance(event, wire.Ready):
+                return event
+        return None
+
+    async def warm(self) -> bool:
+        """After ready: whether the runner said its data stack is loaded before it stopped."""
+        while (event := await self.event()) is not None:
+            if isinstance(event, wire.Warm):
+                return True
+        return False
+
+    async def run(
+        self,
+        cells: Sequence[str],
+        *,
+        output_limit: int,
+        rich_limit: int,
+        rich_count_limit: int,
+        background: bool = False,
+        notebook: bool = False,
+        run_id: str = "",
+    ) -> str:
+        """Start a run; its id, for `run_events`. The id is long enough that it cannot be
+        guessed (the runner keeps it where the user's code cannot read it)."""
+        run_id = run_id or uuid.uuid4().hex
+        await self.send(
+            wire.Run(
+                id=run_id,
+                cells=tuple(cells),
+                output_limit=output_limit,
+                rich_limit=rich_limit,
+                rich_count_limit=rich_count_limit,
+                background=background,
+                notebook=notebook,
+            )
+        )
+        return run_id
+
+    async def run_events(self, run_id: str) -> AsyncIterator[wire.Output | wire.Done]:
+        """The run's outputs, then its `done`; ends early when the sandbox's output does."""
+        while (event := await self.event()) is not None:
+            if isinstance(event, wire.Output | wire.Done) and event.id == run_id:
+                yield event
+                if isinstance(event, wire.Done):
+                    return
+
+    async def until_done(self) -> bool:
+        """Wait for the end of whatever run is going on (False: the output ended first)."""
+        while (event := await self.event()) is not None:
+            if isinstance(event, wire.Done):
+                return True
+        return False
+
+    async def interrupt(self) -> None:
+        await self.send(wire.Interrupt())
+
+    async def claim(self, session: str) -> None:
+        await self.send(wire.Claim(session=session))
+
+    async def resume(self, nonce: str = "") -> wire.Resumed | None:
+        """Ask who holds the sandbox, as a host that attached again (the stream starts a new
+        numbering for it): the answer, once the runner's earlier chatter (`warm`) is past."""
+        nonce = nonce or uuid.uuid4().hex
+        await self.send(wire.Resume(nonce=nonce))
+        async with asyncio.timeout(self.timeout_s):
+            while (event := await self.event()) is not None:
+                if isinstance(event, wire.Resumed) and event.nonce == nonce:
+                    return event
+        return None
+
+    async def shutdown(self) -> None:
+        await self.send(wire.Shutdown())
+
+    async def export(self) -> wire.Exported | None:
+        return await self._ask(wire.Export(id=request_id()), wire.Exported)
+
+    async def preview(self, paths: Sequence[str]) -> wire.Previewed | None:
+        return await self._ask(wire.Preview(id=request_id(), paths=tuple(paths)), wire.Previewed)
+
+    async def snapshot(self, max_bytes: int, timeout_s: float = 0) -> wire.SnapshotTaken | None:
+        request = wire.Snapshot(id=request_id(), max_bytes=max_bytes)
+        return await self._ask(request, wire.SnapshotTaken, timeout_s)
+
+    async def restore(self, variables: str, cells: Sequence[str] = ()) -> wire.Restored | None:
+        request = wire.Restore(id=request_id(), variables=variables, cells=tuple(cells))
+        return await self._ask(request, wire.Restored)
+
+    async def fs(
+        self, action: wire.FsAction, path: str, to: str = "", recursive: bool = True
+    ) -> wire.FsDone | None:
+        request = wire.Fs(id=request_id(), action=action, path=path, to=to, recursive=recursive)
+        return await self._ask(request, wire.FsDone)
+
+    async def env(self, values: Mapping[str, str]) -> wire.EnvSet | None:
+        return await self._ask(wire.Env(id=request_id(), values=dict(values)), wire.EnvSet)
+
+    async def _ask(
+        self,
+        request: wire.Export | wire.Preview | wire.Snapshot | wire.Restore | wire.Fs | wire.Env,
+        answer: type[Answer],
+        timeout_s: float = 0,
+    ) -> Answer | None:
+        await self.send(request)
+        async with asyncio.timeout(timeout_s or self.timeout_s):
+            while (event := await self.event()) is not None:
+                if isinstance(event, answer) and getattr(event, "id", None) == request.id:
+                    return event
+        return None

@@ -1,0 +1,92 @@
+"""What the parts of session mode share: one live session's record, what a run may restore
+into it, the view of the session manager that the workspace and file parts use (their requests to
+the runner go through RunnerClient)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from executor.errors import InvalidInput
+from executor.limits import SandboxLimits
+from executor.pool import Lease
+from executor.session_news import Ended, Held
+from executor.workspace import Workspace
+
+
+class Restore(enum.Enum):
+    """What a run (or /restore) may bring back of a saved workspace into a new session.
+
+    Loading pickled variables runs code (unpickling calls what `__reduce__` names), so it
+    is for the caller to allow, by the same rule as a run: files alone run nothing."""
+
+    VARIABLES = "variables"
+    """Files, then the variables."""
+    FILES = "files"
+    """Files only: a run then goes on without the variables, which are not loaded later."""
+
+
+@dataclass(eq=False, slots=True)
+class Live:
+    lease: Lease
+    created: float
+    last_used: float
+    saved: Workspace | None = None
+    """The saved workspace the session started with, while its variables are not loaded."""
+    files_back: bool = False
+    restored: Held | None = None
+    """Why nothing more may be restored into this session (None while something may)."""
+    ran: bool = False
+    """Code ran in it (its variables are its own, not the saved ones)."""
+
+
+Found = tuple[Live, Ended | None]
+"""A key's session, and why its previous one ended when it is new."""
+
+
+class LiveSessions(Protocol):
+    """The session manager, as the workspace and file parts of a session see it."""
+
+    def lock(self, key: str) -> asyncio.Lock:
+        """Held while anything runs in or changes the key's session."""
+
+    def live(self, key: str) -> Live | None:
+        """The key's session, None when it has none."""
+
+    async def open(self, key: str) -> Live:
+        """The key's session, started when it has none (its lock held)."""
+
+
+def run_limits(base: SandboxLimits, overrides: Mapping[str, Any]) -> SandboxLimits:
+    """The limits of one session run: only per-run ones may differ from the session's."""
+    limits = dataclasses.replace(base, **overrides) if overrides else base
+    if limits.container_spec() != base.container_spec():
+        raise InvalidInput(
+            "a session run can change only per-run limits (time, output); container limits "
+            "(memory, CPU, runtime, network, sizes) are set for the executor"
+        )
+    return limits
+
+
+async def unless_stopped(waiting: Coroutine[Any, Any, Found], stop: asyncio.Event) -> Found | None:
+    """The session `waiting` gets, or None (and no session started) once `stop` is set."""
+    if stop.is_set():
+        waiting.close()
+        return None
+    getting = asyncio.ensure_future(waiting)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if getting.done():
+        return getting.result()
+    getting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await getting
+    return None

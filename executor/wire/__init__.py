@@ -1,0 +1,161 @@
+"""The runner protocol: every message the host and a sandbox's runner exchange, declared once.
+
+This docstring is the contract between the two sides. The host's `RunnerClient`
+(executor/runner_client.py), the backends' streams (executor/stdio.py) and `FakeBackend`
+use it on the host; the runner (environments/jupyter/runner/) imports the same files inside
+the sandbox image, which is why they import nothing but the standard library. Modules:
+`messages` (the declarations), `sealing`, `codec` (encoding, and decoding with junk handled).
+
+Transport
+    JSON lines over the sandbox's attached stdin (host to runner) and stdout (runner to
+    host), one message per line, UTF-8. Nothing else reaches the host: the runner keeps its
+    own and the kernel's stderr as a short tail of its own.
+
+Handshake and sealing
+    The host chooses a 32-byte key per sandbox. Its first line on stdin, before any user
+    code exists, is unsealed: `{"op": "hello", "key": "<64 hex digits>"}` (`hello_line`).
+    A runner whose first line is anything else exits without starting. The key never
+    travels on stdout, which an engine may keep.
+    Every later line, both ways, is sealed (`seal`): `<hmac-sha256 hex> <seq> <json>`, the
+    MAC taken under the key over `"<seq> <json>"`, with `seq` (at most 20 digits) rising in
+    each direction on its own. A line whose MAC is wrong, or whose number is not above the
+    last one accepted, is not the other side's: it is ignored (`unseal`), so nothing the
+    user's code writes into the runner's pipes, or replays from them, counts.
+
+Requests (host to runner), in `REQUESTS`:
+    Run        run cells in order, stopping at the first error; answered by `Output`s, then
+               `Done`. One at a time: a second while one runs is ignored (with a `Log`).
+    Interrupt  SIGINT to the kernel while it works (a resting kernel gets none). No answer.
+    Export     the session's notebook as nbformat 4 JSON; answered by `Exported` once a run
+               in progress has ended.
+    Preview    schema previews of tabular files, read in a separate process; `Previewed`.
+    Snapshot   the kernel's variables, pickled; `SnapshotTaken`.
+    Restore    load pickled variables (and the cells they came from); `Restored`.
+    Fs         a file operation in /mnt/data (list, info, make_dir, remove, rename), links
+               never followed; `FsDone`.
+    Env        set environment variables in the kernel; `EnvSet`.
+    Claim      remember whose session the sandbox holds. No answer.
+    Resume     a host that attached again asks who holds the sandbox; `Resumed`.
+    Shutdown   stop the kernel and exit.
+    Requests that need an answer carry an `id`, which the answer repeats; the host makes it
+    long enough that the user's code cannot guess it. Snapshot, Restore and Env wait for the
+    kernel's work before them (a run, another of them); Fs, Preview, Claim and Resume are
+    answered at once, while a run goes on.
+
+Events (runner to host), in `EVENTS`:
+    Ready first (the kernel started), Warm once the data stack is loaded, Log for a notice
+    (at most a few per sandbox), and the answers above.
+
+Attaching again
+    A host that attaches to a running sandbox later (a Kubernetes Pod, after the bot
+    restarted, derives the key again) knows the key but not the numbers: it seals its
+    `Resume` with a number above any used before (a clock in nanoseconds) and a fresh nonce,
+    and takes the sealed `Resumed` repeating that nonce as the start of the runner's
+    numbering; nothing before it counts.
+
+Junk
+    Each side decodes here and nowhere else. On the runner, a line that is not sealed is
+    ignored, and one that is sealed but is not a declared request (`Malformed`: not JSON, an
+    unknown `op`, a field of the wrong type) is ignored too; either way the runner says so in
+    a `Log`, a limited number of times, and goes on. On the host, an unsealed line is counted
+    and dropped by the stream, and `decode_event` turns an unknown or malformed event into
+    None, which the client skips; fields are read within bounds, never trusted as given.
+"""
+
+from executor.wire.codec import decode_event, decode_request, encode
+from executor.wire.messages import (
+    EVENTS,
+    FS_ACTIONS,
+    MAX_LIST,
+    REQUEST_KINDS,
+    REQUESTS,
+    Claim,
+    Done,
+    Entry,
+    Env,
+    EnvSet,
+    Event,
+    Export,
+    Exported,
+    Fs,
+    FsAction,
+    FsDone,
+    Interrupt,
+    Log,
+    Malformed,
+    Output,
+    Preview,
+    Previewed,
+    Ready,
+    Request,
+    Restore,
+    Restored,
+    Resume,
+    Resumed,
+    Run,
+    Shutdown,
+    Snapshot,
+    SnapshotTaken,
+    Warm,
+)
+from executor.wire.sealing import (
+    KEY_BYTES,
+    MAX_SEQ_DIGITS,
+    Opener,
+    Sealer,
+    dumps,
+    hello_key,
+    hello_line,
+    loads,
+    seal,
+    unseal,
+)
+
+__all__ = [
+    "EVENTS",
+    "FS_ACTIONS",
+    "KEY_BYTES",
+    "MAX_LIST",
+    "MAX_SEQ_DIGITS",
+    "REQUESTS",
+    "REQUEST_KINDS",
+    "Claim",
+    "Done",
+    "Entry",
+    "Env",
+    "EnvSet",
+    "Event",
+    "Export",
+    "Exported",
+    "Fs",
+    "FsAction",
+    "FsDone",
+    "Interrupt",
+    "Log",
+    "Malformed",
+    "Opener",
+    "Output",
+    "Preview",
+    "Previewed",
+    "Ready",
+    "Request",
+    "Restore",
+    "Restored",
+    "Resume",
+    "Resumed",
+    "Run",
+    "Sealer",
+    "Shutdown",
+    "Snapshot",
+    "SnapshotTaken",
+    "Warm",
+    "decode_event",
+    "decode_request",
+    "dumps",
+    "encode",
+    "hello_key",
+    "hello_line",
+    "loads",
+    "seal",
+    "unseal",
+]

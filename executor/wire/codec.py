@@ -1,0 +1,275 @@
+"""Encoding and decoding: a message to the JSON object on the line, and back, with unknown
+and malformed messages handled here (see the package docstring's "Junk")."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from executor.wire.messages import (
+    EVENTS,
+    FS_ACTIONS,
+    MAX_LIST,
+    REQUEST_KINDS,
+    REQUESTS,
+    Claim,
+    Done,
+    Entry,
+    Env,
+    EnvSet,
+    Event,
+    Export,
+    Exported,
+    Fs,
+    FsDone,
+    Log,
+    Malformed,
+    Output,
+    Preview,
+    Previewed,
+    Ready,
+    Request,
+    Restore,
+    Restored,
+    Resume,
+    Resumed,
+    Run,
+    Snapshot,
+    SnapshotTaken,
+    Warm,
+)
+from executor.wire.sealing import loads
+
+
+def encode(message: Request | Event) -> dict[str, Any]:
+    """A message as the JSON object that goes on the line: its kind first, fields left at
+    None omitted."""
+    body: dict[str, Any] = (
+        {"op": message.op} if isinstance(message, REQUEST_KINDS) else {"type": message.type}
+    )
+    for item in fields(message):
+        value = getattr(message, item.name)
+        if value is None:
+            continue
+        if isinstance(value, tuple):
+            value = [_plain(v) for v in value]
+        elif isinstance(value, Entry):
+            value = _plain(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        body[item.name] = value
+    return body
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Entry):
+        return {
+            "path": value.path,
+            "type": value.type,
+            "size": value.size,
+            "modified": value.modified,
+        }
+    return value
+
+
+def decode_request(payload: bytes) -> Request:
+    """The request in an opened line; Malformed when it is not a declared one."""
+    found = loads(payload)
+    if found is None:
+        raise Malformed("not a JSON object")
+    kind = REQUESTS.get(str(found.get("op")))
+    if kind is None:
+        raise Malformed(f"unknown request {str(found.get('op'))[:40]!r}")
+    read = _Reader(found)
+    if kind is Run:
+        return Run(
+            id=read.text("id"),
+            cells=read.texts("cells"),
+            output_limit=read.number("output_limit", 1_000_000),
+            rich_limit=read.number("rich_limit", 20_000_000),
+            rich_count_limit=read.number("rich_count_limit", 100),
+            background=read.flag("background"),
+            notebook=read.flag("notebook"),
+        )
+    if kind is Export:
+        return Export(id=read.text("id"))
+    if kind is Preview:
+        return Preview(id=read.text("id"), paths=read.texts("paths"))
+    if kind is Snapshot:
+        return Snapshot(id=read.text("id"), max_bytes=read.number("max_bytes", 32_000_000))
+    if kind is Restore:
+        return Restore(
+            id=read.text("id"), variables=read.text("variables"), cells=read.texts("cells")
+        )
+    if kind is Fs:
+        action = read.text("action")
+        if action not in FS_ACTIONS:
+            raise Malformed(f"unknown file action {action[:40]!r}")
+        return Fs(
+            id=read.text("id"),
+            action=action,
+            path=read.text("path"),
+            to=read.text("to"),
+            recursive=read.flag("recursive", True),
+        )
+    if kind is Env:
+        return Env(id=read.text("id"), values=read.text_map("values"))
+    if kind is Claim:
+        return Claim(session=read.text("session")[:1000])
+    if kind is Resume:
+        return Resume(nonce=read.text("nonce")[:100])
+    return kind()  # type: ignore[call-arg]  # Interrupt and Shutdown have no fields
+
+
+def decode_event(message: Mapping[str, Any]) -> Event | None:
+    """The event in an opened line's JSON object; None when it is not a declared one (the
+    host skips it). Every field is read within bounds."""
+    kind = EVENTS.get(str(message.get("type")))
+    if kind is None:
+        return None
+    read = _Reader(message, lenient=True)
+    try:
+        return _event(kind, read)
+    except Malformed:
+        return None
+
+
+def _event(kind: type[Event], read: _Reader) -> Event:
+    if kind is Ready:
+        return Ready(
+            python=read.text("python")[:100], startup_ms=max(read.number("startup_ms", 0), 0)
+        )
+    if kind is Warm:
+        return Warm()
+    if kind is Log:
+        return Log(message=read.text("message")[:1000])
+    if kind is Output:
+        return Output(
+            id=read.text("id"), cell=read.number("cell", 0), output=read.mapping("output")
+        )
+    if kind is Done:
+        count = read.optional_number("execution_count")
+        notebook = read.raw.get("notebook")
+        return Done(
+            id=read.text("id"),
+            status=read.text("status", "lost"),
+            execution_count=count if count is not None and count > 0 else None,
+            truncated=read.flag("truncated"),
+            dropped_results=min(max(read.number("dropped_results", 0), 0), 10**9),
+            changed=read.texts("changed")[:MAX_LIST],
+            exit_code=read.optional_number("exit_code"),
+            oom=read.flag("oom"),
+            notebook=notebook if isinstance(notebook, Mapping) else None,
+        )
+    if kind is Exported:
+        return Exported(
+            id=read.text("id"), content=read.mapping("content"), format=read.text("format", "ipynb")
+        )
+    if kind is Previewed:
+        return Previewed(id=read.text("id"), previews=read.text_map("previews"))
+    if kind is Resumed:
+        return Resumed(
+            nonce=read.text("nonce"), session=read.text("session"), busy=read.flag("busy")
+        )
+    if kind is SnapshotTaken:
+        return SnapshotTaken(
+            id=read.text("id"),
+            variables=read.text("variables"),
+            saved=read.texts("saved"),
+            skipped=read.text_map("skipped"),
+            cells=read.texts("cells"),
+            error=read.optional_text("error"),
+        )
+    if kind is Restored:
+        return Restored(
+            id=read.text("id"),
+            restored=read.texts("restored"),
+            failed=read.text_map("failed"),
+            error=read.optional_text("error"),
+        )
+    if kind is FsDone:
+        listed = read.raw.get("entries")
+        entries = None
+        if isinstance(listed, list):
+            entries = tuple(e for item in listed[:MAX_LIST] if (e := _entry(item)) is not None)
+        return FsDone(
+            id=read.text("id"),
+            entries=entries,
+            entry=_entry(read.raw.get("entry")),
+            ok=read.flag("ok"),
+            error=read.optional_text("error"),
+        )
+    return EnvSet(id=read.text("id"), ok=read.flag("ok"))
+
+
+def _entry(item: Any) -> Entry | None:
+    if not isinstance(item, Mapping) or item.get("type") not in ("file", "dir", "link"):
+        return None
+    size, modified = item.get("size"), item.get("modified")
+    return Entry(
+        path=str(item.get("path", "")),
+        type=item["type"],
+        size=size if isinstance(size, int) and size >= 0 else 0,
+        modified=float(modified) if isinstance(modified, int | float) else 0.0,
+    )
+
+
+class _Reader:
+    """Fields of a decoded JSON object, by type. Strict (the runner reading requests): a
+    field of the wrong type is Malformed. Lenient (the host reading events): it reads as
+    absent, except where the field is the message itself (an Output's output)."""
+
+    def __init__(self, raw: Mapping[str, Any], lenient: bool = False) -> None:
+        self.raw = raw
+        self.lenient = lenient
+
+    def _get(self, name: str, kinds: type | tuple[type, ...], default: Any) -> Any:
+        value = self.raw.get(name, default)
+        if value is None or (isinstance(value, bool) and kinds is int):
+            return default
+        if isinstance(value, kinds):
+            return value
+        if self.lenient:
+            return default
+        raise Malformed(f"{name} is not {getattr(kinds, '__name__', kinds)}")
+
+    def text(self, name: str, default: str = "") -> str:
+        value = self._get(name, (str, int, float), default)
+        return str(value)
+
+    def optional_text(self, name: str) -> str | None:
+        value = self.raw.get(name)
+        return None if value is None else str(value)[:1000]
+
+    def number(self, name: str, default: int) -> int:
+        return int(self._get(name, int, default))
+
+    def optional_number(self, name: str) -> int | None:
+        value = self.raw.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def flag(self, name: str, default: bool = False) -> bool:
+        return bool(self._get(name, (bool, int), default))
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        value = self._get(name, list, [])
+        return tuple(str(item) for item in value)
+
+    def mapping(self, name: str) -> Mapping[str, Any]:
+        value = self.raw.get(name)
+        if not isinstance(value, Mapping):
+            raise Malformed(f"{name} is not an object")
+        return value
+
+    def text_map(self, name: str) -> dict[str, str]:
+        value = self._get(name, dict, {})
+        return {str(k): str(v) for k, v in value.items()}
+
+
+def encode_request(request: Request) -> dict[str, Any]:
+    return encode(request)
+
+
+def encode_event(event: Event) -> dict[str, Any]:
+    return encode(event)

@@ -1,0 +1,275 @@
+"""The protocol's messages: requests (host to runner) and events (runner to host), as frozen
+dataclasses; a message's kind is its `op` (requests) or `type` (events)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+MAX_LIST = 20_000
+"""The most items of a list in an event that the host reads (changed paths, entries)."""
+
+FsAction = Literal["list", "info", "make_dir", "remove", "rename"]
+FS_ACTIONS: tuple[FsAction, ...] = ("list", "info", "make_dir", "remove", "rename")
+
+
+class Malformed(ValueError):
+    """A line that is not a message this module declares, or not as declared."""
+
+
+# -- requests --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    op: ClassVar[str] = "run"
+    id: str
+    cells: tuple[str, ...]
+    output_limit: int = 1_000_000
+    rich_limit: int = 20_000_000
+    rich_count_limit: int = 100
+    background: bool = False
+    notebook: bool = False
+    """Whether `Done` carries the notebook."""
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    op: ClassVar[str] = "interrupt"
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    op: ClassVar[str] = "export"
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    op: ClassVar[str] = "preview"
+    id: str
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    op: ClassVar[str] = "snapshot"
+    id: str
+    max_bytes: int = 32_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    op: ClassVar[str] = "restore"
+    id: str
+    variables: str
+    """A snapshot's `variables` (base64)."""
+    cells: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Fs:
+    op: ClassVar[str] = "fs"
+    id: str
+    action: FsAction
+    path: str
+    to: str = ""
+    recursive: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    op: ClassVar[str] = "env"
+    id: str
+    values: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    op: ClassVar[str] = "claim"
+    session: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    op: ClassVar[str] = "resume"
+    nonce: str
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    op: ClassVar[str] = "shutdown"
+
+
+Request = (
+    Run | Interrupt | Export | Preview | Snapshot | Restore | Fs | Env | Claim | Resume | Shutdown
+)
+REQUEST_KINDS = (
+    Run,
+    Interrupt,
+    Export,
+    Preview,
+    Snapshot,
+    Restore,
+    Fs,
+    Env,
+    Claim,
+    Resume,
+    Shutdown,
+)
+REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in REQUEST_KINDS}
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    type: ClassVar[str] = "ready"
+    python: str = ""
+    startup_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Warm:
+    type: ClassVar[str] = "warm"
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    type: ClassVar[str] = "log"
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    type: ClassVar[str] = "output"
+    id: str
+    cell: int
+    output: Mapping[str, Any]
+    """One nbformat output."""
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    type: ClassVar[str] = "done"
+    id: str
+    status: str
+    """ok, error (a cell raised), died (the kernel)."""
+    execution_count: int | None = None
+    truncated: bool = False
+    dropped_results: int = 0
+    """Rich results not sent, past the run's count."""
+    changed: tuple[str, ...] = ()
+    """Files under /mnt/data the run created or changed (what the runner saw)."""
+    exit_code: int | None = None
+    oom: bool = False
+    notebook: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Exported:
+    type: ClassVar[str] = "exported"
+    id: str
+    content: Mapping[str, Any]
+    format: str = "ipynb"
+
+
+@dataclass(frozen=True, slots=True)
+class Previewed:
+    type: ClassVar[str] = "previewed"
+    id: str
+    previews: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    type: ClassVar[str] = "resumed"
+    nonce: str
+    session: str = ""
+    busy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotTaken:
+    type: ClassVar[str] = "snapshot"
+    id: str
+    variables: str = ""
+    saved: tuple[str, ...] = ()
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    """Variables not saved, with why."""
+    cells: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    type: ClassVar[str] = "restored"
+    id: str
+    restored: tuple[str, ...] = ()
+    failed: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry under /mnt/data, as `Fs` lists it."""
+
+    path: str
+    type: Literal["file", "dir", "link"]
+    size: int = 0
+    modified: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FsDone:
+    type: ClassVar[str] = "fs"
+    id: str
+    entries: tuple[Entry, ...] | None = None
+    """list's answer."""
+    entry: Entry | None = None
+    """info's answer."""
+    ok: bool = False
+    """make_dir, remove or rename done."""
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSet:
+    type: ClassVar[str] = "env"
+    id: str
+    ok: bool = False
+
+
+Event = (
+    Ready
+    | Warm
+    | Log
+    | Output
+    | Done
+    | Exported
+    | Previewed
+    | Resumed
+    | SnapshotTaken
+    | Restored
+    | FsDone
+    | EnvSet
+)
+EVENTS: dict[str, type[Event]] = {
+    kind.type: kind
+    for kind in (
+        Ready,
+        Warm,
+        Log,
+        Output,
+        Done,
+        Exported,
+        Previewed,
+        Resumed,
+        SnapshotTaken,
+        Restored,
+        FsDone,
+        EnvSet,
+    )
+}

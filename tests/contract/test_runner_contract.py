@@ -1,0 +1,225 @@
+"""The runner protocol's contract (executor/wire/), run the same way against the fake, the
+Docker backend (runc, gVisor) and Kubernetes, so the fake cannot drift from the real runner:
+runs, interrupts, file operations, environment variables, export, previews, snapshots and
+restores, claims and resumes, and junk on the runner's input."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from executor import Executor, PoolSettings, SandboxLimits, wire
+from executor.archive import build_input_tar
+from executor.protocol import Sandbox, SandboxBackend
+from executor.runner_client import RunnerClient
+from tests.contract.conftest import ENV_NAME, started
+
+FILES = {"in/sales.csv": b"a,b\n1,2\n", "top.txt": b"top"}
+
+
+async def run(client: RunnerClient, cells: Sequence[str]) -> tuple[list[Any], wire.Done]:
+    """A run's outputs and its done."""
+    outputs: list[Any] = []
+    run_id = await client.run(cells, output_limit=10**6, rich_limit=10**7, rich_count_limit=100)
+    async with asyncio.timeout(120):
+        async for event in client.run_events(run_id):
+            if isinstance(event, wire.Done):
+                return outputs, event
+            outputs.append(event.output)
+    raise AssertionError("the sandbox ended before the run did")
+
+
+def text(outputs: list[Any]) -> str:
+    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+
+
+async def put(sandbox: Sandbox, limits: SandboxLimits) -> None:
+    await sandbox.put_files(build_input_tar(FILES, 10, 10**6, limits.uid, limits.gid, folders=True))
+
+
+async def test_a_run_streams_its_outputs_then_says_done(sandbox: Sandbox) -> None:
+    outputs, done = await run(RunnerClient(sandbox), ["print(6 * 7)"])
+    assert (text(outputs), done.status) == ("42\n", "ok")
+
+
+async def test_a_cell_that_raises_ends_the_run_there(sandbox: Sandbox) -> None:
+    outputs, done = await run(RunnerClient(sandbox), ["raise ValueError('no')", "print('never')"])
+    assert done.status == "error"
+    assert [o.get("ename") for o in outputs if o.get("output_type") == "error"] == ["ValueError"]
+    assert "never" not in text(outputs)
+
+
+async def test_interrupt_stops_a_cell_and_the_kernel_goes_on(sandbox: Sandbox) -> None:
+    client = RunnerClient(sandbox)
+    run_id = await client.run(
+        ["print('started', flush=True)\nimport time\ntime.sleep(600)"],
+        output_limit=10**6,
+        rich_limit=10**7,
+        rich_count_limit=100,
+    )
+    events = client.run_events(run_id)
+    async with asyncio.timeout(120):
+        first = await anext(events)
+        assert isinstance(first, wire.Output)
+        await client.interrupt()
+        rest = [event async for event in events]
+    done = rest[-1]
+    assert isinstance(done, wire.Done)
+    assert done.status == "error"
+    errors = [e.output.get("ename") for e in rest if isinstance(e, wire.Output)]
+    assert errors == ["KeyboardInterrupt"]
+    outputs, again = await run(client, ["print(6 * 7)"])
+    assert (text(outputs), again.status) == ("42\n", "ok")
+
+
+async def test_file_operations_in_mnt_data(sandbox: Sandbox, limits: SandboxLimits) -> None:
+    await put(sandbox, limits)
+    client = RunnerClient(sandbox)
+    listed = await client.fs("list", "")
+    assert listed is not None
+    assert listed.entries is not None
+    assert [(e.path, e.type) for e in listed.entries] == [
+        ("in", "dir"),
+        ("top.txt", "file"),
+        ("in/sales.csv", "file"),
+    ]
+    flat = await client.fs("list", "", recursive=False)
+    assert flat is not None
+    assert [e.path for e in flat.entries or ()] == ["in", "top.txt"]
+    info = await client.fs("info", "in/sales.csv")
+    assert info is not None
+    assert info.entry is not None
+    assert (info.entry.type, info.entry.size) == ("file", 8)
+    assert info.entry.modified > 0
+    missing = await client.fs("info", "missing.txt")
+    assert missing is not None
+    assert missing.entry is None
+    assert missing.error
+    made = await client.fs("make_dir", "out/charts")
+    assert made is not None
+    assert made.ok
+    moved = await client.fs("rename", "in/sales.csv", to="out/charts/sales.csv")
+    assert moved is not None
+    assert moved.ok
+    clash = await client.fs("rename", "top.txt", to="out/charts/sales.csv")
+    assert clash is not None
+    assert "already exists" in (clash.error or "")
+    outside = await client.fs("info", "../etc/passwd")
+    assert outside is not None
+    assert "leaves /mnt/data" in (outside.error or "")
+    for path in ("out", "top.txt"):
+        removed = await client.fs("remove", path)
+        assert removed is not None
+        assert removed.ok
+    left = await client.fs("list", "")
+    assert left is not None
+    assert [e.path for e in left.entries or ()] == ["in"]
+
+
+async def test_environment_variables_reach_the_kernel(sandbox: Sandbox) -> None:
+    client = RunnerClient(sandbox)
+    answer = await client.env({ENV_NAME: "teal"})
+    assert answer is not None
+    assert answer.ok
+    outputs, _ = await run(client, [f"import os\nprint(os.environ.get('{ENV_NAME}'))"])
+    assert text(outputs) == "teal\n"
+
+
+async def test_export_is_the_sessions_notebook(sandbox: Sandbox) -> None:
+    client = RunnerClient(sandbox)
+    await run(client, ["print(6 * 7)"])
+    exported = await client.export()
+    assert exported is not None
+    assert exported.format == "ipynb"
+    assert exported.content["nbformat"] == 4
+    assert [cell["source"] for cell in exported.content["cells"]] == ["print(6 * 7)"]
+
+
+async def test_previews_name_each_file_asked_for(sandbox: Sandbox, limits: SandboxLimits) -> None:
+    await put(sandbox, limits)
+    previewed = await RunnerClient(sandbox).preview(["in/sales.csv"])
+    assert previewed is not None
+    assert list(previewed.previews) == ["in/sales.csv"]
+    assert previewed.previews["in/sales.csv"].startswith("in/sales.csv:")
+
+
+async def test_a_snapshot_restores_into_another_sandbox(
+    sandbox: Sandbox, backend: SandboxBackend, limits: SandboxLimits
+) -> None:
+    client = RunnerClient(sandbox)
+    await run(client, ["x = 41"])
+    snapshot = await client.snapshot(10**7)
+    assert snapshot is not None
+    assert snapshot.error is None
+    assert "x" in snapshot.saved
+    assert snapshot.cells == ("x = 41",)
+    second = await started(backend, limits)
+    try:
+        other = RunnerClient(second)
+        restored = await other.restore(snapshot.variables, snapshot.cells)
+        assert restored is not None
+        assert restored.error is None
+        assert ("x" in restored.restored, dict(restored.failed)) == (True, {})
+        outputs, _ = await run(other, ["print(x + 1)"])
+        assert text(outputs) == "42\n"
+    finally:
+        await second.destroy()
+
+
+async def test_a_claimed_sandbox_answers_a_resume_and_goes_on(sandbox: Sandbox) -> None:
+    client = RunnerClient(sandbox)
+    await client.claim("contract-session")
+    resumed = await client.resume()
+    assert resumed is not None
+    assert (resumed.session, resumed.busy) == ("contract-session", False)
+    outputs, _ = await run(client, ["print(6 * 7)"])
+    assert text(outputs) == "42\n"
+
+
+async def test_junk_on_the_runners_input_is_ignored_and_said(sandbox: Sandbox) -> None:
+    await sandbox.send({"op": "bogus"})
+    await sandbox.send({"op": "run", "id": "j", "cells": "not a list"})
+    await sandbox._write(b"not sealed at all\n")  # type: ignore[attr-defined]
+    client = RunnerClient(sandbox)
+    run_id = await client.run(
+        ["print(6 * 7)"], output_limit=10**6, rich_limit=10**7, rich_count_limit=100
+    )
+    notices: list[str] = []
+    outputs: list[Any] = []
+    async with asyncio.timeout(120):
+        while (event := await client.event()) is not None:
+            if isinstance(event, wire.Log):
+                notices.append(event.message)
+            elif isinstance(event, wire.Output) and event.id == run_id:
+                outputs.append(event.output)
+            elif isinstance(event, wire.Done) and event.id == run_id:
+                break
+    assert notices == [
+        "malformed request ignored",
+        "malformed request ignored",
+        "unsealed request ignored",
+    ]
+    assert text(outputs) == "42\n"
+
+
+async def test_a_sessions_file_and_environment_calls_answer(
+    backend: SandboxBackend, limits: SandboxLimits
+) -> None:
+    """What `Session` offers besides runs, on each backend (on the fake too)."""
+    async with Executor(
+        "contract", limits=limits, backend=backend, pool=PoolSettings(size=0)
+    ) as executor:
+        session = executor.session("contract")
+        await session.put_files(FILES)
+        listed = {(f.path, f.type) for f in await session.files()}
+        assert listed == {("in", "dir"), ("in/sales.csv", "file"), ("top.txt", "file")}
+        await session.make_dir("out")
+        await session.rename("top.txt", "out/top.txt")
+        info = await session.info("out/top.txt")
+        assert info is not None
+        assert info.size == 3
+        await session.remove("out")
+        assert await session.info("out") is None
+        await session.set_env({ENV_NAME: "teal"})
+        assert [f.path for f in await session.files()] == ["in", "in/sales.csv"]
