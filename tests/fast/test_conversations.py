@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.agent import Agent, UserMessage
+from bot.agent.history import History
 from bot.conversations import (
     AccessRules,
     Admission,
@@ -25,7 +26,6 @@ from bot.conversations.lines import Lines
 from bot.conversations.quotas import QuotaExceeded, Quotas, QuotaSettings
 from bot.conversations.service import FileListing
 from bot.events import Answer, ExecutionFinished, Failure, TurnEvent
-from bot.history import History
 from executor import Executor, PoolSettings, Status
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from storage.local import LocalStorage

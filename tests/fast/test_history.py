@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from bot.agent import Agent, UserMessage
+from bot.agent.tokens import Counter
 from bot.conversations.registry import Turn
 from bot.events import Answer, Failure, TurnEvent
-from bot.tokens import Counter
 from executor import Executor
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.agent_turns import final, turn

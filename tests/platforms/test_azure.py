@@ -13,10 +13,10 @@ import openai
 import pytest
 
 from bot.agent import Agent, AgentLimits
-from bot.doctor import _model as doctor_model_check
+from bot.agent.history import History
+from bot.agent.llm import build_client
 from bot.events import Answer, CodeStarted, Failure
-from bot.history import History
-from bot.llm import build_client
+from bot.ops.doctor import _model as doctor_model_check
 from bot.settings import ModelSettings, Settings
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout

@@ -12,8 +12,9 @@ from typing import Any, cast
 
 import pytest
 
-from bot.agent import Agent, Turn, UserMessage
+from bot.agent import Agent, UserMessage
 from bot.conversations import Conversations
+from bot.conversations.registry import Turn
 from bot.events import (
     Answer,
     ArtifactsPublished,
@@ -22,8 +23,8 @@ from bot.events import (
     OutputChunk,
     TurnEvent,
 )
-from bot.exec_output import MAX_NAME_BYTES, host_file_name, print_result, save_outputs
 from bot.logs import TextFormatter
+from bot.ops.exec_output import MAX_NAME_BYTES, host_file_name, print_result, save_outputs
 from bot.platforms.console import Console, Renderer
 from executor.models import (
     ExecutionError,

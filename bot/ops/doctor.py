@@ -15,12 +15,12 @@ import docker
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.cluster_enforcement import enforcement
-from bot.findings import Finding
-from bot.llm import build_client
+from bot.agent.llm import build_client
+from bot.agent.tokens import Counter
+from bot.ops.cluster_enforcement import enforcement
+from bot.ops.findings import Finding
+from bot.ops.storage_setup import build_storage
 from bot.settings import Settings
-from bot.storage_setup import build_storage
-from bot.tokens import Counter
 from executor import EngineUnavailable, ExecutorError
 from executor.docker_backend import connect
 from executor.kubernetes_backend import KubernetesBackend
@@ -64,7 +64,7 @@ async def _sandboxes(settings: Settings) -> list[Finding]:
 async def _kubernetes(settings: Settings) -> list[Finding]:
     """The cluster answers and lets the bot do what sandboxes need (access reviews); runc
     is allowed if chosen; the namespace enforces the `restricted` level, and what else the
-    cluster enforces there (bot/cluster_enforcement.py); and a sandbox Pod starts and gets
+    cluster enforces there (bot/ops/cluster_enforcement.py); and a sandbox Pod starts and gets
     ready, which proves the image, the RuntimeClass and the admission policy together."""
     backend = KubernetesBackend(settings.image, settings.kubernetes, instance=settings.instance)
     namespace = settings.kubernetes.namespace

@@ -16,16 +16,16 @@ from pathlib import Path
 import discord
 from slack_sdk.errors import SlackApiError
 
-from bot.demo import DEMO_CODE
-from bot.doctor import diagnose, report
-from bot.exec_output import print_result, save_outputs
-from bot.images import build_azurite_image, build_bot_image
 from bot.logs import setup_logging
+from bot.ops.demo import DEMO_CODE
+from bot.ops.doctor import diagnose, report
+from bot.ops.exec_output import print_result, save_outputs
+from bot.ops.images import build_azurite_image, build_bot_image
+from bot.ops.serve import NoPlatform, configured_platforms, serve
+from bot.ops.services import background, services
+from bot.ops.storage_setup import build_storage
 from bot.platforms.console import Console, is_terminal, run_interactive, run_piped
-from bot.serve import NoPlatform, configured_platforms, serve
-from bot.services import background, services
 from bot.settings import Settings, SettingsError, load_settings
-from bot.storage_setup import build_storage
 from dockerproxy.cli import main as docker_proxy_main
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect

@@ -12,15 +12,15 @@ from datetime import timedelta
 from aiohttp import web
 
 from bot.agent import Agent, AgentLimits
+from bot.agent.history import History
+from bot.agent.llm import build_client
 from bot.conversations import Conversations
 from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
-from bot.history import History
-from bot.http import Checks, create_app, start_server
-from bot.llm import build_client
 from bot.metrics import Metrics
+from bot.ops.http import Checks, create_app, start_server
+from bot.ops.storage_setup import build_storage, link_secret
 from bot.settings import Settings
-from bot.storage_setup import build_storage, link_secret
 from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings
 from storage.artifacts import ArtifactLimits

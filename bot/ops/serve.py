@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.health import Health
-from bot.services import Services, background, services
+from bot.ops.health import Health
+from bot.ops.services import Services, background, services
 from bot.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)

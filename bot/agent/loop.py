@@ -26,7 +26,12 @@ from typing import Any, Protocol
 import openai
 
 from bot import logs
-from bot.context import fit
+from bot.agent.context import fit
+from bot.agent.history import History
+from bot.agent.llm import Completions, EmptyReply, Reply, ToolCall
+from bot.agent.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
+from bot.agent.run_outputs import artifact_sources
+from bot.agent.tokens import Counter
 from bot.conversations.access import Refused
 from bot.conversations.approval import names_line
 from bot.conversations.registry import Turn
@@ -43,12 +48,7 @@ from bot.events import (
     TurnEvent,
 )
 from bot.fences import as_run, only_code
-from bot.history import History
-from bot.llm import Completions, EmptyReply, Reply, ToolCall
 from bot.metrics import Metrics
-from bot.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
-from bot.run_outputs import artifact_sources
-from bot.tokens import Counter
 from executor import ExecutionResult, Executor, ExecutorError, OutputEvent
 from executor.session import Restore
 from storage.artifacts import Artifact, ArtifactLimits, publish
