@@ -9,6 +9,6 @@ It knows nothing of chat platforms or of who may do what: the conversation layer
 (`bot.conversations`) admits a turn and hands it here.
 """
 
-from bot.agent.loop import Agent, AgentLimits, UserMessage, direct_code
+from bot.agent.loop import Agent, AgentLimits, UserMessage
 
-__all__ = ["Agent", "AgentLimits", "UserMessage", "direct_code"]
+__all__ = ["Agent", "AgentLimits", "UserMessage"]

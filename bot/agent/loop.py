@@ -47,7 +47,7 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
-from bot.fences import as_run, only_code
+from bot.fences import as_run, direct_code
 from bot.metrics import Metrics
 from executor import ExecutionResult, Executor, ExecutorError, OutputEvent
 from executor.session import Restore
@@ -431,17 +431,6 @@ class Agent:
             await _call(emit, Failure(why))
         else:
             await _call(emit, Answer(f"{reply.content}\n\n({note})".strip()))
-
-
-def direct_code(text: str) -> str | None:
-    """The code of a message that is only a fenced code block, or `/run ...`, as it runs
-    (`as_run`); else None."""
-    stripped = text.strip()
-    if stripped.startswith("/run"):
-        code = stripped.removeprefix("/run").strip() or None
-    else:
-        code = only_code(stripped)
-    return None if code is None else as_run(code)
 
 
 def _user_content(text: str, files: list[str], previews: dict[str, str]) -> str:

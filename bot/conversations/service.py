@@ -42,7 +42,7 @@ from bot.conversations.quotas import Quotas
 from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Turn, Turns
 from bot.conversations.reply import Reply
 from bot.events import ExecutionFinished, TurnEvent
-from bot.fences import as_run
+from bot.fences import as_run, direct_code
 from bot.workspaces import workspace_person
 
 if TYPE_CHECKING:
@@ -229,8 +229,6 @@ class Conversations:
 
     def _direct_run_allowed(self, key: ConversationKey, text: str) -> None:
         """Direct runs are their author's own decision, except where no code may run."""
-        from bot.agent import direct_code  # the agent imports this package
-
         if self.policies is None or direct_code(text) is None:
             return
         if self.policies.mode(key) == "off":
