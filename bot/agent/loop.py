@@ -32,9 +32,9 @@ from bot.agent.llm import Completions, EmptyReply, Reply, ToolCall
 from bot.agent.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
 from bot.agent.run_outputs import artifact_sources
 from bot.agent.tokens import Counter
-from bot.conversations.access import Refused
 from bot.conversations.approval import names_line
 from bot.conversations.registry import Turn
+from bot.errors import Refused
 from bot.events import (
     Answer,
     AnswerDelta,

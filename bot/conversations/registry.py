@@ -13,19 +13,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.conversations.access import Refused
 from bot.conversations.approval import Decision, Verdict
+from bot.errors import Draining
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_NOTICE = "Cellmate is restarting, so this turn was stopped. Please ask again in a minute."
-
-
-class Draining(Refused):
-    """The process is shutting down and takes no new turns."""
-
-    def __init__(self) -> None:
-        super().__init__("Cellmate is restarting and takes no new requests; try again in a minute.")
 
 
 @dataclass(slots=True)

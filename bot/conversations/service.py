@@ -16,12 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot.conversations.access import (
-    NOT_HERE,
-    NOT_YOURS,
     AccessRules,
     Participants,
     Place,
-    Refused,
     Seen,
     allowed,
 )
@@ -39,8 +36,9 @@ from bot.conversations.keys import ConversationKey
 from bot.conversations.lines import Lines
 from bot.conversations.policy import Effective, Mode, Policies, Scope
 from bot.conversations.quotas import Quotas
-from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Turn, Turns
+from bot.conversations.registry import SHUTDOWN_NOTICE, RerunSpec, Turn, Turns
 from bot.conversations.reply import Reply
+from bot.errors import NOT_HERE, Draining, NotHere, NotYours, Refused
 from bot.events import ExecutionFinished, TurnEvent
 from bot.fences import as_run, direct_code
 from bot.workspaces import workspace_person
@@ -65,20 +63,6 @@ MEANING: dict[Mode, str] = {
     "approve": "code the model writes waits for a person to press Run, Edit or Cancel.",
     "off": "no code runs; the model answers without it, and /run is refused.",
 }
-
-
-class NotHere(Refused):
-    """The place or person is not on the front end's allowlist."""
-
-    def __init__(self) -> None:
-        super().__init__(NOT_HERE)
-
-
-class NotYours(Refused):
-    """The person may not act on that conversation."""
-
-    def __init__(self) -> None:
-        super().__init__(NOT_YOURS)
 
 
 @dataclass(frozen=True, slots=True)

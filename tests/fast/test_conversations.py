@@ -23,8 +23,9 @@ from bot.conversations import (
     Refused,
 )
 from bot.conversations.lines import Lines
-from bot.conversations.quotas import QuotaExceeded, Quotas, QuotaSettings
+from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.conversations.service import FileListing
+from bot.errors import QuotaExceeded
 from bot.events import Answer, ExecutionFinished, Failure, TurnEvent
 from executor import Executor, PoolSettings, Status
 from executor.fake_backend import FakeBackend, FakeRun, stdout

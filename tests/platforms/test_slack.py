@@ -17,7 +17,7 @@ from aiohttp import web
 
 from bot.agent import Agent
 from bot.conversations import Conversations
-from bot.conversations.access import NOT_YOURS
+from bot.errors import NOT_YOURS
 from bot.ops.http import start_server
 from bot.platforms.on_slack import (
     EVENTS_PATH,

@@ -9,7 +9,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot.conversations.quotas import DAY, HOUR, QuotaExceeded, Quotas, QuotaSettings
+from bot.conversations.quotas import DAY, HOUR, Quotas, QuotaSettings
+from bot.errors import QuotaExceeded
 from bot.logs import ContextFilter, JsonFormatter, RedactFilter, conversation_id, run_id
 from bot.metrics import Metrics
 from bot.ops.http import create_app, start_server

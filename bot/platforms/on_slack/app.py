@@ -30,10 +30,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent import UserMessage
 from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
-from bot.conversations.access import NOT_HERE, AccessRules, Place
+from bot.conversations.access import AccessRules, Place
 from bot.conversations.approval import Verdict
 from bot.conversations.policy import Scope, parse_mode
 from bot.conversations.presence import Expiring, Presence
+from bot.errors import NOT_HERE
 from bot.fences import direct_code
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack import approval
