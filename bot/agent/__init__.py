@@ -10,5 +10,6 @@ It knows nothing of chat platforms or of who may do what: the conversation layer
 """
 
 from bot.agent.loop import Agent, AgentLimits, UserMessage
+from bot.agent.turn import Turn
 
-__all__ = ["Agent", "AgentLimits", "UserMessage"]
+__all__ = ["Agent", "AgentLimits", "Turn", "UserMessage"]

@@ -32,8 +32,7 @@ from bot.agent.llm import Completions, EmptyReply, Reply, ToolCall
 from bot.agent.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
 from bot.agent.run_outputs import artifact_sources
 from bot.agent.tokens import Counter
-from bot.conversations.approval import names_line
-from bot.conversations.registry import Turn
+from bot.agent.turn import Turn
 from bot.errors import Refused
 from bot.events import (
     Answer,
@@ -49,6 +48,7 @@ from bot.events import (
 )
 from bot.fences import as_run, direct_code
 from bot.metrics import Metrics
+from bot.text import names_line
 from executor import ExecutionResult, Executor, ExecutorError, OutputEvent
 from executor.session import Restore
 from storage.artifacts import Artifact, ArtifactLimits, publish

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bot.agent.turn import Turn
 from bot.conversations.access import (
     AccessRules,
     Participants,
@@ -36,7 +37,7 @@ from bot.conversations.keys import ConversationKey
 from bot.conversations.lines import Lines
 from bot.conversations.policy import Effective, Mode, Policies, Scope
 from bot.conversations.quotas import Quotas
-from bot.conversations.registry import SHUTDOWN_NOTICE, RerunSpec, Turn, Turns
+from bot.conversations.registry import SHUTDOWN_NOTICE, RerunSpec, Turns
 from bot.conversations.reply import Reply
 from bot.errors import NOT_HERE, Draining, NotHere, NotYours, Refused
 from bot.events import ExecutionFinished, TurnEvent

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from bot.agent import Agent, UserMessage
+from bot.agent import Agent, Turn, UserMessage
 from bot.agent.tokens import Counter
-from bot.conversations.registry import Turn
 from bot.events import Answer, Failure, TurnEvent
 from executor import Executor
 from executor.fake_backend import FakeBackend, FakeRun, stdout

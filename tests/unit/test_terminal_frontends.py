@@ -12,9 +12,8 @@ from typing import Any, cast
 
 import pytest
 
-from bot.agent import Agent, UserMessage
+from bot.agent import Agent, Turn, UserMessage
 from bot.conversations import Conversations
-from bot.conversations.registry import Turn
 from bot.events import (
     Answer,
     ArtifactsPublished,
