@@ -15,10 +15,10 @@ import docker
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.llm import build_client
 from bot.agent.tokens import Counter
 from bot.ops.cluster_enforcement import enforcement
 from bot.ops.findings import Finding
+from bot.ops.model_setup import build_model_client
 from bot.ops.storage_setup import build_storage
 from bot.settings import Settings
 from executor import EngineUnavailable, ExecutorError
@@ -208,7 +208,7 @@ async def _storage(settings: Settings) -> list[Finding]:
 
 
 async def _model(settings: Settings) -> list[Finding]:
-    client = build_client(settings.model)
+    client = build_model_client(settings.model)
     if client is None:
         return [
             Finding(
