@@ -69,6 +69,27 @@ def connect(timeout: float = 120) -> docker.DockerClient:
     return client
 
 
+class RuntimeMissing(SandboxError):
+    """The engine has no runtime registered under the name the sandbox limits ask for."""
+
+    def __init__(self, runtime: str, registered: Collection[str]) -> None:
+        self.runtime = runtime
+        self.registered = list(registered)
+        super().__init__(
+            f"The Docker engine has no runtime {runtime!r} "
+            f"(it has: {', '.join(self.registered)}). "
+            "Install gVisor and register it as 'runsc' (scripts/ensure-docker.sh does), "
+            "or set CELLMATE_SANDBOX_RUNTIME=runc."
+        )
+
+
+def check_runtime(info: Mapping[str, Any], runtime: str) -> None:
+    """Raise RuntimeMissing unless the engine (its `info`) has `runtime` registered."""
+    registered = info.get("Runtimes", {})
+    if runtime not in registered:
+        raise RuntimeMissing(runtime, registered)
+
+
 class DockerSandbox:
     def __init__(
         self,
@@ -329,14 +350,7 @@ class DockerBackend:
                 raise ImageNotFound(
                     f"The sandbox image {self.image} is not built. Run `cellmate build-image`."
                 ) from exc
-            runtimes = client.info().get("Runtimes", {})
-            if runtime not in runtimes:
-                raise SandboxError(
-                    f"The Docker engine has no runtime {runtime!r} "
-                    f"(it has: {', '.join(runtimes)}). "
-                    "Install gVisor and register it as 'runsc' (scripts/ensure-docker.sh does), "
-                    "or set CELLMATE_SANDBOX_RUNTIME=runc."
-                )
+            check_runtime(client.info(), runtime)
 
         await asyncio.to_thread(inspect)
 

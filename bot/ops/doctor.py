@@ -22,7 +22,8 @@ from bot.ops.model_setup import build_model_client
 from bot.ops.storage_setup import build_storage
 from bot.settings import Settings
 from executor import EngineUnavailable, ExecutorError
-from executor.docker_backend import connect
+from executor.backends import build_backend
+from executor.docker_backend import RuntimeMissing, check_runtime, connect
 from executor.kubernetes_backend import KubernetesBackend
 
 TIMEOUT_S = 15.0
@@ -66,7 +67,9 @@ async def _kubernetes(settings: Settings) -> list[Finding]:
     is allowed if chosen; the namespace enforces the `restricted` level, and what else the
     cluster enforces there (bot/ops/cluster_enforcement.py); and a sandbox Pod starts and gets
     ready, which proves the image, the RuntimeClass and the admission policy together."""
-    backend = KubernetesBackend(settings.image, settings.kubernetes, instance=settings.instance)
+    backend = build_backend(
+        "kubernetes", settings.image, instance=settings.instance, kubernetes=settings.kubernetes
+    )
     namespace = settings.kubernetes.namespace
     try:
         try:
@@ -169,15 +172,16 @@ async def _docker(settings: Settings) -> list[Finding]:
                 )
             )
         runtime = settings.sandbox.runtime
-        runtimes = sorted(info.get("Runtimes", {}))
-        if runtime in runtimes:
+        try:
+            check_runtime(info, runtime)
             found.append(Finding("runtime", True, f"{runtime} is registered"))
-        else:
+        except RuntimeMissing as exc:
+            runtimes = ", ".join(sorted(exc.registered))
             found.append(
                 Finding(
                     "runtime",
                     False,
-                    f"{runtime} is not registered (the engine has {', '.join(runtimes)})",
+                    f"{runtime} is not registered (the engine has {runtimes})",
                     "install gVisor and register runsc (scripts/ensure-docker.sh does), or set "
                     "CELLMATE_SANDBOX_RUNTIME=runc",
                 )
