@@ -20,7 +20,8 @@ from docker.models.volumes import VolumeCollection
 
 from executor import Executor, SandboxLimits, Status, default_tag
 from executor.archive import build_input_tar
-from executor.docker_backend import DockerBackend, DockerSandbox
+from executor.docker_backend import DockerBackend
+from executor.docker_sandbox import DockerSandbox
 from executor.docker_specs import VolumeReplaced, check_volume, sandbox_specs
 from executor.errors import FreezeFailed
 from executor.notebook import output_caps
