@@ -10,14 +10,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
-import aiohttp
 import docker
-from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.tokens import Counter
 from bot.ops.cluster_enforcement import enforcement
 from bot.ops.findings import Finding
+from bot.ops.front_ends import PLATFORMS
 from bot.ops.model_setup import build_model_client
 from bot.ops.storage_setup import build_storage
 from bot.settings import Settings
@@ -27,7 +25,6 @@ from executor.docker_backend import RuntimeMissing, check_runtime, connect
 from executor.kubernetes_backend import KubernetesBackend
 
 TIMEOUT_S = 15.0
-DISCORD_API = "https://discord.com/api/v10"
 
 
 Check = Callable[[Settings], Awaitable[list[Finding]]]
@@ -35,11 +32,12 @@ Check = Callable[[Settings], Awaitable[list[Finding]]]
 
 async def diagnose(settings: Settings) -> list[Finding]:
     findings: list[Finding] = [Finding("settings", True, "loaded (.env and the environment)")]
-    for check in (_sandboxes, _storage, _model, _discord, _slack):
+    checks: list[tuple[str, Check]] = [("sandboxes", _sandboxes), ("storage", _storage)]
+    checks += [("model", _model), *((p.key, p.check) for p in PLATFORMS)]
+    for name, check in checks:
         try:
             findings += await asyncio.wait_for(check(settings), TIMEOUT_S)
         except TimeoutError:
-            name = check.__name__.strip("_")
             findings.append(Finding(name, False, f"no answer within {TIMEOUT_S:g} s"))
     return findings
 
@@ -250,77 +248,3 @@ def _history(settings: Settings) -> Finding:
         f"(CELLMATE_HISTORY_TOKENS), counted {counter.describe()}; older turns become a summary",
         required=False,
     )
-
-
-async def _discord(settings: Settings) -> list[Finding]:
-    chosen = settings.discord
-    if not chosen.configured:
-        return [Finding("discord", True, "not configured (DISCORD_TOKEN)", required=False)]
-    url = (chosen.api_url or DISCORD_API).rstrip("/") + "/users/@me"
-    headers = {"Authorization": f"Bot {chosen.token}"}
-    try:
-        async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as got:
-            body = await got.json(content_type=None) if got.status == 200 else {}
-            status = got.status
-    except (aiohttp.ClientError, ValueError) as exc:
-        return [Finding("discord", False, f"Discord cannot be reached ({exc})")]
-    if status == 401:
-        return [
-            Finding(
-                "discord",
-                False,
-                "Discord refused DISCORD_TOKEN",
-                "copy the token again from the Developer Portal (Bot > Reset Token)",
-            )
-        ]
-    if status != 200:
-        return [Finding("discord", False, f"Discord answered HTTP {status}")]
-    return [Finding("discord", True, f"the token works: bot {body.get('username', '?')}")]
-
-
-async def _slack(settings: Settings) -> list[Finding]:
-    chosen = settings.slack
-    if not chosen.configured:
-        return [Finding("slack", True, "not configured (SLACK_BOT_TOKEN)", required=False)]
-    base = chosen.api_url or AsyncWebClient.BASE_URL
-    found: list[Finding] = []
-    try:
-        identity = await AsyncWebClient(token=chosen.bot_token, base_url=base).auth_test()
-        found.append(
-            Finding(
-                "slack",
-                True,
-                f"the bot token works: {identity.get('user')} in {identity.get('team')}",
-            )
-        )
-    except SlackApiError as exc:
-        found.append(
-            Finding(
-                "slack",
-                False,
-                f"Slack refused SLACK_BOT_TOKEN ({exc.response.get('error')})",
-                "copy the Bot User OAuth Token (xoxb-...) from the app's OAuth & Permissions page",
-            )
-        )
-    except aiohttp.ClientError as exc:
-        found.append(Finding("slack", False, f"Slack cannot be reached ({exc})"))
-    problem = chosen.problem()
-    if problem:
-        found.append(Finding("slack mode", False, problem, "see the README's Slack section"))
-    elif chosen.connection == "socket":
-        try:
-            await AsyncWebClient(base_url=base).apps_connections_open(app_token=chosen.app_token)
-            found.append(Finding("slack mode", True, "Socket Mode: the app-level token works"))
-        except SlackApiError as exc:
-            found.append(
-                Finding(
-                    "slack mode",
-                    False,
-                    f"Slack refused SLACK_APP_TOKEN ({exc.response.get('error')})",
-                    "create an app-level token with connections:write (Basic Information)",
-                )
-            )
-    else:
-        where = f"http://{settings.http_host}:{settings.http_port}/slack/events"
-        found.append(Finding("slack mode", True, f"HTTP mode: requests are served at {where}"))
-    return found
