@@ -28,7 +28,8 @@ import docker
 from bot.settings import load_settings
 from bot.workspaces import StoredWorkspaces
 from executor import ExecutionResult, Executor, PoolSettings, SandboxLimits, Status
-from executor.docker_backend import INSTANCE_LABEL, connect
+from executor.docker_backend import connect
+from executor.docker_specs import INSTANCE_LABEL
 from executor.kubernetes_backend import KubernetesBackend
 from executor.protocol import SandboxBackend
 from executor.workspace import WorkspaceSettings

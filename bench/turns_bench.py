@@ -46,10 +46,10 @@ from aiohttp import web
 from bench.executor_bench import Figures, machine, percentile
 from bot.conversations import Conversations
 from bot.conversations.quotas import QuotaSettings
-from bot.http import start_server
+from bot.ops.http import start_server
+from bot.ops.services import services
 from bot.platforms.on_discord import build_client, run_discord
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
-from bot.services import services
 from bot.settings import (
     DiscordSettings,
     ModelSettings,

@@ -62,3 +62,14 @@ def _escaped(char: str) -> str:
     if point < 0x100:
         return f"\\x{point:02x}"
     return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"
+
+
+def direct_code(text: str) -> str | None:
+    """The code of a message that is only a fenced code block, or `/run ...`, as it runs
+    (`as_run`); else None."""
+    stripped = text.strip()
+    if stripped.startswith("/run"):
+        code = stripped.removeprefix("/run").strip() or None
+    else:
+        code = only_code(stripped)
+    return None if code is None else as_run(code)

@@ -23,9 +23,10 @@ from dotenv import dotenv_values
 
 from bot.conversations.policy import PolicySettings
 from bot.conversations.quotas import QuotaSettings
+from executor.backends import build_backend
 from executor.executor import PoolSettings
 from executor.image import default_tag
-from executor.kubernetes_backend import KubernetesBackend, KubernetesSettings
+from executor.kubernetes_backend import KubernetesSettings
 from executor.limits import SandboxLimits
 from executor.protocol import SandboxBackend
 from executor.workspace import WorkspaceSettings
@@ -286,11 +287,13 @@ class Settings:
 
     def sandbox_backend(self) -> SandboxBackend | None:
         """The chosen executor backend; None for the executor's default (Docker)."""
-        if self.executor_backend == "kubernetes":
-            if refusal := self.runc_refusal():
-                raise SettingsError(refusal)
-            return KubernetesBackend(self.image, self.kubernetes, instance=self.instance)
-        return None
+        if self.executor_backend == "docker":
+            return None
+        if refusal := self.runc_refusal():
+            raise SettingsError(refusal)
+        return build_backend(
+            self.executor_backend, self.image, instance=self.instance, kubernetes=self.kubernetes
+        )
 
     def runc_refusal(self) -> str | None:
         """Why sandboxes may not run as chosen: runc on Kubernetes needs an explicit yes."""

@@ -4,7 +4,9 @@ durations. Chats show emoji; terminals show marks that every font has."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+from bot.fences import as_run
 from executor import Status
 
 CHAT_MARK = {
@@ -73,3 +75,17 @@ def files_text(found: list[tuple[str, int]], heading: str = "") -> str:
     if not lines:
         return "No files in /mnt/data yet."
     return "\n".join([heading, *lines] if heading else lines)
+
+
+NAME_CHARS = 40
+"""Characters of a variable's name a note shows; longer names are cut with an ellipsis."""
+
+
+def short_name(name: str) -> str:
+    return name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
+
+
+def names_line(names: Sequence[str], shown: int = 8) -> str:
+    """Variable names for a one-line note: the first few, each cut short and made visible."""
+    line = ", ".join(short_name(as_run(name).replace("\n", "\\n")) for name in names[:shown])
+    return line + (f" and {len(names) - shown} more" if len(names) > shown else "")

@@ -13,8 +13,8 @@ proxy, from the allowed fields of the client's (see `bodies`, `routes` and `wire
     cellmate docker-proxy --listen 0.0.0.0:2375 --upstream /var/run/docker.sock --instance prod
 """
 
-from dockerproxy.errors import Refused
+from dockerproxy.errors import RequestRefused
 from dockerproxy.policy import SANDBOX_LABEL, Policy
 from dockerproxy.server import DockerProxy
 
-__all__ = ["SANDBOX_LABEL", "DockerProxy", "Policy", "Refused"]
+__all__ = ["SANDBOX_LABEL", "DockerProxy", "Policy", "RequestRefused"]

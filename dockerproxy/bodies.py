@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dockerproxy import jsonbody as j
-from dockerproxy.errors import Refused
+from dockerproxy.errors import RequestRefused
 from dockerproxy.policy import INSTANCE_LABEL, SANDBOX_LABEL, MiB, Policy
 from executor.seccomp import profile_json
 
@@ -42,7 +42,7 @@ def container(struct: j.Struct, policy: Policy) -> ContainerBody:
     image = _image(struct.take("Image"), policy)
     user = struct.take("User")
     if user != policy.user:
-        raise Refused(f"containers must run as the sandbox user {policy.user}, not {user!r}")
+        raise RequestRefused(f"containers must run as the sandbox user {policy.user}, not {user!r}")
     hostname = struct.take("Hostname")
     body: dict[str, Any] = {
         "Image": image,
@@ -59,10 +59,10 @@ def container(struct: j.Struct, policy: Policy) -> ContainerBody:
         "Labels": labels(struct.take("Labels"), "Labels", policy),
     }
     if j.boolean(struct.take("Tty"), "Tty", False):
-        raise Refused("Tty is not allowed (the runner speaks over plain stdin/stdout)")
+        raise RequestRefused("Tty is not allowed (the runner speaks over plain stdin/stdout)")
     working_dir = struct.take("WorkingDir")
     if working_dir not in (None, "", DATA_DIR):
-        raise Refused(f"WorkingDir must be {DATA_DIR}")
+        raise RequestRefused(f"WorkingDir must be {DATA_DIR}")
     network_disabled = j.boolean(struct.take("NetworkDisabled"), "NetworkDisabled", False)
     # The image's own entry point (the runner) is the only program a sandbox starts with.
     for name in ("Cmd", "Entrypoint", "Domainname", "ExposedPorts", "Volumes", "MacAddress"):
@@ -79,12 +79,12 @@ def container(struct: j.Struct, policy: Policy) -> ContainerBody:
 
 def _host_config(host: j.Struct, policy: Policy) -> tuple[dict[str, Any], str]:
     if j.boolean(host.take("Privileged"), "HostConfig.Privileged", False):
-        raise Refused("privileged containers are not allowed")
+        raise RequestRefused("privileged containers are not allowed")
     if not j.boolean(host.take("ReadonlyRootfs"), "HostConfig.ReadonlyRootfs", False):
-        raise Refused("containers must have a read-only root file system")
+        raise RequestRefused("containers must have a read-only root file system")
     dropped = [c.upper() for c in j.strings(host.take("CapDrop"), "HostConfig.CapDrop")]
     if "ALL" not in dropped and "CAP_ALL" not in dropped:
-        raise Refused("containers must drop every capability (CapDrop ALL)")
+        raise RequestRefused("containers must drop every capability (CapDrop ALL)")
     j.absent(host.take("CapAdd"), "HostConfig.CapAdd (adding capabilities)")
     _security_options(host.take("SecurityOpt"))
     memory = j.integer(
@@ -92,23 +92,25 @@ def _host_config(host: j.Struct, policy: Policy) -> tuple[dict[str, Any], str]:
     )
     swap = host.take("MemorySwap")
     if swap != memory:
-        raise Refused("HostConfig.MemorySwap must equal HostConfig.Memory (no swap)")
+        raise RequestRefused("HostConfig.MemorySwap must equal HostConfig.Memory (no swap)")
     network = host.take("NetworkMode")
     if network in (None, "", "none"):
         network = "none"
     elif network in ("bridge", "default") and policy.allow_network:
         network = "bridge"
     else:
-        raise Refused(
+        raise RequestRefused(
             f"network mode {network!r} is not allowed"
             + ("" if policy.allow_network else " (the operator allows no network: use none)")
         )
     runtime = host.take("Runtime") or "runc"
     if runtime not in policy.runtimes:
-        raise Refused(f"runtime {runtime!r} is not allowed ({', '.join(sorted(policy.runtimes))})")
+        raise RequestRefused(
+            f"runtime {runtime!r} is not allowed ({', '.join(sorted(policy.runtimes))})"
+        )
     ipc = host.take("IpcMode")
     if ipc not in (None, "", "private"):
-        raise Refused(f"IpcMode {ipc!r} is not allowed (only private)")
+        raise RequestRefused(f"IpcMode {ipc!r} is not allowed (only private)")
     shm = host.take("ShmSize")
     built: dict[str, Any] = {
         "Privileged": False,
@@ -142,7 +144,7 @@ def _host_config(host: j.Struct, policy: Policy) -> tuple[dict[str, Any], str]:
 def _image(value: Any, policy: Policy) -> str:
     prefix = f"{policy.image_repository}:"
     if not isinstance(value, str) or not value.startswith(prefix):
-        raise Refused(f"containers must use the sandbox image ({prefix}...), not {value!r}")
+        raise RequestRefused(f"containers must use the sandbox image ({prefix}...), not {value!r}")
     j.text(value[len(prefix) :], "the image tag", TAG)
     return value
 
@@ -153,9 +155,9 @@ def _environment(value: Any) -> list[str]:
     for entry in j.strings(value, "Env"):
         name, equals, setting = entry.partition("=")
         if not equals or not ENV_NAME.fullmatch(name) or not ENV_VALUE.fullmatch(setting):
-            raise Refused(f"the environment variable {name!r} is not allowed in a sandbox")
+            raise RequestRefused(f"the environment variable {name!r} is not allowed in a sandbox")
         if name in seen:
-            raise Refused(f"the environment variable {name!r} is set twice")
+            raise RequestRefused(f"the environment variable {name!r} is set twice")
         seen.add(name)
         kept.append(f"{name}={setting}")
     return kept
@@ -174,12 +176,12 @@ def _security_options(value: Any) -> None:
     plain = [o for o in options if not o.startswith("seccomp=")]
     profiles = [o.removeprefix("seccomp=") for o in options if o.startswith("seccomp=")]
     if plain not in (["no-new-privileges"], ["no-new-privileges:true"]) or len(profiles) > 1:
-        raise Refused(
+        raise RequestRefused(
             "HostConfig.SecurityOpt must be no-new-privileges and at most the sandboxes' own "
             "seccomp profile (the engine's default AppArmor profile stays on)"
         )
     if profiles and not _same_profile(profiles[0]):
-        raise Refused(
+        raise RequestRefused(
             "HostConfig.SecurityOpt may not choose a seccomp profile: the proxy sets the "
             "sandboxes' own"
         )
@@ -199,10 +201,10 @@ def labels(value: Any, where: str, policy: Policy) -> dict[str, str]:
         j.text(key, f"the label name {key!r}", LABEL_KEY)
         j.text(setting, f"the label {key}", LABEL_VALUE)
     if found.get(SANDBOX_LABEL) != "1":
-        raise Refused(f"sandboxes must carry the label {SANDBOX_LABEL}=1")
+        raise RequestRefused(f"sandboxes must carry the label {SANDBOX_LABEL}=1")
     instance = found.get(INSTANCE_LABEL, policy.instance)
     if instance != policy.instance:
-        raise Refused(
+        raise RequestRefused(
             f"this proxy serves the instance {policy.instance!r}, not {instance!r} "
             f"(the bot's CELLMATE_INSTANCE and the proxy's --instance must match)"
         )
@@ -217,17 +219,17 @@ def _ulimits(value: Any, policy: Policy) -> list[dict[str, Any]]:
     }
     chosen: dict[str, int] = {}
     if not isinstance(value, list | type(None)):
-        raise Refused("HostConfig.Ulimits must be a list")
+        raise RequestRefused("HostConfig.Ulimits must be a list")
     for item in value or []:
         limit = j.struct(item, "HostConfig.Ulimits[]")
         name = limit.take("Name")
         if name not in bounds or name in chosen:
-            raise Refused(f"the ulimit {name!r} is not allowed (or is set twice)")
+            raise RequestRefused(f"the ulimit {name!r} is not allowed (or is set twice)")
         soft = j.integer(limit.take("Soft"), f"ulimit {name} soft", 0, bounds[name])
         hard = j.integer(limit.take("Hard"), f"ulimit {name} hard", 0, bounds[name])
         limit.done()
         if soft != hard:
-            raise Refused(f"the ulimit {name} must have equal soft and hard limits")
+            raise RequestRefused(f"the ulimit {name} must have equal soft and hard limits")
         chosen[name] = hard
     chosen.setdefault("core", 0)
     chosen.setdefault("fsize", min(256 * MiB, bounds["fsize"]))
@@ -246,42 +248,42 @@ def _log_config(value: Any, policy: Policy) -> dict[str, Any]:
         config.done()
         if kind == "none":
             if options:
-                raise Refused("the log driver none takes no options")
+                raise RequestRefused("the log driver none takes no options")
         elif kind in (None, "", "json-file"):
             if set(options) - {"max-size", "max-file"} or options.get("max-file", "1") != "1":
-                raise Refused("LogConfig.Config may set only max-size and max-file 1")
+                raise RequestRefused("LogConfig.Config may set only max-size and max-file 1")
             if "max-size" in options:
                 _megabytes(options["max-size"], "the log size", policy.max_log_mb)
         else:
-            raise Refused(f"the log driver {kind!r} is not allowed (only none)")
+            raise RequestRefused(f"the log driver {kind!r} is not allowed (only none)")
     return {"Type": "none", "Config": {}}
 
 
 def _tmpfs(value: Any, policy: Policy) -> dict[str, str]:
     mounts = j.string_map(value, "HostConfig.Tmpfs")
     if set(mounts) - {TMP_DIR}:
-        raise Refused(f"a tmpfs may be mounted only at {TMP_DIR}")
+        raise RequestRefused(f"a tmpfs may be mounted only at {TMP_DIR}")
     size_mb = 64
     for option in filter(None, mounts.get(TMP_DIR, "").split(",")):
         key, _, setting = option.partition("=")
         if key == "size":
             size_mb = _megabytes(setting, "the /tmp size", policy.max_tmp_mb)
         elif option not in ("rw", "nosuid", "nodev", "noexec", "mode=1777"):
-            raise Refused(f"the tmpfs option {option!r} is not allowed")
+            raise RequestRefused(f"the tmpfs option {option!r} is not allowed")
     return {TMP_DIR: f"rw,nosuid,nodev,noexec,size={size_mb}m,mode=1777"}
 
 
 def _data_mount(value: Any) -> str:
     if not isinstance(value, list) or len(value) != 1:
-        raise Refused(f"a sandbox has exactly one mount: its volume at {DATA_DIR}")
+        raise RequestRefused(f"a sandbox has exactly one mount: its volume at {DATA_DIR}")
     mount = j.struct(value[0], "HostConfig.Mounts[]")
     if mount.take("Type") != "volume":
-        raise Refused("only volume mounts are allowed (no binds, no tmpfs, no npipes)")
+        raise RequestRefused("only volume mounts are allowed (no binds, no tmpfs, no npipes)")
     if mount.take("Target") != DATA_DIR:
-        raise Refused(f"the volume must be mounted at {DATA_DIR}")
+        raise RequestRefused(f"the volume must be mounted at {DATA_DIR}")
     source = j.text(mount.take("Source"), "the mount's volume", NAME)
     if j.boolean(mount.take("ReadOnly"), "the mount's ReadOnly", False):
-        raise Refused(f"{DATA_DIR} must be writable")
+        raise RequestRefused(f"{DATA_DIR} must be writable")
     # The executor repeats its volume's options here; the proxy writes its own from the
     # volume it checked (see DockerProxy), so what the client sent is read and dropped.
     options = mount.take("VolumeOptions")
@@ -296,7 +298,7 @@ def volume(struct: j.Struct, policy: Policy) -> dict[str, Any]:
     name = j.text(struct.take("Name"), "the volume name", NAME)
     driver = struct.take("Driver")
     if driver not in (None, "", "local"):
-        raise Refused(f"the volume driver {driver!r} is not allowed (only local)")
+        raise RequestRefused(f"the volume driver {driver!r} is not allowed (only local)")
     options = j.string_map(struct.take("DriverOpts"), "DriverOpts")
     found_labels = labels(struct.take("Labels"), "Labels", policy)
     struct.done()
@@ -310,7 +312,7 @@ def volume(struct: j.Struct, policy: Policy) -> dict[str, Any]:
             "o",
         }
     ):
-        raise Refused("volumes must be tmpfs (a bind of a host folder is not allowed)")
+        raise RequestRefused("volumes must be tmpfs (a bind of a host folder is not allowed)")
     size_mb = 512
     for option in filter(None, options.get("o", "").split(",")):
         key, _, setting = option.partition("=")
@@ -319,7 +321,7 @@ def volume(struct: j.Struct, policy: Policy) -> dict[str, Any]:
         elif key in ("uid", "gid", "mode") or option in ("nosuid", "nodev", "noexec"):
             continue  # the proxy sets the owner and the mode itself
         else:
-            raise Refused(f"the volume option {option!r} is not allowed")
+            raise RequestRefused(f"the volume option {option!r} is not allowed")
     mount_options = f"size={size_mb}m,uid={policy.uid},gid={policy.gid},mode=0700,nosuid,nodev"
     return {
         "Name": name,
@@ -332,9 +334,9 @@ def volume(struct: j.Struct, policy: Policy) -> dict[str, Any]:
 def _megabytes(value: str, where: str, most_mb: int) -> int:
     found = SIZE.fullmatch(value.lower())
     if not found:
-        raise Refused(f"{where} {value!r} is not a size")
+        raise RequestRefused(f"{where} {value!r} is not a size")
     size = int(found["number"]) * UNITS[found["unit"]]
     size_mb = -(-size // MiB)
     if size_mb > most_mb:
-        raise Refused(f"{where} may be at most {most_mb} MiB")
+        raise RequestRefused(f"{where} may be at most {most_mb} MiB")
     return size_mb

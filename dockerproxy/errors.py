@@ -1,5 +1,5 @@
 """The one error of the proxy: a request it will not forward, with the reason."""
 
 
-class Refused(Exception):
+class RequestRefused(Exception):
     """The request is not allowed; the message says why (it is sent back with a 403)."""

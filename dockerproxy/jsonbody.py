@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from dockerproxy.errors import Refused
+from dockerproxy.errors import RequestRefused
 
 STRUCT_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,63}$")
 MAX_DEPTH = 8
@@ -32,11 +32,11 @@ def decode(body: bytes) -> Struct:
             text, object_pairs_hook=RawObject, parse_constant=_no_constant, parse_float=_no_float
         )
     except UnicodeDecodeError:
-        raise Refused("the request body is not UTF-8") from None
+        raise RequestRefused("the request body is not UTF-8") from None
     except RecursionError:
-        raise Refused("the request body is nested too deeply") from None
+        raise RequestRefused("the request body is nested too deeply") from None
     except ValueError as exc:
-        raise Refused(f"the request body is not valid JSON ({exc})") from None
+        raise RequestRefused(f"the request body is not valid JSON ({exc})") from None
     return struct(found, "body")
 
 
@@ -56,21 +56,21 @@ class Struct:
         """Refuses whatever was not taken: a field the executor never sends."""
         if self._fields:
             names = ", ".join(sorted(spelled for spelled, _ in self._fields.values()))
-            raise Refused(f"{self.where}: {names} is not something the executor sends")
+            raise RequestRefused(f"{self.where}: {names} is not something the executor sends")
 
 
 def struct(value: Any, where: str, depth: int = 0) -> Struct:
     if not isinstance(value, RawObject):
-        raise Refused(f"{where} must be a JSON object")
+        raise RequestRefused(f"{where} must be a JSON object")
     if depth > MAX_DEPTH:
-        raise Refused(f"{where} is nested too deeply")
+        raise RequestRefused(f"{where} is nested too deeply")
     fields: dict[str, tuple[str, Any]] = {}
     for key, item in value:
         if not STRUCT_KEY.match(key):
-            raise Refused(f"{where}: the field name {key!r} is not one the engine has")
+            raise RequestRefused(f"{where}: the field name {key!r} is not one the engine has")
         folded = key.lower()
         if folded in fields:
-            raise Refused(
+            raise RequestRefused(
                 f"{where}: {fields[folded][0]!r} and {key!r} name the same field "
                 "(the engine would take the last)"
             )
@@ -83,13 +83,13 @@ def string_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, RawObject):
-        raise Refused(f"{where} must be a JSON object of strings")
+        raise RequestRefused(f"{where} must be a JSON object of strings")
     found: dict[str, str] = {}
     for key, item in value:
         if key in found:
-            raise Refused(f"{where}: {key!r} appears twice")
+            raise RequestRefused(f"{where}: {key!r} appears twice")
         if not isinstance(item, str):
-            raise Refused(f"{where}[{key!r}] must be a string")
+            raise RequestRefused(f"{where}[{key!r}] must be a string")
         found[key] = item
     return found
 
@@ -97,29 +97,29 @@ def string_map(value: Any, where: str) -> dict[str, str]:
 def absent(value: Any, where: str) -> None:
     """A field the executor sends only empty (null, false, "", [] or {})."""
     if value not in (None, False, "", [], 0) and value != RawObject():
-        raise Refused(f"{where} is not allowed")
+        raise RequestRefused(f"{where} is not allowed")
 
 
 def boolean(value: Any, where: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise Refused(f"{where} must be true or false")
+        raise RequestRefused(f"{where} must be true or false")
     return value
 
 
 def integer(value: Any, where: str, low: int, high: int) -> int:
     # bool is an int in Python, but never a number in JSON.
     if not isinstance(value, int) or isinstance(value, bool):
-        raise Refused(f"{where} must be a whole number")
+        raise RequestRefused(f"{where} must be a whole number")
     if not low <= value <= high:
-        raise Refused(f"{where} must be between {low} and {high}, not {value}")
+        raise RequestRefused(f"{where} must be between {low} and {high}, not {value}")
     return value
 
 
 def text(value: Any, where: str, pattern: re.Pattern[str]) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise Refused(f"{where} {value!r} is not allowed")
+        raise RequestRefused(f"{where} {value!r} is not allowed")
     return value
 
 
@@ -127,13 +127,13 @@ def strings(value: Any, where: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise Refused(f"{where} must be a list of strings")
+        raise RequestRefused(f"{where} must be a list of strings")
     return list(value)
 
 
 def _no_constant(name: str) -> Any:
-    raise Refused(f"{name} is not a number the engine reads")
+    raise RequestRefused(f"{name} is not a number the engine reads")
 
 
 def _no_float(literal: str) -> Any:
-    raise Refused(f"{literal} is not a whole number")
+    raise RequestRefused(f"{literal} is not a whole number")

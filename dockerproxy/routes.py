@@ -17,7 +17,7 @@ from posixpath import normpath
 from typing import Literal
 
 from dockerproxy.bodies import DATA_DIR, LABEL_KEY, LABEL_VALUE, NAME
-from dockerproxy.errors import Refused
+from dockerproxy.errors import RequestRefused
 from dockerproxy.policy import Policy
 from dockerproxy.wire import Request
 
@@ -51,7 +51,9 @@ class Plan:
 def plan(request: Request, policy: Policy) -> Plan:
     if request.version is not None and request.version < policy.min_api_version:
         wanted = ".".join(map(str, policy.min_api_version))
-        raise Refused(f"API versions before {wanted} are not served (they read bodies differently)")
+        raise RequestRefused(
+            f"API versions before {wanted} are not served (they read bodies differently)"
+        )
     method, path, query = request.method, request.path, request.query
     if path == "/_ping" and method in ("GET", "HEAD"):
         return _bodyless(request, Plan(method, path))
@@ -61,7 +63,9 @@ def plan(request: Request, policy: Policy) -> Plan:
         return _bodyless(request, Plan(method, path, info=True))
     if method == "GET" and (image := IMAGE.fullmatch(path)):
         if not image["name"].startswith(f"{policy.image_repository}:"):
-            raise Refused(f"only the sandbox image ({policy.image_repository}) can be inspected")
+            raise RequestRefused(
+                f"only the sandbox image ({policy.image_repository}) can be inspected"
+            )
         return _bodyless(request, Plan(method, path))
     if (method, path) == ("GET", "/containers/json"):
         # size and trunc_cmd only change what the answer shows; they are dropped.
@@ -83,7 +87,7 @@ def plan(request: Request, policy: Policy) -> Plan:
         rebuilt = {}
         if allowed.get("name"):
             if not NAME.fullmatch(allowed["name"]):
-                raise Refused(f"the container name {allowed['name']!r} is not allowed")
+                raise RequestRefused(f"the container name {allowed['name']!r} is not allowed")
             rebuilt["name"] = allowed["name"]
         return Plan(method, path, rebuilt, body="container")
     if (method, path) == ("POST", "/volumes/create"):
@@ -93,7 +97,7 @@ def plan(request: Request, policy: Policy) -> Plan:
     if found:
         kind: Kind = "containers" if found["kind"] == "containers" else "volumes"
         return _on_object(request, kind, found["name"], found["rest"] or "")
-    raise Refused(f"{method} {path} is not something the executor does")
+    raise RequestRefused(f"{method} {path} is not something the executor does")
 
 
 def _on_object(request: Request, kind: Kind, name: str, rest: str) -> Plan:
@@ -102,14 +106,14 @@ def _on_object(request: Request, kind: Kind, name: str, rest: str) -> Plan:
     base = f"/{kind}/{{id}}"
     if kind == "volumes":
         if rest or method not in ("GET", "DELETE"):
-            raise Refused(f"{method} {request.path} is not something the executor does")
+            raise RequestRefused(f"{method} {request.path} is not something the executor does")
         rebuilt = _flags(_params(query, {"force"} if method == "DELETE" else set()))
         return _bodyless(request, Plan(method, base, rebuilt, target=target))
     action = (method, rest)
     if action == ("DELETE", ""):
         rebuilt = _flags(_params(query, {"force", "v", "link"}))
         if rebuilt.get("link") == "1":
-            raise Refused("removing links is not something the executor does")
+            raise RequestRefused("removing links is not something the executor does")
         rebuilt.pop("link", None)
         return _bodyless(request, Plan(method, base, rebuilt, target=target))
     if action == ("GET", "/json"):
@@ -123,46 +127,48 @@ def _on_object(request: Request, kind: Kind, name: str, rest: str) -> Plan:
         allowed = _params(query, {"signal"})
         signal = allowed.get("signal", "KILL") or "KILL"
         if signal not in SIGNALS:
-            raise Refused(f"the signal {signal!r} is not one the executor sends")
+            raise RequestRefused(f"the signal {signal!r} is not one the executor sends")
         return _bodyless(request, Plan(method, base + rest, {"signal": signal}, target=target))
     if action == ("POST", "/wait"):
         allowed = _params(query, {"condition"})
         rebuilt = {}
         if allowed.get("condition"):
             if allowed["condition"] not in WAIT_CONDITIONS:
-                raise Refused(f"the wait condition {allowed['condition']!r} is not allowed")
+                raise RequestRefused(f"the wait condition {allowed['condition']!r} is not allowed")
             rebuilt["condition"] = allowed["condition"]
         return _bodyless(request, Plan(method, base + rest, rebuilt, target=target))
     if action == ("POST", "/attach"):
         rebuilt = _flags(_params(query, {"stdin", "stdout", "stderr", "stream", "logs"}))
         if rebuilt.pop("logs", "0") == "1":
-            raise Refused(NO_LOGS)
+            raise RequestRefused(NO_LOGS)
         return _bodyless(request, Plan(method, base + rest, rebuilt, target=target, upgrade=True))
     if action == ("GET", "/logs"):
-        raise Refused(NO_LOGS)
+        raise RequestRefused(NO_LOGS)
     if rest == "/archive" and method in ("GET", "HEAD", "PUT"):
         allowed = _params(query, {"path"})
         if method == "PUT":
             if allowed.get("path") != DATA_DIR:
                 # The engine resolves a deeper path inside the container, where the sandbox's
                 # own code may have made it a link; the folders of a tar are rebuilt instead.
-                raise Refused(f"files can be put only into {DATA_DIR} itself")
+                raise RequestRefused(f"files can be put only into {DATA_DIR} itself")
             return Plan(method, base + rest, {"path": DATA_DIR}, body="tar", target=target)
         where = _data_path(allowed.get("path", ""))
         return _bodyless(request, Plan(method, base + rest, {"path": where}, target=target))
-    raise Refused(f"{method} {request.path} is not something the executor does")
+    raise RequestRefused(f"{method} {request.path} is not something the executor does")
 
 
 def _bodyless(request: Request, plan: Plan) -> Plan:
     if request.length:
-        raise Refused(f"{request.method} {request.path} carries no body")
+        raise RequestRefused(f"{request.method} {request.path} carries no body")
     return plan
 
 
 def _params(query: dict[str, str], allowed: set[str]) -> dict[str, str]:
     unknown = set(query) - allowed
     if unknown:
-        raise Refused(f"the query parameter {', '.join(sorted(unknown))} is not allowed here")
+        raise RequestRefused(
+            f"the query parameter {', '.join(sorted(unknown))} is not allowed here"
+        )
     return dict(query)
 
 
@@ -171,7 +177,7 @@ def _flag(value: str, name: str) -> str:
         return "1"
     if value in FALSE:
         return "0"
-    raise Refused(f"the query parameter {name} must be 1 or 0")
+    raise RequestRefused(f"the query parameter {name} must be 1 or 0")
 
 
 def _flags(query: dict[str, str]) -> dict[str, str]:
@@ -180,9 +186,9 @@ def _flags(query: dict[str, str]) -> dict[str, str]:
 
 def _data_path(path: str) -> str:
     if "\x00" in path or not (path == DATA_DIR or path.startswith(DATA_DIR + "/")):
-        raise Refused(f"files can be read and written only under {DATA_DIR}")
+        raise RequestRefused(f"files can be read and written only under {DATA_DIR}")
     if normpath(path) != path.rstrip("/") or ".." in path.split("/"):
-        raise Refused("the archive path must be a plain path under /mnt/data")
+        raise RequestRefused("the archive path must be a plain path under /mnt/data")
     return path
 
 
@@ -192,22 +198,22 @@ def _label_filter(raw: str | None, policy: Policy) -> str:
     try:
         filters = json.loads(raw or "{}")
     except ValueError:
-        raise Refused("filters are not valid JSON") from None
+        raise RequestRefused("filters are not valid JSON") from None
     if not isinstance(filters, dict) or set(filters) - {"label"}:
-        raise Refused("lists may be filtered only by label")
+        raise RequestRefused("lists may be filtered only by label")
     labels = filters.get("label") or []
     if isinstance(labels, dict):
         labels = [key for key, on in labels.items() if on is True]
     if not isinstance(labels, list):
-        raise Refused("the label filter must be a list")
+        raise RequestRefused("the label filter must be a list")
     kept = [f"{key}={value}" for key, value in policy.labels.items()]
     for label in labels:
         key, equals, value = str(label).partition("=")
         if not LABEL_KEY.fullmatch(key) or not LABEL_VALUE.fullmatch(value):
-            raise Refused(f"the label filter {label!r} is not allowed")
+            raise RequestRefused(f"the label filter {label!r} is not allowed")
         if key in policy.labels:
             if equals and value != policy.labels[key]:
-                raise Refused(
+                raise RequestRefused(
                     f"this proxy lists only its own sandboxes ({key}={policy.labels[key]}), "
                     f"not {label!r}"
                 )

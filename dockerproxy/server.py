@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from dockerproxy import bodies, jsonbody
-from dockerproxy.errors import Refused
+from dockerproxy.errors import RequestRefused
 from dockerproxy.policy import MiB, Policy
 from dockerproxy.routes import Kind, Plan, plan
 from dockerproxy.tarstream import Rebuilt, TarCaps, rebuild
@@ -93,7 +93,7 @@ class DockerProxy:
                     found = await self._sandbox(*route.target)
                     path = path.replace("{id}", _key(route.target[0], found))
                 caps = await self._tar_caps(found) if route.body == "tar" else None
-            except Refused as exc:
+            except RequestRefused as exc:
                 log.warning("refused a request: %s", exc)
                 await answer(writer, 403, {"message": f"cellmate docker-proxy: {exc}"})
                 return
@@ -149,12 +149,12 @@ class DockerProxy:
         if route.body == "tar":
             # Headers, padding and the end blocks: a little more than the files themselves.
             if request.length > self.policy.max_upload_mb * MiB + MiB:
-                raise Refused(f"uploads may be at most {self.policy.max_upload_mb} MiB")
+                raise RequestRefused(f"uploads may be at most {self.policy.max_upload_mb} MiB")
             return None
         if route.body == "none":
             return None
         if request.length > MAX_JSON_BODY:
-            raise Refused("the request body is too large")
+            raise RequestRefused("the request body is too large")
         raw = await reader.readexactly(request.length)
         if route.body == "volume":
             return _encode(bodies.volume(jsonbody.decode(raw), self.policy))
@@ -180,11 +180,11 @@ class DockerProxy:
         on with its full id, never the name again)."""
         found = await self._lookup(f"/{kind}/{name}" + ("/json" if kind == "containers" else ""))
         if found is None:
-            raise Refused(f"no such {kind[:-1]}: {name}")
+            raise RequestRefused(f"no such {kind[:-1]}: {name}")
         holder = (found.get("Config") or {}) if kind == "containers" else found
         labels = holder.get("Labels") or {}
         if any(labels.get(key) != value for key, value in self.policy.labels.items()):
-            raise Refused(
+            raise RequestRefused(
                 f"{kind[:-1]} {name} is not a Cellmate sandbox of this instance "
                 f"({self.policy.instance})"
             )
@@ -223,7 +223,7 @@ class DockerProxy:
         try:
             done: Rebuilt = await loop.run_in_executor(self._uploads, rebuild, source, sink, caps)
             log.info("put %d files and folders (%d bytes) into a sandbox", done.members, done.bytes)
-        except Refused as exc:
+        except RequestRefused as exc:
             refusal = str(exc)
         except TimeoutError:
             refusal = f"the upload sent nothing for {UPLOAD_IDLE_S} s"
@@ -255,10 +255,12 @@ class DockerProxy:
             if response.status == 404:
                 return None
             if response.status != 200:
-                raise Refused(f"the engine could not look up {path} (HTTP {response.status})")
+                raise RequestRefused(
+                    f"the engine could not look up {path} (HTTP {response.status})"
+                )
             found = await response.json(content_type=None)
         if not isinstance(found, dict):
-            raise Refused(f"the engine's answer for {path} is not an object")
+            raise RequestRefused(f"the engine's answer for {path} is not an object")
         return found
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

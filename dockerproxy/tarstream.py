@@ -27,7 +27,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import IO, Protocol, cast
 
-from dockerproxy.errors import Refused
+from dockerproxy.errors import RequestRefused
 
 MAX_NAME_BYTES = 4095
 MAX_PART_BYTES = 255
@@ -65,12 +65,12 @@ class Rebuilt:
 
 
 def rebuild(source: Source, sink: Sink, caps: TarCaps) -> Rebuilt:
-    """Reads a tar from `source`, writes the rebuilt tar to `sink`; Refused on the first
+    """Reads a tar from `source`, writes the rebuilt tar to `sink`; RequestRefused on the first
     member that is not allowed (what was written before it is safe on its own)."""
     opening = _read_up_to(source, 512)
     for magic, kind in COMPRESSED.items():
         if opening.startswith(magic) and not _is_header(opening):
-            raise Refused(f"the upload is {kind}-compressed: send a plain tar")
+            raise RequestRefused(f"the upload is {kind}-compressed: send a plain tar")
     if len(opening) == 512 and not opening.strip(b"\0"):
         # An empty archive (only its end blocks): tarfile reads none, the engine gets one.
         tarfile.open(fileobj=cast(IO[bytes], sink), mode="w|").close()
@@ -90,18 +90,18 @@ def rebuild(source: Source, sink: Sink, caps: TarCaps) -> Rebuilt:
                 name = _name(member)
                 if name == "":
                     if not member.isdir():
-                        raise Refused("a tar member without a name is not a folder")
+                        raise RequestRefused("a tar member without a name is not a folder")
                     continue  # the target itself: its owner and mode stay the sandbox's
                 if name in seen:
-                    raise Refused(f"the tar member {name!r} appears twice")
+                    raise RequestRefused(f"the tar member {name!r} appears twice")
                 seen.add(name)
                 if len(seen) > caps.max_members:
-                    raise Refused(
+                    raise RequestRefused(
                         f"an upload may hold at most {caps.max_members} files and folders"
                     )
                 parent = name.rpartition("/")[0]
                 if parent and parent not in folders:
-                    raise Refused(
+                    raise RequestRefused(
                         f"the tar member {name!r} comes before its folder {parent!r} "
                         "(every folder must be in the tar before what it holds)"
                     )
@@ -120,47 +120,49 @@ def rebuild(source: Source, sink: Sink, caps: TarCaps) -> Rebuilt:
                     built.addfile(out)
                     continue
                 if member.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
-                    raise Refused(
+                    raise RequestRefused(
                         f"the tar member {name!r} is {_kind(member)}: only files and folders"
                     )
                 if member.size > caps.max_member_bytes:
-                    raise Refused(
+                    raise RequestRefused(
                         f"the file {name!r} is {member.size} bytes; "
                         f"a file may be at most {caps.max_member_bytes}"
                     )
                 total += member.size
                 if total > caps.max_bytes:
-                    raise Refused(f"the upload's files total more than {caps.max_bytes} bytes")
+                    raise RequestRefused(
+                        f"the upload's files total more than {caps.max_bytes} bytes"
+                    )
                 out.type = tarfile.REGTYPE
                 out.size = member.size
                 built.addfile(out, given.extractfile(member))
     except (tarfile.TarError, EOFError) as exc:
-        raise Refused(f"the upload is not a tar the proxy reads: {exc}") from None
+        raise RequestRefused(f"the upload is not a tar the proxy reads: {exc}") from None
     except OSError as exc:
         # tarfile reports a stream that ends inside a member as an OSError.
         if "unexpected end of data" not in str(exc):
             raise
-        raise Refused("the upload ended inside a tar member") from None
+        raise RequestRefused("the upload ended inside a tar member") from None
     return Rebuilt(len(seen), total)
 
 
 def _name(member: tarfile.TarInfo) -> str:
-    """The member's name made plain, "" for the target itself; Refused when it could reach
+    """The member's name made plain, "" for the target itself; RequestRefused when it could reach
     outside the target or is not a name a file may have."""
     name = member.name
     try:
         encoded = name.encode("utf-8")
     except UnicodeEncodeError:
-        raise Refused(f"the tar member name {name!r} is not UTF-8") from None
+        raise RequestRefused(f"the tar member name {name!r} is not UTF-8") from None
     if any(unicodedata.category(ch) == "Cc" for ch in name):
-        raise Refused(f"the tar member name {name!r} has control characters")
+        raise RequestRefused(f"the tar member name {name!r} has control characters")
     if name.startswith("/"):
-        raise Refused(f"the tar member name {name!r} is absolute")
+        raise RequestRefused(f"the tar member name {name!r} is absolute")
     parts = [part for part in name.split("/") if part not in ("", ".")]
     if ".." in parts:
-        raise Refused(f"the tar member name {name!r} goes up a folder (..)")
+        raise RequestRefused(f"the tar member name {name!r} goes up a folder (..)")
     if len(encoded) > MAX_NAME_BYTES or any(len(p.encode()) > MAX_PART_BYTES for p in parts):
-        raise Refused(f"the tar member name {name[:60]!r}... is too long")
+        raise RequestRefused(f"the tar member name {name[:60]!r}... is too long")
     return "/".join(parts)
 
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
 
-from dockerproxy.errors import Refused
+from dockerproxy.errors import RequestRefused
 
 MAX_HEAD = 64 * 1024
 REQUEST_LINE = re.compile(r"(?P<method>GET|HEAD|POST|PUT|DELETE) (?P<target>/[!-~]*) HTTP/1\.[01]")
@@ -41,47 +41,49 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
     except asyncio.IncompleteReadError:
         return None
     except asyncio.LimitOverrunError:
-        raise Refused("the request head is too large") from None
+        raise RequestRefused("the request head is too large") from None
     try:
         lines = raw[:-4].decode("ascii").split("\r\n")
     except UnicodeDecodeError:
-        raise Refused("the request head is not ASCII") from None
+        raise RequestRefused("the request head is not ASCII") from None
     line = REQUEST_LINE.fullmatch(lines[0])
     if not line:
-        raise Refused("the request line is not one the proxy reads")
+        raise RequestRefused("the request line is not one the proxy reads")
     headers: dict[str, str] = {}
     for text in lines[1:]:
         header = HEADER.fullmatch(text)
         if not header:
-            raise Refused("a request header is malformed")
+            raise RequestRefused("a request header is malformed")
         name = header["name"].lower()
         if name in headers and name in ("content-length", "transfer-encoding", "host"):
-            raise Refused(f"the header {header['name']} appears twice")
+            raise RequestRefused(f"the header {header['name']} appears twice")
         headers[name] = header["value"]
     if "transfer-encoding" in headers:
-        raise Refused("chunked or encoded request bodies are not supported; send Content-Length")
+        raise RequestRefused(
+            "chunked or encoded request bodies are not supported; send Content-Length"
+        )
     length_text = headers.get("content-length", "0")
     if not length_text.isdigit() or len(length_text) > 12:
-        raise Refused("the Content-Length is not a number")
+        raise RequestRefused("the Content-Length is not a number")
     target = line["target"]
     path, _, query_text = target.partition("?")
     if "#" in target or not PATH.fullmatch(path):
-        raise Refused("the path has characters the proxy does not accept")
+        raise RequestRefused("the path has characters the proxy does not accept")
     version = None
     versioned = VERSIONED.fullmatch(path)
     if versioned:
         version = (int(versioned["major"]), int(versioned["minor"]))
         path = versioned["path"]
     if ".." in path.split("/"):
-        raise Refused("paths may not contain ..")
+        raise RequestRefused("paths may not contain ..")
     try:
         pairs = parse_qsl(query_text, keep_blank_values=True, strict_parsing=bool(query_text))
     except ValueError:
-        raise Refused("the query string is malformed") from None
+        raise RequestRefused("the query string is malformed") from None
     query: dict[str, str] = {}
     for key, value in pairs:
         if key in query:
-            raise Refused(f"the query parameter {key!r} appears twice")
+            raise RequestRefused(f"the query parameter {key!r} appears twice")
         query[key] = value
     return Request(line["method"], version, path, query, int(length_text))
 

@@ -8,6 +8,9 @@ container, so archive calls work on a read-only root and under gVisor alike.
 The host chooses each sandbox's key and writes it to the runner's stdin (`hello`) before
 any user code exists; the sandbox's stdout, the protocol stream, is never stored (log driver
 `none`), so neither the key nor anything a user's code prints stays on the engine's disk.
+
+This module starts and sweeps sandboxes; one sandbox is `docker_sandbox.DockerSandbox`, and
+what each asks the engine for is in `docker_specs.py`.
 """
 
 from __future__ import annotations
@@ -16,46 +19,34 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import socket
-import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar
+from collections.abc import Collection, Mapping
+from typing import Any
 
 import docker
 import docker.errors
-import requests
 from docker.models.containers import Container
-from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
-from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_output_tar
-from executor.backoff import Backoff
-from executor.errors import EngineUnavailable, FreezeFailed, ImageNotFound, SandboxError
+from executor.docker_sandbox import DockerSandbox, going, remove_sandbox
+from executor.docker_specs import (
+    DATA_DIR,
+    INSTANCE_LABEL,
+    SANDBOX_LABEL,
+    VolumeReplaced,
+    check_volume,
+    remove_plain_volumes,
+    sandbox_specs,
+)
+from executor.errors import EngineUnavailable, ImageNotFound, SandboxError
 from executor.limits import SandboxLimits
-from executor.protocol import ExitState
-from executor.seccomp import profile_json
-from executor.stdio import RunnerStream
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-SANDBOX_LABEL = "cellmate.sandbox"
-INSTANCE_LABEL = "cellmate.instance"
-DATA_DIR = "/mnt/data"
-NAME_PATTERN = re.compile(r"cellmate-[0-9a-f]{16}")
-"""The name of every sandbox container and of its data volume."""
-FREEZE_RETRY = Backoff(attempts=6, first_s=0.05, factor=2.0, max_s=1.0)
-"""A freeze that the runtime refuses (runc under load: `unable to freeze`) is tried again
-after 0.05, 0.1, 0.2, 0.4 and 0.8 s."""
 UNREAD_BYTES = 64 * 1024
 """Half of what an attach stream buffers before the engine's output waits for a reader."""
 START_ATTEMPTS = 3
 """Starts tried when a sandbox's volume went away before its container was made."""
-
-
-class VolumeReplaced(SandboxError):
-    """The container was made on a volume that is not the sandbox's own tmpfs volume."""
 
 
 def connect(timeout: float = 120) -> docker.DockerClient:
@@ -72,222 +63,25 @@ def connect(timeout: float = 120) -> docker.DockerClient:
     return client
 
 
-class DockerSandbox:
-    def __init__(
-        self,
-        client: docker.DockerClient,
-        container: Container,
-        volume_name: str,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        key: bytes,
-    ) -> None:
-        self._client = client
-        self._container = container
-        self._volume_name = volume_name
-        self._events = RunnerStream(reader, key=key)
-        self._writer = writer
-        self._destroyed = False
-        self._frozen = False
+class RuntimeMissing(SandboxError):
+    """The engine has no runtime registered under the name the sandbox limits ask for."""
 
-    @property
-    def id(self) -> str:
-        return str(self._container.id)
-
-    @property
-    def alive(self) -> bool:
-        return not self._events.ended
-
-    @property
-    def stderr_tail(self) -> str:
-        return self._events.stderr_tail
-
-    async def hello(self) -> None:
-        """The runner's first line, with its key: written before any user code exists."""
-        await self._write(self._events.hello_line())
-
-    async def send(self, request: Mapping[str, Any]) -> None:
-        await self._write(self._events.request_line(request))
-
-    async def _write(self, line: bytes) -> None:
-        try:
-            self._writer.write(line)
-            await self._writer.drain()
-        except (ConnectionError, OSError) as exc:
-            raise SandboxError(f"the sandbox stopped accepting requests: {exc}") from exc
-
-    async def receive(self) -> dict[str, Any] | None:
-        return await self._events.receive()
-
-    async def put_files(self, tar: bytes) -> None:
-        # Frozen too: the engine writes as root, and must not meet a link that code swapped
-        # in for a file name halfway.
-        def put() -> None:
-            thaw = self._freeze("write files into it")
-            try:
-                self._container.put_archive(DATA_DIR, tar)
-            except docker.errors.APIError as exc:
-                raise SandboxError(
-                    f"could not put files into the sandbox: {exc.explanation or exc}"
-                ) from exc
-            finally:
-                if thaw:
-                    self._thaw()
-
-        await _engine(put)
-
-    async def get_files(
-        self,
-        caps: OutputCaps,
-        unchanged: Mapping[str, bytes] | None = None,
-        wanted: Collection[str] | None = None,
-    ) -> ExtractedFiles:
-        # One archive of the whole folder, taken while every process in the sandbox is
-        # frozen: the engine resolves only /mnt/data itself (a mount point), and nothing can
-        # swap a folder for a link while it walks the tree. Links inside come back as links,
-        # and are refused.
-        def fetch() -> ExtractedFiles:
-            thaw = self._freeze("read its files")
-            try:
-                chunks, _ = self._container.get_archive(DATA_DIR)
-                return read_output_tar(ChunkReader(iter(chunks)), caps, unchanged, wanted)
-            except docker.errors.NotFound:
-                return ExtractedFiles()
-            finally:
-                if thaw:
-                    self._thaw()
-
-        return await _engine(fetch)
-
-    def _freeze(self, doing: str) -> bool:
-        """Pause the sandbox unless it is already still; True when it must be thawed after.
-
-        The engine reads and writes /mnt/data as root; frozen, no code in the sandbox can
-        swap a folder for a link while it does. A runtime that cannot freeze (runc under
-        load) is asked again a few times; then this one operation is refused (FreezeFailed)
-        rather than done unfrozen, and the session goes on untouched: ending its processes
-        instead would lose the user's variables for a failure that a moment later is gone.
-        """
-        if self._frozen:
-            return False
-        refused: docker.errors.APIError | None = None
-        for wait in FREEZE_RETRY.waits():
-            if wait:
-                _wait(wait)
-            try:
-                self._container.pause()
-            except docker.errors.NotFound:
-                return False
-            except docker.errors.APIError as exc:
-                refused = exc
-                self._container.reload()
-                state = self._container.attrs.get("State", {})
-                if not state.get("Running") or state.get("Paused"):
-                    return False  # stopped, or already frozen (by kill)
-                log.info("the engine could not freeze sandbox %s: %s", self.id[:12], exc)
-                continue
-            return True
-        said = (refused.explanation if refused is not None else None) or refused
-        tries = f"{FREEZE_RETRY.attempts} tries in {FREEZE_RETRY.total_s:.1f} s"
-        raise FreezeFailed(
-            f"the sandbox was too busy to {doing}: the engine could not freeze it "
-            f"({tries}; {said}). Nothing was changed, and the session goes on; try again."
+    def __init__(self, runtime: str, registered: Collection[str]) -> None:
+        self.runtime = runtime
+        self.registered = list(registered)
+        super().__init__(
+            f"The Docker engine has no runtime {runtime!r} "
+            f"(it has: {', '.join(self.registered)}). "
+            "Install gVisor and register it as 'runsc' (scripts/ensure-docker.sh does), "
+            "or set CELLMATE_SANDBOX_RUNTIME=runc."
         )
 
-    def _thaw(self) -> None:
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            self._container.unpause()
 
-    async def exit_state(self) -> ExitState:
-        def inspect() -> ExitState:
-            try:
-                self._container.reload()
-            except docker.errors.NotFound:
-                return ExitState(running=False, exit_code=None, oom_killed=False)
-            state = self._container.attrs.get("State", {})
-            return ExitState(
-                running=bool(state.get("Running")),
-                exit_code=state.get("ExitCode"),
-                oom_killed=bool(state.get("OOMKilled")),
-            )
-
-        return await _engine(inspect)
-
-    async def kill(self) -> None:
-        # Freezing stops every process at once, like a kill, but keeps the container running,
-        # and with it the tmpfs volume that holds /mnt/data, so its files can still be read.
-        def kill() -> None:
-            try:
-                self._container.pause()
-                self._frozen = True
-            except docker.errors.APIError:
-                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                    self._container.kill()
-
-        await _engine(kill)
-
-    async def destroy(self) -> None:
-        """Remove the container and its volume; raises EngineUnavailable (and may be called
-        again) when the engine does not answer."""
-        if self._destroyed:
-            return
-        self._writer.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await self._writer.wait_closed()
-        # A thread finishes the removal even when the awaiting task is cancelled.
-        await _engine(_remove, self._client, self.id, self._volume_name)
-        self._destroyed = True
-
-    @property
-    def volume_name(self) -> str:
-        return self._volume_name
-
-
-def _wait(seconds: float) -> None:
-    """A wait between attempts (in an engine call's own thread)."""
-    time.sleep(seconds)
-
-
-async def _engine(call: Callable[..., T], *args: Any) -> T:
-    """Run a blocking Engine API call in a thread; an engine that stops answering (it is
-    restarting, or gone) becomes EngineUnavailable, with what happened."""
-    try:
-        return await asyncio.to_thread(call, *args)
-    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-        raise EngineUnavailable(f"the Docker engine stopped answering: {exc}") from exc
-    except docker.errors.APIError as exc:
-        if (
-            exc.status_code is not None
-            and exc.status_code >= 500
-            and "is restarting" not in str(exc)
-        ):
-            raise SandboxError(
-                f"the Docker engine failed a request: {exc.explanation or exc}"
-            ) from exc
-        raise
-
-
-def _going(exc: docker.errors.APIError) -> bool:
-    """Whether the engine says the container is gone, or already being removed (by another
-    call: a sweep of the same instance's labels, say)."""
-    return exc.status_code == 404 or (exc.status_code == 409 and "already in progress" in str(exc))
-
-
-def _remove(client: docker.DockerClient, container_id: str, volume_name: str) -> None:
-    try:
-        client.api.remove_container(container_id, force=True, v=True)
-    except docker.errors.APIError as exc:
-        if not _going(exc):
-            # gVisor cannot kill a frozen sandbox: thaw it, then remove it.
-            with contextlib.suppress(docker.errors.APIError):
-                client.api.unpause(container_id)
-            try:
-                client.api.remove_container(container_id, force=True, v=True)
-            except docker.errors.APIError as again:
-                if not _going(again):
-                    raise
-    with contextlib.suppress(docker.errors.NotFound):
-        client.api.remove_volume(volume_name, force=True)
+def check_runtime(info: Mapping[str, Any], runtime: str) -> None:
+    """Raise RuntimeMissing unless the engine (its `info`) has `runtime` registered."""
+    registered = info.get("Runtimes", {})
+    if runtime not in registered:
+        raise RuntimeMissing(runtime, registered)
 
 
 async def _abandon(
@@ -300,141 +94,9 @@ async def _abandon(
     if not creating.cancelled() and creating.exception() is None:
         creating.result()[1].close()
     try:
-        await asyncio.to_thread(_remove, client, name, name)
+        await asyncio.to_thread(remove_sandbox, client, name, name)
     except Exception as exc:  # the engine is away: the next sweep removes it by its labels
         log.warning("could not remove the sandbox %s that did not start: %s", name, exc)
-
-
-def check_volume(client: docker.DockerClient, expected: Mapping[str, Any]) -> None:
-    """Raise VolumeReplaced unless the volume named `expected["name"]` is the one asked for:
-    its driver, options and labels. A volume that went (a sweep) before the container that
-    mounts it was made is made again by the engine, plain, on its own disk, without a size
-    cap; once the container exists it holds the volume, so what is checked here stays."""
-    name = expected["name"]
-    try:
-        found = client.api.inspect_volume(name)
-    except docker.errors.NotFound:
-        found = {}
-    labels = found.get("Labels") or {}
-    if (
-        found.get("Driver") != expected["driver"]
-        or (found.get("Options") or {}) != expected["driver_opts"]
-        or any(labels.get(k) != v for k, v in expected["labels"].items())
-    ):
-        raise VolumeReplaced(
-            f"the sandbox volume {name} was removed before its container was made, and the "
-            "engine put a plain volume in its place"
-        )
-
-
-def remove_plain_volumes(client: docker.DockerClient) -> int:
-    """Remove volumes named like a sandbox's that no sandbox asked for: no labels, no
-    options, in use by no container. The engine makes one when a sandbox's own volume went
-    before its container was made; it outlives that container and keeps its files on the
-    engine's disk. Labelled volumes, other names and volumes in use are never touched."""
-    removed = 0
-    try:
-        listed = client.api.volumes(filters={"dangling": True}).get("Volumes") or []
-    except docker.errors.APIError as exc:
-        log.warning("could not list volumes to remove plain sandbox volumes: %s", exc)
-        return 0
-    for volume in listed:
-        if (
-            NAME_PATTERN.fullmatch(str(volume.get("Name")))
-            and not volume.get("Labels")
-            and not volume.get("Options")
-            and volume.get("Driver") == "local"
-        ):
-            try:
-                # Without force: a volume that a container took since the listing stays.
-                client.api.remove_volume(volume["Name"])
-            except docker.errors.APIError:
-                continue
-            removed += 1
-    if removed:
-        log.warning("removed %d plain volume(s) named like sandbox volumes", removed)
-    return removed
-
-
-def sandbox_specs(
-    image: str, name: str, limits: SandboxLimits, labels: Mapping[str, str]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The arguments of `volumes.create` and `containers.create` for one sandbox: everything
-    the engine is asked for, in one place (the Docker API proxy's tests start from these)."""
-    volume: dict[str, Any] = {
-        "name": name,
-        "driver": "local",
-        "driver_opts": {
-            "type": "tmpfs",
-            "device": "tmpfs",
-            "o": (
-                f"size={limits.data_mb}m,uid={limits.uid},gid={limits.gid},mode=0700,nosuid,nodev"
-            ),
-        },
-        "labels": dict(labels),
-    }
-    threads = str(max(1, int(limits.cpus)))
-    container: dict[str, Any] = {
-        "image": image,
-        "name": name,
-        "hostname": "sandbox",
-        "labels": dict(labels),
-        "user": f"{limits.uid}:{limits.gid}",
-        "working_dir": DATA_DIR,
-        "stdin_open": True,
-        "tty": False,
-        # The runner is the sandbox's init: an init of its own would hold the event stream's
-        # descriptors where the user's code, running as the same user, could write to them.
-        "init": False,
-        "runtime": limits.runtime,
-        # Only these variables exist inside; nothing of the bot's environment.
-        "environment": {
-            "OMP_NUM_THREADS": threads,
-            "OPENBLAS_NUM_THREADS": threads,
-            "MKL_NUM_THREADS": threads,
-            "CELLMATE_PRELOAD": ",".join(limits.preloaded()),
-            # The host brings the key in the first line on stdin (see stdio.py).
-            "CELLMATE_RUNNER_AWAIT_HELLO": "1",
-        },
-        "network_mode": "bridge" if limits.network else "none",
-        "read_only": True,
-        # Scratch space inside the container only; never a host path.
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={limits.tmp_mb}m,mode=1777"},  # noqa: S108
-        # The volume's own driver, options and labels again: should it be gone by the time
-        # the container is made, the engine makes the same labelled tmpfs volume instead of
-        # a plain one on its own disk (a volume that exists is used as it is).
-        "mounts": [
-            Mount(
-                target=DATA_DIR,
-                source=name,
-                type="volume",
-                labels=dict(labels),
-                driver_config=DriverConfig(volume["driver"], volume["driver_opts"]),
-            )
-        ],
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges", "seccomp=" + profile_json()],
-        "mem_limit": f"{limits.memory_mb}m",
-        "memswap_limit": f"{limits.memory_mb}m",
-        "nano_cpus": int(limits.cpus * 1e9),
-        "pids_limit": limits.pids,
-        "ulimits": [
-            Ulimit(
-                name="fsize",
-                soft=limits.file_size_mb * 1024 * 1024,
-                hard=limits.file_size_mb * 1024 * 1024,
-            ),
-            Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
-            Ulimit(name="core", soft=0, hard=0),
-        ],
-        # The sandbox's stdout is the protocol stream, with users' data: nothing keeps it.
-        "log_config": LogConfig(type="none"),
-        "shm_size": "64m",
-        "ipc_mode": "private",
-        # Under memory pressure on the host, sandboxes go before the bot or the engine.
-        "oom_score_adj": 500,
-    }
-    return volume, container
 
 
 class DockerBackend:
@@ -464,14 +126,7 @@ class DockerBackend:
                 raise ImageNotFound(
                     f"The sandbox image {self.image} is not built. Run `cellmate build-image`."
                 ) from exc
-            runtimes = client.info().get("Runtimes", {})
-            if runtime not in runtimes:
-                raise SandboxError(
-                    f"The Docker engine has no runtime {runtime!r} "
-                    f"(it has: {', '.join(runtimes)}). "
-                    "Install gVisor and register it as 'runsc' (scripts/ensure-docker.sh does), "
-                    "or set CELLMATE_SANDBOX_RUNTIME=runc."
-                )
+            check_runtime(client.info(), runtime)
 
         await asyncio.to_thread(inspect)
 
@@ -513,7 +168,7 @@ class DockerBackend:
                 await asyncio.to_thread(container.put_archive, DATA_DIR, input_tar)
         except BaseException:
             raw.close()
-            await asyncio.shield(asyncio.to_thread(_remove, client, name, name))
+            await asyncio.shield(asyncio.to_thread(remove_sandbox, client, name, name))
             raise
         return sandbox
 
@@ -555,7 +210,7 @@ class DockerBackend:
                 try:
                     container.remove(force=True, v=True)
                 except docker.errors.APIError as exc:
-                    if not _going(exc):
+                    if not going(exc):
                         raise
             for volume in client.volumes.list(filters={"label": selector}):
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):

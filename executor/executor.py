@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from executor.docker_backend import DockerBackend
+from executor.backends import build_backend
 from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, FileInfo
 from executor.notebook import run_notebook
@@ -64,7 +64,7 @@ class Executor:
         """`workspaces`: where a session's workspace is saved when it ends (but on a reset),
         and restored from into the next session of the same key."""
         self.limits = limits or SandboxLimits()
-        self.backend: SandboxBackend = backend or DockerBackend(image, instance=instance)
+        self.backend: SandboxBackend = backend or build_backend("docker", image, instance=instance)
         settings = pool or PoolSettings()
         self.pool = SandboxPool(
             self.backend, self.limits, settings.size, settings.max_live, settings.queue_limit

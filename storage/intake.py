@@ -50,7 +50,7 @@ class IntakeLimits:
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
+class RefusedFile:
     name: str
     reason: str
 
@@ -61,7 +61,7 @@ class Intake:
     """Accepted files by their name in /mnt/data."""
     renamed: dict[str, str] = field(default_factory=dict)
     """Original name -> name in /mnt/data, where they differ."""
-    refused: list[Refused] = field(default_factory=list)
+    refused: list[RefusedFile] = field(default_factory=list)
 
     @property
     def tabular(self) -> list[str]:
@@ -88,22 +88,28 @@ async def receive(
     for index, (item, name) in enumerate(zip(incoming, names, strict=True)):
         shown = item.name[:80] or "(unnamed)"
         if index >= limits.max_count:
-            result.refused.append(Refused(shown, f"at most {limits.max_count} files per message"))
+            result.refused.append(
+                RefusedFile(shown, f"at most {limits.max_count} files per message")
+            )
             continue
         if item.size is not None and item.size > limits.max_bytes:
-            result.refused.append(Refused(shown, f"larger than the {_mb(limits.max_bytes)} limit"))
+            result.refused.append(
+                RefusedFile(shown, f"larger than the {_mb(limits.max_bytes)} limit")
+            )
             continue
         try:
             content = await _content(item, fetch, limits.max_bytes)
         except IntakeError as exc:
-            result.refused.append(Refused(shown, str(exc)))
+            result.refused.append(RefusedFile(shown, str(exc)))
             continue
         if len(content) > limits.max_bytes:
-            result.refused.append(Refused(shown, f"larger than the {_mb(limits.max_bytes)} limit"))
+            result.refused.append(
+                RefusedFile(shown, f"larger than the {_mb(limits.max_bytes)} limit")
+            )
             continue
         if total + len(content) > limits.max_total_bytes:
             result.refused.append(
-                Refused(shown, f"the files together exceed {_mb(limits.max_total_bytes)}")
+                RefusedFile(shown, f"the files together exceed {_mb(limits.max_total_bytes)}")
             )
             continue
         total += len(content)

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bot.http import create_app, start_server
+from bot.ops.http import create_app, start_server
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from storage.local import LocalStorage

@@ -13,10 +13,11 @@ Front ends translate platform events into calls on `Conversations` and render th
 of a turn through their `Reply`; they decide nothing about who may do what.
 """
 
-from bot.conversations.access import AccessRules, Place, Refused
+from bot.conversations.access import AccessRules, Place
 from bot.conversations.keys import ConversationKey
 from bot.conversations.reply import Reply
-from bot.conversations.service import Admission, Conversations, NotHere, NotYours, Person
+from bot.conversations.service import Admission, Conversations, Person
+from bot.errors import NotHere, NotYours, Refused
 
 __all__ = [
     "AccessRules",

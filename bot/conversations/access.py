@@ -54,18 +54,6 @@ class Place:
     """For a DM: the places the platform found its sender in, among those the rules name."""
 
 
-NOT_HERE = "Cellmate is not enabled here."
-NOT_YOURS = "Only the people taking part in this conversation, or a moderator, can do that."
-
-
-class Refused(Exception):
-    """A turn may not start; the message says why (and when to try again), for the user."""
-
-
-class Busy(Refused):
-    """The person has too many requests waiting."""
-
-
 def allowed(rules: AccessRules, place: Place) -> bool:
     """Whether the rules let this person use the bot from this place."""
     if rules.users and place.user not in rules.users:

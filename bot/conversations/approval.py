@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import enum
 import inspect
 import secrets
 import time
@@ -31,10 +30,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.agent.turn import Decision as Decision
+from bot.agent.turn import Verdict as Verdict
 from bot.conversations.keys import ConversationKey
 from bot.conversations.policy import Mode, Policies
 from bot.events import ApprovalDecided, ApprovalRequested, Notice, TurnEvent
 from bot.fences import as_run
+from bot.text import short_name
 from executor.session import Restore
 
 ALREADY_DECIDED = "That code has already been decided on, or it is no longer waiting."
@@ -56,51 +58,6 @@ APPROVE_RESTORE = (
 )
 NOTHING_TO_EDIT = "Only a restore waits here, with no code to edit: Run or Cancel it."
 NAMES_SHOWN = 12
-NAME_CHARS = 40
-
-
-class Verdict(enum.Enum):
-    RUN = "run"
-    EDITED = "edited"
-    CANCELLED = "cancelled"
-    TIMED_OUT = "timed out"
-    STOPPED = "stopped"
-    OFF = "off"
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    verdict: Verdict
-    code: str = ""
-    """The code that runs (edited, perhaps)."""
-    by: str = ""
-    """Who decided (a user id); '' when nobody did."""
-    restore: Restore = Restore.VARIABLES
-    """Whether saved variables may be loaded before the code (only where they were shown)."""
-
-    @property
-    def runs(self) -> bool:
-        return self.verdict in (Verdict.RUN, Verdict.EDITED)
-
-    def for_model(self) -> str:
-        """What the model is told before the run's result (or instead of it)."""
-        if self.verdict is Verdict.RUN:
-            return ""
-        if self.verdict is Verdict.EDITED:
-            return (
-                "Before it ran, a person edited your code. This is the code that ran instead:\n"
-                f"```python\n{self.code}\n```\nIts result:\n"
-            )
-        why = {
-            Verdict.CANCELLED: "The person reviewing your code declined to run it.",
-            Verdict.TIMED_OUT: "Nobody approved your code in time, so it was not run.",
-            Verdict.STOPPED: "The turn was stopped before your code was approved.",
-            Verdict.OFF: "Running code is turned off in this channel, so it was not run.",
-        }[self.verdict]
-        return (
-            f"{why} Do not try to run code again in this turn: answer the person in plain "
-            "words, saying briefly what you would have run and that it was not run."
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,20 +98,10 @@ def restore_text(event: ApprovalRequested) -> str:
 def shown_names(names: Sequence[str]) -> str:
     """Variable names for a card, one a line: the first few, each cut short, made visible
     (a name can be any string), and how many more."""
-    lines = [_short(as_run(name).replace("\n", "\\n")) for name in names[:NAMES_SHOWN]]
+    lines = [short_name(as_run(name).replace("\n", "\\n")) for name in names[:NAMES_SHOWN]]
     if len(names) > NAMES_SHOWN:
         lines.append(f"… and {len(names) - NAMES_SHOWN} more")
     return "\n".join(lines)
-
-
-def names_line(names: Sequence[str], shown: int = 8) -> str:
-    """Variable names for a one-line note: the first few, each cut short and made visible."""
-    line = ", ".join(_short(as_run(name).replace("\n", "\\n")) for name in names[:shown])
-    return line + (f" and {len(names) - shown} more" if len(names) > shown else "")
-
-
-def _short(name: str) -> str:
-    return name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
 
 
 def outcome(event: ApprovalDecided, who: str, restore_only: bool = False) -> str:

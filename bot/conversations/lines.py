@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from bot.conversations.access import Busy
+from bot.errors import Busy
 
 Queued = Callable[[str], Awaitable[None]]
 MAX_WAITING = 5

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.conversations.access import Refused
 from bot.database import open_database
+from bot.errors import QuotaExceeded
 from bot.text import human_duration
 
 HOUR = 3600.0
@@ -25,10 +25,6 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_by_user ON runs (user, at);
 CREATE INDEX IF NOT EXISTS runs_by_server ON runs (server, at);
 """
-
-
-class QuotaExceeded(Refused):
-    """A limit is reached; the message says which, and when to try again."""
 
 
 @dataclass(frozen=True, slots=True)

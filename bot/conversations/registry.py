@@ -8,59 +8,16 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
-from bot.conversations.access import Refused
-from bot.conversations.approval import Decision, Verdict
+from bot.agent.turn import Turn
+from bot.errors import Draining
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_NOTICE = "Cellmate is restarting, so this turn was stopped. Please ask again in a minute."
-
-
-class Draining(Refused):
-    """The process is shutting down and takes no new turns."""
-
-    def __init__(self) -> None:
-        super().__init__("Cellmate is restarting and takes no new requests; try again in a minute.")
-
-
-@dataclass(slots=True)
-class Turn:
-    """A running turn; `stop()` ends it early (the kernel keeps its state where it can).
-
-    The turn's runs watch `stop_requested` (the executor interrupts the kernel once it is
-    set, even while the run still waits for a sandbox), so stopping needs nothing else."""
-
-    conversation: str
-    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
-    model_call: asyncio.Task[Any] | None = None
-    budget_started: float | None = None
-    """When (time.monotonic) the turn's time budget started: once it holds the conversation,
-    not when it was admitted (it may have waited behind another turn)."""
-    allowance: Callable[[], None] | None = None
-    """Raises a `Refused` when the person may not run more code now (a quota)."""
-    approve: Callable[[str], Awaitable[Decision]] | None = None
-    """Decides whether code the model wrote runs (the place's approval policy)."""
-
-    async def approval(self, code: str) -> Decision:
-        """Before each run of code the model wrote: whether it runs, and which code."""
-        if self.approve is None:
-            return Decision(Verdict.RUN, code)
-        return await self.approve(code)
-
-    def may_run(self) -> None:
-        """Before each run of the turn: raise a `Refused` saying why it may not start."""
-        if self.allowance is not None:
-            self.allowance()
-
-    def stop(self) -> None:
-        self.stop_requested.set()
-        if self.model_call is not None:
-            self.model_call.cancel()
 
 
 @dataclass(slots=True)

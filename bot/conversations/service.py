@@ -15,13 +15,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bot.agent.turn import Turn
 from bot.conversations.access import (
-    NOT_HERE,
-    NOT_YOURS,
     AccessRules,
     Participants,
     Place,
-    Refused,
     Seen,
     allowed,
 )
@@ -39,10 +37,11 @@ from bot.conversations.keys import ConversationKey
 from bot.conversations.lines import Lines
 from bot.conversations.policy import Effective, Mode, Policies, Scope
 from bot.conversations.quotas import Quotas
-from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Turn, Turns
+from bot.conversations.registry import SHUTDOWN_NOTICE, RerunSpec, Turns
 from bot.conversations.reply import Reply
+from bot.errors import NOT_HERE, Draining, NotHere, NotYours, Refused
 from bot.events import ExecutionFinished, TurnEvent
-from bot.fences import as_run
+from bot.fences import as_run, direct_code
 from bot.sandbox_words import restored
 from bot.workspaces import workspace_person
 
@@ -66,20 +65,6 @@ MEANING: dict[Mode, str] = {
     "approve": "code the model writes waits for a person to press Run, Edit or Cancel.",
     "off": "no code runs; the model answers without it, and /run is refused.",
 }
-
-
-class NotHere(Refused):
-    """The place or person is not on the front end's allowlist."""
-
-    def __init__(self) -> None:
-        super().__init__(NOT_HERE)
-
-
-class NotYours(Refused):
-    """The person may not act on that conversation."""
-
-    def __init__(self) -> None:
-        super().__init__(NOT_YOURS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,8 +215,6 @@ class Conversations:
 
     def _direct_run_allowed(self, key: ConversationKey, text: str) -> None:
         """Direct runs are their author's own decision, except where no code may run."""
-        from bot.agent import direct_code  # the agent imports this package
-
         if self.policies is None or direct_code(text) is None:
             return
         if self.policies.mode(key) == "off":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import metadata
 from pathlib import Path
 
-from bot.images import bot_tag, runtime_requirements
+from bot.ops.images import bot_tag, runtime_requirements
 
 
 def test_the_image_pins_the_installed_runtime_closure_and_no_dev_tools() -> None:

@@ -21,7 +21,7 @@ import docker
 import pytest
 from azure.storage.blob import BlobServiceClient
 
-from bot.images import build_azurite_image, build_bot_image
+from bot.ops.images import build_azurite_image, build_bot_image
 from executor import default_tag
 from executor.docker_backend import connect
 from tests.compose.relay import ComposeDiscord, ComposeModel, ComposeSlack, Relay

@@ -13,8 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from bot.agent import direct_code
-from bot.fences import as_run
+from bot.fences import as_run, direct_code
 from executor.fake_backend import FakeBackend
 from tests.fast import test_approval_discord as on_discord
 from tests.fast.test_approval_console import chat

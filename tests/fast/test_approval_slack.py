@@ -18,7 +18,7 @@ from bot.conversations import Conversations
 from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.service import NOT_APPROVER, POLICY_FOR_ADMINS
-from bot.http import start_server
+from bot.ops.http import start_server
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
 from bot.platforms.on_slack.approval import CANCEL, EDIT, RUN, TOO_LONG_TO_EDIT
 from bot.settings import SlackSettings

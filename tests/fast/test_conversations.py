@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.agent import Agent, UserMessage
+from bot.agent.history import History
 from bot.conversations import (
     AccessRules,
     Admission,
@@ -22,10 +23,10 @@ from bot.conversations import (
     Refused,
 )
 from bot.conversations.lines import Lines
-from bot.conversations.quotas import QuotaExceeded, Quotas, QuotaSettings
+from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.conversations.service import FileListing
+from bot.errors import QuotaExceeded
 from bot.events import Answer, ExecutionFinished, Failure, TurnEvent
-from bot.history import History
 from executor import Executor, PoolSettings, Status
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from storage.local import LocalStorage

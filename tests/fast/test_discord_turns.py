@@ -17,8 +17,8 @@ import yarl
 
 from bot.agent import Agent
 from bot.conversations import Conversations
-from bot.conversations.access import NOT_HERE, NOT_YOURS
 from bot.conversations.quotas import Quotas, QuotaSettings
+from bot.errors import NOT_HERE, NOT_YOURS
 from bot.platforms.on_discord import build_client, run_discord
 from bot.settings import DiscordSettings
 from executor import Executor, SandboxLimits

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bot.conversations.access import NOT_HERE
+from bot.errors import NOT_HERE
 from executor import SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.fast.test_slack_turns import mode, start_bot

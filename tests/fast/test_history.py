@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from bot.agent import Agent, UserMessage
-from bot.conversations.registry import Turn
+from bot.agent import Agent, Turn, UserMessage
+from bot.agent.tokens import Counter
 from bot.events import Answer, Failure, TurnEvent
-from bot.tokens import Counter
 from executor import Executor
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.agent_turns import final, turn

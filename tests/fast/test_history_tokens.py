@@ -10,8 +10,8 @@ import pytest
 import tiktoken
 import tiktoken.registry
 
+from bot.agent.tokens import ENCODINGS, Counter, bpe_file, encoding
 from bot.settings import SettingsError, load_settings
-from bot.tokens import ENCODINGS, Counter, bpe_file, encoding
 
 SAMPLES = [
     "Plot revenue by month from sales.csv, then fit a linear trend.",

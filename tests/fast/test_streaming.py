@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from bot.agent import Agent
+from bot.agent.llm import _Assembly
 from bot.conversations import Conversations
 from bot.events import Answer, AnswerDelta, CodeStarted, Failure, Thinking
-from bot.llm import _Assembly
 from bot.metrics import Metrics
 from bot.platforms.console import Console, run_piped
 from executor import Executor

@@ -7,7 +7,8 @@ import docker
 import pytest
 
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
-from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL, connect
+from executor.docker_backend import connect
+from executor.docker_specs import INSTANCE_LABEL, SANDBOX_LABEL
 
 # Its own instance label per test process, so that concurrent runs never see (or sweep)
 # each other's sandboxes.

@@ -17,7 +17,8 @@ import docker
 from docker.models.containers import Container
 
 from executor import SandboxLimits, default_tag
-from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL, DockerBackend
+from executor.docker_backend import DockerBackend
+from executor.docker_specs import INSTANCE_LABEL, SANDBOX_LABEL
 from executor.protocol import Sandbox
 from executor.run import wait_ready, wait_warm
 from tests.integration.conftest import TEST_INSTANCE

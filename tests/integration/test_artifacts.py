@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.run_outputs import artifact_sources
+from bot.agent.run_outputs import artifact_sources
 from executor import Executor, Status
 from storage.artifacts import ArtifactLimits, ArtifactSource, publish
 from storage.azure_blob import AzureBlobStorage

@@ -27,7 +27,7 @@ import pytest
 
 from dockerproxy import DockerProxy, Policy
 from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
-from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL
+from executor.docker_specs import INSTANCE_LABEL, SANDBOX_LABEL
 from executor.seccomp import profile_json
 from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
 from tests.proxy.bodies import executor_bodies

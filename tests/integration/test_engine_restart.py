@@ -20,7 +20,7 @@ from executor import (
     Status,
     default_tag,
 )
-from executor.docker_backend import NAME_PATTERN
+from executor.docker_specs import NAME_PATTERN
 from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
 
 pytestmark = pytest.mark.docker

@@ -16,7 +16,7 @@ import docker
 import pytest
 
 from executor import SandboxLimits, default_tag
-from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL, sandbox_specs
+from executor.docker_specs import INSTANCE_LABEL, SANDBOX_LABEL, sandbox_specs
 from tests.integration.conftest import TEST_INSTANCE
 
 pytestmark = pytest.mark.docker

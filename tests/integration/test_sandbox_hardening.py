@@ -20,13 +20,9 @@ from docker.models.volumes import VolumeCollection
 
 from executor import Executor, SandboxLimits, Status, default_tag
 from executor.archive import build_input_tar
-from executor.docker_backend import (
-    DockerBackend,
-    DockerSandbox,
-    VolumeReplaced,
-    check_volume,
-    sandbox_specs,
-)
+from executor.docker_backend import DockerBackend
+from executor.docker_sandbox import DockerSandbox
+from executor.docker_specs import VolumeReplaced, check_volume, sandbox_specs
 from executor.errors import FreezeFailed
 from executor.notebook import output_caps
 from executor.run import execute, new_collector, wait_ready

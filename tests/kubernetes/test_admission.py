@@ -25,8 +25,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from bot.cluster_enforcement import enforcement
-from bot.findings import Finding
+from bot.ops.cluster_enforcement import enforcement
+from bot.ops.findings import Finding
 from bot.settings import load_settings
 from executor import SandboxLimits, default_tag
 from executor.kubernetes_backend import KubernetesBackend, pod_manifest

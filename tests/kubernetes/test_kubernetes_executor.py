@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from bot.doctor import _kubernetes
+from bot.ops.doctor import _kubernetes
 from bot.sandbox_words import spoken
 from bot.settings import Settings, load_settings
 from executor import Executor, PoolSettings, Status, default_tag

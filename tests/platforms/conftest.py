@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from bot.agent import Agent, AgentLimits
-from bot.history import History
+from bot.agent.history import History
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
 from storage.local import LocalStorage
 from tests.conftest import SECRET

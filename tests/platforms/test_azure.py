@@ -13,10 +13,10 @@ import openai
 import pytest
 
 from bot.agent import Agent, AgentLimits
-from bot.doctor import _model as doctor_model_check
+from bot.agent.history import History
 from bot.events import Answer, CodeStarted, Failure
-from bot.history import History
-from bot.llm import build_client
+from bot.ops.doctor import _model as doctor_model_check
+from bot.ops.model_setup import build_model_client
 from bot.settings import ModelSettings, Settings
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -51,7 +51,7 @@ def azure_settings(model: ScriptedModel, key: str = "azure-test-key") -> ModelSe
 async def agent_for(
     settings: ModelSettings, executor: Executor, tmp_path: Path, made: list[openai.AsyncOpenAI]
 ) -> Agent:
-    client = build_client(settings)
+    client = build_model_client(settings)
     assert isinstance(client, openai.AsyncAzureOpenAI)
     made.append(client)
     return Agent(

@@ -17,7 +17,8 @@ from aiohttp import web
 
 from bot.agent import Agent
 from bot.conversations import Conversations
-from bot.conversations.access import NOT_YOURS, Participants
+from bot.conversations.access import Participants
+from bot.errors import NOT_YOURS
 from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
 from bot.settings import DiscordSettings
 from executor import Executor

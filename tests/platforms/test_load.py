@@ -18,10 +18,10 @@ import pytest
 from aiohttp import web
 
 from bot.agent import Agent, AgentLimits
+from bot.agent.history import History
 from bot.conversations import Conversations
-from bot.history import History
-from bot.http import start_server
 from bot.metrics import Metrics
+from bot.ops.http import start_server
 from bot.platforms.on_slack import EVENTS_PATH, CellmateSlack, add_http_route, build_slack
 from bot.settings import SlackSettings
 from executor import Executor, PoolSettings, SandboxLimits, default_tag

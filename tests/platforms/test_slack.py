@@ -17,8 +17,8 @@ from aiohttp import web
 
 from bot.agent import Agent
 from bot.conversations import Conversations
-from bot.conversations.access import NOT_YOURS
-from bot.http import start_server
+from bot.errors import NOT_YOURS
+from bot.ops.http import start_server
 from bot.platforms.on_slack import (
     EVENTS_PATH,
     CellmateSlack,

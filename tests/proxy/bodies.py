@@ -12,7 +12,7 @@ from docker.models.containers import _create_container_args  # type: ignore[attr
 
 from dockerproxy import Policy
 from executor import SandboxLimits
-from executor.docker_backend import INSTANCE_LABEL, SANDBOX_LABEL, sandbox_specs
+from executor.docker_specs import INSTANCE_LABEL, SANDBOX_LABEL, sandbox_specs
 from executor.seccomp import profile_json
 
 IMAGE = "cellmate-sandbox:0123456789ab"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dockerproxy import Policy, Refused
+from dockerproxy import Policy, RequestRefused
 from dockerproxy import bodies as build
 from dockerproxy.jsonbody import decode
 from executor import SandboxLimits
@@ -33,7 +33,7 @@ def volume(body: Any, policy: Policy = POLICY) -> bytes:
 
 
 def refused(call: Any, *args: Any) -> str:
-    with pytest.raises(Refused) as caught:
+    with pytest.raises(RequestRefused) as caught:
         call(*args)
     return str(caught.value)
 
@@ -364,6 +364,6 @@ def test_every_forwarded_body_meets_the_policy(
     raw = _emit(body, True).encode()
     try:
         forwarded = container(raw)
-    except Refused:
+    except RequestRefused:
         return  # refusing is always safe
     assert_safe_container(forwarded, POLICY)

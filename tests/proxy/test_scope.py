@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dockerproxy import Policy, Refused
+from dockerproxy import Policy, RequestRefused
 from dockerproxy import bodies as build
 from dockerproxy.jsonbody import decode
 from dockerproxy.routes import NO_LOGS, plan
@@ -33,7 +33,7 @@ def with_labels(labels: Any) -> dict[str, Any]:
 
 
 def refusal(call: Any, *args: Any) -> str:
-    with pytest.raises(Refused) as caught:
+    with pytest.raises(RequestRefused) as caught:
         call(*args)
     return str(caught.value)
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dockerproxy import Refused
+from dockerproxy import RequestRefused
 from dockerproxy.tarstream import TarCaps, rebuild
 from executor.archive import build_input_tar, build_workspace_tar
 from tests.proxy.tars import Entry, archive, extracted, member
@@ -31,7 +31,7 @@ def rebuilt(raw: bytes, caps: TarCaps = CAPS) -> list[Entry]:
 def refused(raw: bytes, caps: TarCaps = CAPS) -> tuple[str, list[Entry]]:
     """The reason, and what had gone to the engine before the refusal (still checked)."""
     out = io.BytesIO()
-    with pytest.raises(Refused) as caught:
+    with pytest.raises(RequestRefused) as caught:
         rebuild(io.BytesIO(raw), out, caps)
     return str(caught.value), extracted(out.getvalue(), whole=False)
 
@@ -329,7 +329,7 @@ def test_whatever_is_sent_what_goes_on_is_safe(members: list[bytes], cut: int) -
     out = io.BytesIO()
     try:
         rebuild(io.BytesIO(raw), out, CAPS)
-    except Refused:
+    except RequestRefused:
         extracted(out.getvalue(), whole=False)
         return
     extracted(out.getvalue())

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bot.http import create_app, start_server
+from bot.ops.http import create_app, start_server
 from storage.base import Storage
 from storage.names import artifact_key, new_run_id
 from storage.stable_links import StableLinks

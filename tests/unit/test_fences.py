@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.agent import direct_code
-from bot.fences import fenced_blocks, only_code
+from bot.fences import direct_code, fenced_blocks, only_code
 from bot.platforms.markup import code_blocks
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import docker.errors
 import pytest
 
-from executor import docker_backend
+from executor import docker_sandbox
 from executor.archive import OutputCaps
 from executor.backoff import Backoff
-from executor.docker_backend import DockerSandbox
+from executor.docker_sandbox import DockerSandbox
 from executor.errors import FreezeFailed
 
 CAPS = OutputCaps(max_files=10, max_file_bytes=1000, max_total_bytes=1000, max_depth=4)
@@ -68,7 +68,7 @@ class Writer:
 def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The waits between attempts, recorded instead of slept."""
     slept: list[float] = []
-    monkeypatch.setattr(docker_backend, "_wait", slept.append)
+    monkeypatch.setattr(docker_sandbox, "_wait", slept.append)
     return slept
 
 
@@ -84,11 +84,11 @@ def sandbox_on(container: Container) -> DockerSandbox:
 
 
 def test_the_retry_is_bounded_and_grows() -> None:
-    waits = list(docker_backend.FREEZE_RETRY.waits())
+    waits = list(docker_sandbox.FREEZE_RETRY.waits())
     assert waits[0] == 0
     assert waits[1:] == sorted(waits[1:])
-    assert len(waits) == docker_backend.FREEZE_RETRY.attempts <= 10
-    assert 0.5 <= docker_backend.FREEZE_RETRY.total_s <= 5
+    assert len(waits) == docker_sandbox.FREEZE_RETRY.attempts <= 10
+    assert 0.5 <= docker_sandbox.FREEZE_RETRY.total_s <= 5
     assert list(Backoff(attempts=5, first_s=0.5, factor=3, max_s=2).waits()) == [
         0,
         0.5,
@@ -115,7 +115,7 @@ async def test_a_freeze_refused_for_a_moment_is_asked_again(
         "get /mnt/data",
         "unpause",
     ]
-    assert waits == list(docker_backend.FREEZE_RETRY.waits())[1 : refusals + 1]
+    assert waits == list(docker_sandbox.FREEZE_RETRY.waits())[1 : refusals + 1]
 
 
 @pytest.mark.parametrize(
@@ -136,8 +136,8 @@ async def test_a_freeze_that_keeps_failing_refuses_only_that_operation(
     assert "the session goes on" in message
     # Never done unfrozen, and never thawed (nothing was frozen); the sandbox is not killed.
     assert set(container.calls) == {"pause"}
-    assert len(container.calls) == docker_backend.FREEZE_RETRY.attempts
-    assert len(waits) == docker_backend.FREEZE_RETRY.attempts - 1
+    assert len(container.calls) == docker_sandbox.FREEZE_RETRY.attempts
+    assert len(waits) == docker_sandbox.FREEZE_RETRY.attempts - 1
     assert sandbox.alive
 
 

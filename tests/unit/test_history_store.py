@@ -8,7 +8,7 @@ import asyncio
 import random
 from pathlib import Path
 
-from bot.history import History
+from bot.agent.history import History
 
 
 async def test_turns_stopped_mid_statement_leave_every_other_turn_working(tmp_path: Path) -> None:

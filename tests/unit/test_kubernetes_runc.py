@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
+from bot.ops.cli import main
 from bot.settings import SettingsError, load_settings
 from executor.kubernetes_backend import KubernetesBackend
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot.conversations.quotas import DAY, HOUR, QuotaExceeded, Quotas, QuotaSettings
-from bot.http import create_app, start_server
+from bot.conversations.quotas import DAY, HOUR, Quotas, QuotaSettings
+from bot.errors import QuotaExceeded
 from bot.logs import ContextFilter, JsonFormatter, RedactFilter, conversation_id, run_id
 from bot.metrics import Metrics
+from bot.ops.http import create_app, start_server
 from storage.artifacts import Artifact
 from tests.storage.azurite import free_port
 

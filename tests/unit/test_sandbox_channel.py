@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.settings import load_settings
-from executor.docker_backend import sandbox_specs
+from executor.docker_specs import sandbox_specs
 from executor.limits import SandboxLimits
 from executor.stdio import RunnerStream, seal
 

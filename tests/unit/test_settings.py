@@ -98,7 +98,7 @@ def test_pool_settings() -> None:
 
 
 def test_storage_is_local_unless_azure_is_configured(tmp_path: Path) -> None:
-    from bot.storage_setup import build_storage
+    from bot.ops.storage_setup import build_storage
     from storage.azure_blob import AzureBlobStorage
     from storage.local import LocalStorage
 

@@ -22,8 +22,8 @@ from bot.events import (
     OutputChunk,
     TurnEvent,
 )
-from bot.exec_output import MAX_NAME_BYTES, host_file_name, print_result, save_outputs
 from bot.logs import TextFormatter
+from bot.ops.exec_output import MAX_NAME_BYTES, host_file_name, print_result, save_outputs
 from bot.platforms.console import Console, Renderer
 from executor.models import (
     ExecutionError,

@@ -22,10 +22,12 @@ import discord
 import yarl
 from discord import app_commands
 
-from bot.agent import UserMessage, direct_code
+from bot.agent import UserMessage
 from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
-from bot.conversations.access import NOT_HERE, AccessRules, Place
+from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
+from bot.errors import NOT_HERE
+from bot.fences import direct_code
 from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
 from bot.platforms.on_discord.render import thread_name

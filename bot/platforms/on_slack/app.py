@@ -28,12 +28,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent import UserMessage, direct_code
+from bot.agent import UserMessage
 from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
-from bot.conversations.access import NOT_HERE, AccessRules, Place
+from bot.conversations.access import AccessRules, Place
 from bot.conversations.approval import Verdict
 from bot.conversations.policy import Scope, parse_mode
 from bot.conversations.presence import Expiring, Presence
+from bot.errors import NOT_HERE
+from bot.fences import direct_code
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack import approval
 from bot.platforms.on_slack.mrkdwn import unescape

@@ -7,14 +7,13 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
 from aiohttp import web
 
-from bot.health import Health
-from bot.services import Services, background, services
+from bot.ops.front_ends import FrontEnd, configured, configured_platforms
+from bot.ops.health import Health
+from bot.ops.services import Services, background, services
 from bot.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
@@ -24,55 +23,22 @@ class NoPlatform(Exception):
     """No chat platform is configured."""
 
 
-@dataclass(frozen=True, slots=True)
-class FrontEnd:
-    name: str
-    run: Callable[[], Coroutine[Any, Any, None]]
-    close: Callable[[], Awaitable[None]] | None = None
-    route: Callable[[web.Application], None] | None = None
-    """Adds the platform's webhook to the bot's HTTP server."""
-
-
-def configured_platforms(settings: Settings) -> list[str]:
-    configured = (("discord", settings.discord.configured), ("slack", settings.slack.configured))
-    return [name for name, on in configured if on]
-
-
-def front_ends(running: Services, settings: Settings) -> list[FrontEnd]:
-    found = []
-    if settings.discord.configured:
-        from bot.platforms.on_discord import build_client, run_discord
-
-        client = build_client(running.conversations, settings.discord, running.connected)
-        found.append(FrontEnd("Discord", lambda: run_discord(client), client.close))
-    if settings.slack.configured:
-        from bot.platforms.on_slack import add_http_route, build_slack, run_slack
-
-        slack = build_slack(running.conversations, settings.slack, running.connected)
-
-        def route(app: web.Application) -> None:
-            add_http_route(slack, app)
-
-        http = settings.slack.connection == "http"
-        found.append(FrontEnd("Slack", lambda: run_slack(slack), route=route if http else None))
-    return found
-
-
 async def serve(settings: Settings, ready: Callable[[Services], None] | None = None) -> None:
     if not configured_platforms(settings):
         raise NoPlatform(
             "no chat platform is configured: set DISCORD_TOKEN or SLACK_BOT_TOKEN in .env "
             "(see the README), or use `cellmate chat` for the console"
         )
-    if settings.slack.configured and settings.slack.problem():
-        raise SettingsError(str(settings.slack.problem()))
+    for platform in configured(settings):
+        if problem := platform.problem(settings):
+            raise SettingsError(problem)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, stopping.set)
     try:
         async with services(settings) as running:
-            fronts = front_ends(running, settings)
+            fronts = [platform.start(running, settings) for platform in configured(settings)]
             health = Health(running, configured_platforms(settings))
 
             def extend(app: web.Application) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from bot.findings import Finding
+from bot.ops.findings import Finding
 from bot.settings import Settings
 from executor.kubernetes_backend import KubernetesBackend, pod_manifest
 

@@ -10,23 +10,21 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
-import aiohttp
 import docker
-from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.cluster_enforcement import enforcement
-from bot.findings import Finding
-from bot.llm import build_client
+from bot.agent.tokens import Counter
+from bot.ops.cluster_enforcement import enforcement
+from bot.ops.findings import Finding
+from bot.ops.front_ends import PLATFORMS
+from bot.ops.model_setup import build_model_client
+from bot.ops.storage_setup import build_storage
 from bot.settings import Settings
-from bot.storage_setup import build_storage
-from bot.tokens import Counter
 from executor import EngineUnavailable, ExecutorError
-from executor.docker_backend import connect
+from executor.backends import build_backend
+from executor.docker_backend import RuntimeMissing, check_runtime, connect
 from executor.kubernetes_backend import KubernetesBackend
 
 TIMEOUT_S = 15.0
-DISCORD_API = "https://discord.com/api/v10"
 
 
 Check = Callable[[Settings], Awaitable[list[Finding]]]
@@ -34,11 +32,12 @@ Check = Callable[[Settings], Awaitable[list[Finding]]]
 
 async def diagnose(settings: Settings) -> list[Finding]:
     findings: list[Finding] = [Finding("settings", True, "loaded (.env and the environment)")]
-    for check in (_sandboxes, _storage, _model, _discord, _slack):
+    checks: list[tuple[str, Check]] = [("sandboxes", _sandboxes), ("storage", _storage)]
+    checks += [("model", _model), *((p.key, p.check) for p in PLATFORMS)]
+    for name, check in checks:
         try:
             findings += await asyncio.wait_for(check(settings), TIMEOUT_S)
         except TimeoutError:
-            name = check.__name__.strip("_")
             findings.append(Finding(name, False, f"no answer within {TIMEOUT_S:g} s"))
     return findings
 
@@ -64,9 +63,11 @@ async def _sandboxes(settings: Settings) -> list[Finding]:
 async def _kubernetes(settings: Settings) -> list[Finding]:
     """The cluster answers and lets the bot do what sandboxes need (access reviews); runc
     is allowed if chosen; the namespace enforces the `restricted` level, and what else the
-    cluster enforces there (bot/cluster_enforcement.py); and a sandbox Pod starts and gets
+    cluster enforces there (bot/ops/cluster_enforcement.py); and a sandbox Pod starts and gets
     ready, which proves the image, the RuntimeClass and the admission policy together."""
-    backend = KubernetesBackend(settings.image, settings.kubernetes, instance=settings.instance)
+    backend = build_backend(
+        "kubernetes", settings.image, instance=settings.instance, kubernetes=settings.kubernetes
+    )
     namespace = settings.kubernetes.namespace
     try:
         try:
@@ -169,15 +170,16 @@ async def _docker(settings: Settings) -> list[Finding]:
                 )
             )
         runtime = settings.sandbox.runtime
-        runtimes = sorted(info.get("Runtimes", {}))
-        if runtime in runtimes:
+        try:
+            check_runtime(info, runtime)
             found.append(Finding("runtime", True, f"{runtime} is registered"))
-        else:
+        except RuntimeMissing as exc:
+            runtimes = ", ".join(sorted(exc.registered))
             found.append(
                 Finding(
                     "runtime",
                     False,
-                    f"{runtime} is not registered (the engine has {', '.join(runtimes)})",
+                    f"{runtime} is not registered (the engine has {runtimes})",
                     "install gVisor and register runsc (scripts/ensure-docker.sh does), or set "
                     "CELLMATE_SANDBOX_RUNTIME=runc",
                 )
@@ -208,7 +210,7 @@ async def _storage(settings: Settings) -> list[Finding]:
 
 
 async def _model(settings: Settings) -> list[Finding]:
-    client = build_client(settings.model)
+    client = build_model_client(settings.model)
     if client is None:
         return [
             Finding(
@@ -246,77 +248,3 @@ def _history(settings: Settings) -> Finding:
         f"(CELLMATE_HISTORY_TOKENS), counted {counter.describe()}; older turns become a summary",
         required=False,
     )
-
-
-async def _discord(settings: Settings) -> list[Finding]:
-    chosen = settings.discord
-    if not chosen.configured:
-        return [Finding("discord", True, "not configured (DISCORD_TOKEN)", required=False)]
-    url = (chosen.api_url or DISCORD_API).rstrip("/") + "/users/@me"
-    headers = {"Authorization": f"Bot {chosen.token}"}
-    try:
-        async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as got:
-            body = await got.json(content_type=None) if got.status == 200 else {}
-            status = got.status
-    except (aiohttp.ClientError, ValueError) as exc:
-        return [Finding("discord", False, f"Discord cannot be reached ({exc})")]
-    if status == 401:
-        return [
-            Finding(
-                "discord",
-                False,
-                "Discord refused DISCORD_TOKEN",
-                "copy the token again from the Developer Portal (Bot > Reset Token)",
-            )
-        ]
-    if status != 200:
-        return [Finding("discord", False, f"Discord answered HTTP {status}")]
-    return [Finding("discord", True, f"the token works: bot {body.get('username', '?')}")]
-
-
-async def _slack(settings: Settings) -> list[Finding]:
-    chosen = settings.slack
-    if not chosen.configured:
-        return [Finding("slack", True, "not configured (SLACK_BOT_TOKEN)", required=False)]
-    base = chosen.api_url or AsyncWebClient.BASE_URL
-    found: list[Finding] = []
-    try:
-        identity = await AsyncWebClient(token=chosen.bot_token, base_url=base).auth_test()
-        found.append(
-            Finding(
-                "slack",
-                True,
-                f"the bot token works: {identity.get('user')} in {identity.get('team')}",
-            )
-        )
-    except SlackApiError as exc:
-        found.append(
-            Finding(
-                "slack",
-                False,
-                f"Slack refused SLACK_BOT_TOKEN ({exc.response.get('error')})",
-                "copy the Bot User OAuth Token (xoxb-...) from the app's OAuth & Permissions page",
-            )
-        )
-    except aiohttp.ClientError as exc:
-        found.append(Finding("slack", False, f"Slack cannot be reached ({exc})"))
-    problem = chosen.problem()
-    if problem:
-        found.append(Finding("slack mode", False, problem, "see the README's Slack section"))
-    elif chosen.connection == "socket":
-        try:
-            await AsyncWebClient(base_url=base).apps_connections_open(app_token=chosen.app_token)
-            found.append(Finding("slack mode", True, "Socket Mode: the app-level token works"))
-        except SlackApiError as exc:
-            found.append(
-                Finding(
-                    "slack mode",
-                    False,
-                    f"Slack refused SLACK_APP_TOKEN ({exc.response.get('error')})",
-                    "create an app-level token with connections:write (Basic Information)",
-                )
-            )
-    else:
-        where = f"http://{settings.http_host}:{settings.http_port}/slack/events"
-        found.append(Finding("slack mode", True, f"HTTP mode: requests are served at {where}"))
-    return found

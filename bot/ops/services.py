@@ -12,15 +12,15 @@ from datetime import timedelta
 from aiohttp import web
 
 from bot.agent import Agent, AgentLimits
+from bot.agent.history import History
 from bot.conversations import Conversations
 from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
-from bot.history import History
-from bot.http import Checks, create_app, start_server
-from bot.llm import build_client
 from bot.metrics import Metrics
+from bot.ops.http import Checks, create_app, start_server
+from bot.ops.model_setup import build_model_client
+from bot.ops.storage_setup import build_storage, link_secret
 from bot.settings import Settings
-from bot.storage_setup import build_storage, link_secret
 from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings
 from storage.artifacts import ArtifactLimits
@@ -58,7 +58,7 @@ async def services(
     quotas = Quotas(settings.data_dir / "usage.sqlite3", settings.quotas)
     policies = Policies(settings.data_dir / "policies.sqlite3", settings.policy)
     metrics = Metrics()
-    client = build_client(settings.model)
+    client = build_model_client(settings.model)
     try:
         async with Executor(
             settings.image,

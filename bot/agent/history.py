@@ -2,7 +2,7 @@
 
 It is the model's transcript (what the agent sends and gets back), so it lives beside the
 agent; the conversation service reaches it only through `Agent.reset`. What of it goes to
-the model is decided by `bot.context`: the newest turns within a token budget, and a
+the model is decided by `bot.agent.context`: the newest turns within a token budget, and a
 summary (kept here, so it is written once) of the messages before them.
 """
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bot.services import Services
+from bot.ops.services import Services
 
 CHECK_TIMEOUT_S = 5.0
 CACHE_S = 5.0

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.history import History, Stored, Summary
-from bot.tokens import Counter
+from bot.agent.history import History, Stored, Summary
+from bot.agent.tokens import Counter
 
 log = logging.getLogger(__name__)
 

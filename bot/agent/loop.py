@@ -26,10 +26,14 @@ from typing import Any, Protocol
 import openai
 
 from bot import logs
-from bot.context import fit
-from bot.conversations.access import Refused
-from bot.conversations.approval import names_line
-from bot.conversations.registry import Turn
+from bot.agent.context import fit
+from bot.agent.history import History
+from bot.agent.llm import Completions, EmptyReply, Reply, ToolCall
+from bot.agent.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
+from bot.agent.run_outputs import artifact_sources
+from bot.agent.tokens import Counter
+from bot.agent.turn import Turn
+from bot.errors import Refused
 from bot.events import (
     Answer,
     AnswerDelta,
@@ -42,14 +46,10 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
-from bot.fences import as_run, only_code
-from bot.history import History
-from bot.llm import Completions, EmptyReply, Reply, ToolCall
+from bot.fences import as_run, direct_code
 from bot.metrics import Metrics
-from bot.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
-from bot.run_outputs import artifact_sources
 from bot.sandbox_words import spoken
-from bot.tokens import Counter
+from bot.text import names_line
 from executor import ExecutionResult, Executor, ExecutorError, OutputEvent
 from executor.session import Restore
 from storage.artifacts import Artifact, ArtifactLimits, publish
@@ -434,17 +434,6 @@ class Agent:
             await _call(emit, Failure(why))
         else:
             await _call(emit, Answer(f"{reply.content}\n\n({note})".strip()))
-
-
-def direct_code(text: str) -> str | None:
-    """The code of a message that is only a fenced code block, or `/run ...`, as it runs
-    (`as_run`); else None."""
-    stripped = text.strip()
-    if stripped.startswith("/run"):
-        code = stripped.removeprefix("/run").strip() or None
-    else:
-        code = only_code(stripped)
-    return None if code is None else as_run(code)
 
 
 def _user_content(text: str, files: list[str], previews: dict[str, str]) -> str:

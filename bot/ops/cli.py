@@ -13,19 +13,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import discord
-from slack_sdk.errors import SlackApiError
-
-from bot.demo import DEMO_CODE
-from bot.doctor import diagnose, report
-from bot.exec_output import print_result, save_outputs
-from bot.images import build_azurite_image, build_bot_image
 from bot.logs import setup_logging
+from bot.ops.demo import DEMO_CODE
+from bot.ops.doctor import diagnose, report
+from bot.ops.exec_output import print_result, save_outputs
+from bot.ops.front_ends import PLATFORMS, configured_platforms
+from bot.ops.images import build_azurite_image, build_bot_image
+from bot.ops.serve import NoPlatform, serve
+from bot.ops.services import background, services
+from bot.ops.storage_setup import build_storage
 from bot.platforms.console import Console, is_terminal, run_interactive, run_piped
-from bot.serve import NoPlatform, configured_platforms, serve
-from bot.services import background, services
 from bot.settings import Settings, SettingsError, load_settings
-from bot.storage_setup import build_storage
 from dockerproxy.cli import main as docker_proxy_main
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
@@ -184,16 +182,12 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     except NoPlatform as exc:
         print(f"cellmate: {exc}", file=sys.stderr)
         return 2
-    except discord.LoginFailure:
-        print("cellmate: Discord refused DISCORD_TOKEN; check it in .env", file=sys.stderr)
-        return 2
-    except SlackApiError as exc:
-        error = exc.response.get("error")
-        print(
-            f"cellmate: Slack refused the bot's request ({error}); check the SLACK_* settings",
-            file=sys.stderr,
-        )
-        return 2
+    except Exception as exc:  # a platform refusing the bot is told plainly; the rest goes on
+        for platform in PLATFORMS:
+            if refusal := platform.refusal(exc):
+                print(f"cellmate: {refusal}", file=sys.stderr)
+                return 2
+        raise
     return 0
 
 

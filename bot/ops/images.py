@@ -28,7 +28,7 @@ import docker.errors
 from executor.errors import ImageBuildError
 from executor.image import Say, base_image, docker_build, download_pinned_wheels, image_exists
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BOT_REPOSITORY = "cellmate-bot"
 AZURITE_REPOSITORY = "cellmate-azurite"
 WHEELS = ROOT / "build" / "bot-wheels"

@@ -17,31 +17,8 @@ from typing import Any, cast
 
 import openai
 
-from bot.settings import ModelSettings
-
 log = logging.getLogger(__name__)
 OnText = Callable[[str], Awaitable[None]]
-
-
-def build_client(settings: ModelSettings) -> openai.AsyncOpenAI | None:
-    """None when no model is configured (the bot then runs code blocks directly)."""
-    if not settings.configured:
-        return None
-    if settings.azure_endpoint:
-        return openai.AsyncAzureOpenAI(
-            azure_endpoint=settings.azure_endpoint,
-            api_key=settings.azure_api_key or settings.api_key,
-            api_version=settings.api_version,
-            timeout=settings.timeout_s,
-            max_retries=settings.max_retries,
-        )
-    return openai.AsyncOpenAI(
-        # Local servers such as Ollama need no key, but the client insists on one.
-        api_key=settings.api_key or "not-needed",
-        base_url=settings.base_url or None,
-        timeout=settings.timeout_s,
-        max_retries=settings.max_retries,
-    )
 
 
 class EmptyReply(openai.OpenAIError):
