@@ -44,6 +44,8 @@ import yarl
 from aiohttp import web
 
 from bench.executor_bench import Figures, machine, percentile
+from bench.standins import discord_server as dc
+from bench.standins import slack_server as sl
 from bot.conversations import Conversations
 from bot.conversations.quotas import QuotaSettings
 from bot.http import start_server
@@ -58,8 +60,6 @@ from bot.settings import (
     load_settings,
 )
 from executor import Executor
-from tests.platforms import discord_server as dc
-from tests.platforms import slack_server as sl
 
 Runtime = Literal["runc", "runsc"]
 INSTANCE = "bench-turns"

@@ -14,6 +14,18 @@ import discord
 import pytest
 import yarl
 
+from bench.standins.discord_server import (
+    ALICE,
+    BOB,
+    CAROL,
+    CHANNEL_GENERAL,
+    OWNER,
+    TOKEN,
+    DiscordServer,
+    Interaction,
+    Message,
+)
+from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.access import NOT_HERE
@@ -25,18 +37,6 @@ from bot.platforms.on_discord.approval import TOO_LONG_TO_EDIT
 from bot.settings import DiscordSettings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
-from tests.platforms.discord_server import (
-    ALICE,
-    BOB,
-    CAROL,
-    CHANNEL_GENERAL,
-    OWNER,
-    TOKEN,
-    DiscordServer,
-    Interaction,
-    Message,
-)
-from tests.platforms.openai_server import ScriptedModel, runs, says
 from tests.platforms.test_discord import Bot, _button_id, _has_button, _text_input_id, _told
 
 ASKED = "print(6 * 7)"

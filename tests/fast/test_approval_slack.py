@@ -13,6 +13,18 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.slack_server import (
+    ADMIN,
+    ALICE,
+    APP_TOKEN,
+    BOB,
+    BOT_TOKEN,
+    C_GENERAL,
+    SIGNING_SECRET,
+    Message,
+    SlackServer,
+)
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
@@ -24,18 +36,6 @@ from bot.platforms.on_slack.approval import CANCEL, EDIT, RUN, TOO_LONG_TO_EDIT
 from bot.settings import SlackSettings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
-from tests.platforms.openai_server import ScriptedModel, runs, says
-from tests.platforms.slack_server import (
-    ADMIN,
-    ALICE,
-    APP_TOKEN,
-    BOB,
-    BOT_TOKEN,
-    C_GENERAL,
-    SIGNING_SECRET,
-    Message,
-    SlackServer,
-)
 from tests.platforms.test_slack import Bot, _button
 from tests.storage.azurite import free_port
 

@@ -15,15 +15,7 @@ import discord
 import pytest
 import yarl
 
-from bot.agent import Agent
-from bot.conversations import Conversations
-from bot.conversations.access import NOT_HERE, NOT_YOURS
-from bot.conversations.quotas import Quotas, QuotaSettings
-from bot.platforms.on_discord import build_client, run_discord
-from bot.settings import DiscordSettings
-from executor import Executor, SandboxLimits
-from executor.fake_backend import FakeBackend, FakeRun, image, stdout
-from tests.platforms.discord_server import (
+from bench.standins.discord_server import (
     ALICE,
     BOB,
     CAROL,
@@ -34,7 +26,15 @@ from tests.platforms.discord_server import (
     Interaction,
     Message,
 )
-from tests.platforms.openai_server import Reply, ScriptedModel, fails, runs, says
+from bench.standins.openai_server import Reply, ScriptedModel, fails, runs, says
+from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.conversations.access import NOT_HERE, NOT_YOURS
+from bot.conversations.quotas import Quotas, QuotaSettings
+from bot.platforms.on_discord import build_client, run_discord
+from bot.settings import DiscordSettings
+from executor import Executor, SandboxLimits
+from executor.fake_backend import FakeBackend, FakeRun, image, stdout
 from tests.platforms.test_discord import Bot, _button_id, _has_button, _told
 
 PNG = base64.b64decode(

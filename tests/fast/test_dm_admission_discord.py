@@ -15,14 +15,7 @@ import discord
 import pytest
 import yarl
 
-from bot.agent import Agent
-from bot.conversations import Conversations
-from bot.conversations.access import NOT_HERE
-from bot.platforms.on_discord import build_client, run_discord
-from bot.settings import DiscordSettings
-from executor import Executor, SandboxLimits
-from executor.fake_backend import FakeBackend, FakeRun, stdout
-from tests.platforms.discord_server import (
+from bench.standins.discord_server import (
     ALICE,
     CAROL,
     CHANNEL_GENERAL,
@@ -36,7 +29,14 @@ from tests.platforms.discord_server import (
     Interaction,
     Message,
 )
-from tests.platforms.openai_server import ScriptedModel
+from bench.standins.openai_server import ScriptedModel
+from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.conversations.access import NOT_HERE
+from bot.platforms.on_discord import build_client, run_discord
+from bot.settings import DiscordSettings
+from executor import Executor, SandboxLimits
+from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.platforms.test_discord import Bot, _button_id, _has_button, _told
 
 STRANGER = 1100000000000000999  # in no server the bot knows

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from bench.standins.slack_server import ADMIN, ALICE, BOB, C_GENERAL, C_OTHER, TEAM_ID, Message
 from bot.conversations.access import NOT_HERE
 from executor import SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.fast.test_slack_turns import mode, start_bot
-from tests.platforms.slack_server import ADMIN, ALICE, BOB, C_GENERAL, C_OTHER, TEAM_ID, Message
 from tests.platforms.test_slack import Bot, _button, _ephemeral_to
 
 __all__ = ["mode", "start_bot"]

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
+from bench.standins.openai_server import Reply, ScriptedModel, fails, runs, says
 from bot.agent import Agent, UserMessage
 from bot.conversations.registry import Turn
 from bot.events import Answer, Failure, TurnEvent
 from bot.tokens import Counter
 from executor import Executor
 from executor.fake_backend import FakeBackend, FakeRun, stdout
-from tests.agent_turns import final, turn
-from tests.platforms.openai_server import Reply, ScriptedModel, fails, runs, says
+from tests.support.agent_turns import final, turn
 
 BUDGET = 1_000
 FILLER = " ".join(f"detail{n}" for n in range(60))

@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.standins.discord_server import ALICE
+from bench.standins.discord_server import Message as DiscordMessage
+from bench.standins.slack_server import C_GENERAL
+from bench.standins.slack_server import Message as SlackMessage
 from bot.agent import Agent
 from bot.workspaces import StoredWorkspaces
 from executor import Executor
@@ -25,10 +29,6 @@ from tests.fast import test_discord_turns, test_slack_turns
 from tests.fast.restore_fixtures import end_sessions
 from tests.fast.test_console_turns import Chat
 from tests.platforms import test_discord, test_slack
-from tests.platforms.discord_server import ALICE
-from tests.platforms.discord_server import Message as DiscordMessage
-from tests.platforms.slack_server import C_GENERAL
-from tests.platforms.slack_server import Message as SlackMessage
 
 HUGE = "a" * 400_000
 MARKED = [

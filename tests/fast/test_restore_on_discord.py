@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from bench.standins.discord_server import ALICE
 from executor import Executor
 from tests.fast.restore_fixtures import (
     RESTORED,
@@ -13,7 +14,6 @@ from tests.fast.restore_fixtures import (
     workspaces,
 )
 from tests.fast.test_discord_turns import sandbox_limits, start_bot
-from tests.platforms.discord_server import ALICE
 from tests.platforms.test_discord import Bot, _told
 
 __all__ = ["fake_backend", "sandbox_limits", "start_bot", "workspace_settings", "workspaces"]

@@ -14,17 +14,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bot.agent import Agent
-from bot.conversations import Conversations
-from bot.conversations.access import NOT_HERE, NOT_YOURS
-from bot.http import start_server
-from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
-from bot.platforms.on_slack.app import NO_CONVERSATION
-from bot.settings import SlackSettings
-from executor import Executor, SandboxLimits
-from executor.fake_backend import FakeBackend, FakeRun, image, stdout
-from tests.platforms.openai_server import ScriptedModel, fails, runs, says
-from tests.platforms.slack_server import (
+from bench.standins.openai_server import ScriptedModel, fails, runs, says
+from bench.standins.slack_server import (
     ADMIN,
     ALICE,
     APP_TOKEN,
@@ -36,6 +27,15 @@ from tests.platforms.slack_server import (
     Message,
     SlackServer,
 )
+from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.conversations.access import NOT_HERE, NOT_YOURS
+from bot.http import start_server
+from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
+from bot.platforms.on_slack.app import NO_CONVERSATION
+from bot.settings import SlackSettings
+from executor import Executor, SandboxLimits
+from executor.fake_backend import FakeBackend, FakeRun, image, stdout
 from tests.platforms.test_slack import Bot, _button, _ephemeral_to, _is_progress
 from tests.storage.azurite import free_port
 

@@ -7,13 +7,13 @@ from typing import Any
 import openai
 import pytest
 
+from bench.standins.openai_server import ScriptedModel
 from bot.agent import Agent, AgentLimits
 from bot.history import History
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
 from storage.local import LocalStorage
 from tests.conftest import SECRET
 from tests.integration.conftest import TEST_INSTANCE
-from tests.platforms.openai_server import ScriptedModel
 
 
 @pytest.fixture

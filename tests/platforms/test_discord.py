@@ -15,13 +15,7 @@ import pytest
 import yarl
 from aiohttp import web
 
-from bot.agent import Agent
-from bot.conversations import Conversations
-from bot.conversations.access import NOT_YOURS, Participants
-from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
-from bot.settings import DiscordSettings
-from executor import Executor
-from tests.platforms.discord_server import (
+from bench.standins.discord_server import (
     ALICE,
     BOB,
     CAROL,
@@ -36,9 +30,15 @@ from tests.platforms.discord_server import (
     Interaction,
     Message,
 )
-from tests.platforms.helpers import CHART_CODE, PNG, SALES, turns_ended
-from tests.platforms.openai_server import ScriptedModel, runs, says
+from bench.standins.openai_server import ScriptedModel, runs, says
+from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.conversations.access import NOT_YOURS, Participants
+from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
+from bot.settings import DiscordSettings
+from executor import Executor
 from tests.storage.azurite import free_port
+from tests.support.platforms import CHART_CODE, PNG, SALES, turns_ended
 
 pytestmark = pytest.mark.docker
 

@@ -17,6 +17,8 @@ import openai
 import pytest
 from aiohttp import web
 
+from bench.standins import slack_server as sl
+from bench.standins.openai_server import Reply, ScriptedModel, runs, says
 from bot.agent import Agent, AgentLimits
 from bot.conversations import Conversations
 from bot.history import History
@@ -30,10 +32,8 @@ from storage.base import Storage
 from storage.local import LocalStorage
 from tests.conftest import SECRET
 from tests.integration.conftest import TEST_INSTANCE
-from tests.platforms import slack_server as sl
-from tests.platforms.helpers import assert_no_sandbox_left
-from tests.platforms.openai_server import Reply, ScriptedModel, runs, says
 from tests.storage.azurite import ACCOUNT, KEY, free_port
+from tests.support.platforms import assert_no_sandbox_left
 
 pytestmark = pytest.mark.docker
 

@@ -15,6 +15,20 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.slack_server import (
+    ADMIN,
+    ALICE,
+    APP_TOKEN,
+    BOB,
+    BOT_TOKEN,
+    C_GENERAL,
+    C_OTHER,
+    OTHER_BOT_USER,
+    SIGNING_SECRET,
+    Message,
+    SlackServer,
+)
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.access import NOT_YOURS
@@ -29,22 +43,8 @@ from bot.platforms.on_slack import (
 from bot.platforms.on_slack.app import NO_CONVERSATION
 from bot.settings import SlackSettings
 from executor import Executor
-from tests.platforms.helpers import CHART_CODE, PNG, SALES, turns_ended
-from tests.platforms.openai_server import ScriptedModel, runs, says
-from tests.platforms.slack_server import (
-    ADMIN,
-    ALICE,
-    APP_TOKEN,
-    BOB,
-    BOT_TOKEN,
-    C_GENERAL,
-    C_OTHER,
-    OTHER_BOT_USER,
-    SIGNING_SECRET,
-    Message,
-    SlackServer,
-)
 from tests.storage.azurite import free_port
+from tests.support.platforms import CHART_CODE, PNG, SALES, turns_ended
 
 pytestmark = pytest.mark.docker
 
