@@ -14,11 +14,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from bench.standins.ports import free_port
 from bot.http import create_app, start_server
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from storage.local import LocalStorage
-from tests.storage.azurite import Azurite, free_port
+from tests.storage.azurite import Azurite
 
 SECRET = b"test-secret-for-links-0123456789"
 

@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.ports import free_port
 from bench.standins.slack_server import (
     ADMIN,
     ALICE,
@@ -37,7 +38,6 @@ from bot.settings import SlackSettings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.platforms.test_slack import Bot, _button
-from tests.storage.azurite import free_port
 
 ASKED = "print(6 * 7)"
 EDITED = "print('once', 1)"

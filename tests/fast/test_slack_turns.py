@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from bench.standins.openai_server import ScriptedModel, fails, runs, says
+from bench.standins.ports import free_port
 from bench.standins.slack_server import (
     ADMIN,
     ALICE,
@@ -37,7 +38,6 @@ from bot.settings import SlackSettings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, image, stdout
 from tests.platforms.test_slack import Bot, _button, _ephemeral_to, _is_progress
-from tests.storage.azurite import free_port
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="

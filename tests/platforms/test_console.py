@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.ports import free_port
 from tests.conftest import fetch
-from tests.storage.azurite import free_port
 from tests.support.platforms import cli_environment
 
 pytestmark = pytest.mark.docker

@@ -31,13 +31,13 @@ from bench.standins.discord_server import (
     Message,
 )
 from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.ports import free_port
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.access import NOT_YOURS, Participants
 from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
 from bot.settings import DiscordSettings
 from executor import Executor
-from tests.storage.azurite import free_port
 from tests.support.platforms import CHART_CODE, PNG, SALES, turns_ended
 
 pytestmark = pytest.mark.docker

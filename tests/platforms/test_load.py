@@ -19,6 +19,7 @@ from aiohttp import web
 
 from bench.standins import slack_server as sl
 from bench.standins.openai_server import Reply, ScriptedModel, runs, says
+from bench.standins.ports import free_port
 from bot.agent import Agent, AgentLimits
 from bot.conversations import Conversations
 from bot.history import History
@@ -32,7 +33,7 @@ from storage.base import Storage
 from storage.local import LocalStorage
 from tests.conftest import SECRET
 from tests.integration.conftest import TEST_INSTANCE
-from tests.storage.azurite import ACCOUNT, KEY, free_port
+from tests.storage.azurite import ACCOUNT, KEY
 from tests.support.platforms import assert_no_sandbox_left
 
 pytestmark = pytest.mark.docker

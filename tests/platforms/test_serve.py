@@ -18,10 +18,10 @@ import pytest
 
 from bench.standins import discord_server as dc
 from bench.standins import slack_server as sl
+from bench.standins.ports import free_port
 from executor import default_tag
 from executor.docker_backend import DockerBackend
 from tests.integration.conftest import TEST_INSTANCE
-from tests.storage.azurite import free_port
 from tests.support.platforms import assert_no_sandbox_left, cli_environment
 
 pytestmark = pytest.mark.docker

@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.ports import free_port
 from bench.standins.slack_server import (
     ADMIN,
     ALICE,
@@ -43,7 +44,6 @@ from bot.platforms.on_slack import (
 from bot.platforms.on_slack.app import NO_CONVERSATION
 from bot.settings import SlackSettings
 from executor import Executor
-from tests.storage.azurite import free_port
 from tests.support.platforms import CHART_CODE, PNG, SALES, turns_ended
 
 pytestmark = pytest.mark.docker

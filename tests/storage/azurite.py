@@ -8,17 +8,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.standins.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 AZURITE = ROOT / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 ACCOUNT = "devstoreaccount1"
 # Azurite's well-known development key (public, documented by Microsoft).
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Azurite:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from bench.standins.ports import free_port
 from storage.intake import (
     SLACK_FILE_HOSTS,
     IncomingFile,
@@ -16,7 +17,6 @@ from storage.intake import (
     http_fetcher,
     receive,
 )
-from tests.storage.azurite import free_port
 
 LIMITS = IntakeLimits(max_bytes=100, max_count=3, max_total_bytes=150)
 TOKEN = {"Authorization": "Bearer xoxb-test"}

@@ -9,12 +9,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from bench.standins.ports import free_port
 from bot.conversations.quotas import DAY, HOUR, QuotaExceeded, Quotas, QuotaSettings
 from bot.http import create_app, start_server
 from bot.logs import ContextFilter, JsonFormatter, RedactFilter, conversation_id, run_id
 from bot.metrics import Metrics
 from storage.artifacts import Artifact
-from tests.storage.azurite import free_port
 
 NOW = 1_800_000_000.0
 
