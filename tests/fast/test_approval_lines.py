@@ -21,7 +21,7 @@ from tests.fast import test_approval_discord as on_discord
 from tests.fast.test_approval_console import chat
 from tests.fast.test_approval_discord import sandbox_limits, start_bot
 from tests.fast.test_console_turns import Chat
-from tests.platforms.test_discord import Bot as DiscordBot
+from tests.support.on_discord import Bot as DiscordBot
 
 __all__ = ["chat", "sandbox_limits", "start_bot"]
 

@@ -19,7 +19,7 @@ from tests.fast.restore_fixtures import (
 )
 from tests.fast.test_console_turns import Chat
 from tests.fast.test_slack_turns import mode, sandbox_limits, start_bot
-from tests.platforms.test_slack import Bot
+from tests.support.on_slack import Bot
 
 __all__ = [
     "fake_backend",

@@ -24,7 +24,7 @@ from storage.base import Storage
 from storage.local import LocalStorage
 from tests.fast import test_discord_turns
 from tests.fast.restore_fixtures import end_sessions
-from tests.platforms.test_discord import Bot
+from tests.support.on_discord import Bot
 
 SECRET = b"c" * 32
 BLOCK = 400_000
