@@ -34,7 +34,7 @@ from storage.local import LocalStorage
 from tests.conftest import SECRET
 from tests.integration.conftest import TEST_INSTANCE
 from tests.storage.azurite import ACCOUNT, KEY
-from tests.support.platforms import assert_no_sandbox_left
+from tests.support.sandboxes import assert_no_sandbox_left
 
 pytestmark = pytest.mark.docker
 

@@ -22,7 +22,8 @@ from bench.standins.ports import free_port
 from executor import default_tag
 from executor.docker_backend import DockerBackend
 from tests.integration.conftest import TEST_INSTANCE
-from tests.support.platforms import assert_no_sandbox_left, cli_environment
+from tests.support.platforms import cli_environment
+from tests.support.sandboxes import assert_no_sandbox_left
 
 pytestmark = pytest.mark.docker
 
