@@ -19,7 +19,7 @@ from bot.http import create_app, start_server
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from storage.local import LocalStorage
-from tests.storage.azurite import Azurite
+from tests.support.azurite import Azurite
 
 SECRET = b"test-secret-for-links-0123456789"
 

@@ -31,7 +31,7 @@ from executor.docker_backend import connect
 from tests.compose.relay import ComposeDiscord, ComposeModel, ComposeSlack, Relay
 from tests.compose.stack import Stack
 from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
-from tests.storage.azurite import ACCOUNT, KEY
+from tests.support.azurite import ACCOUNT, KEY
 from tests.support.platforms import PNG
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]

@@ -10,7 +10,7 @@ from storage.artifacts import ArtifactLimits, ArtifactSource, publish
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from tests.conftest import fetch
-from tests.storage.azurite import Azurite
+from tests.support.azurite import Azurite
 
 pytestmark = pytest.mark.docker
 

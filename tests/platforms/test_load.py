@@ -33,7 +33,7 @@ from storage.base import Storage
 from storage.local import LocalStorage
 from tests.conftest import SECRET
 from tests.integration.conftest import TEST_INSTANCE
-from tests.storage.azurite import ACCOUNT, KEY
+from tests.support.azurite import ACCOUNT, KEY
 from tests.support.sandboxes import assert_no_sandbox_left
 
 pytestmark = pytest.mark.docker
