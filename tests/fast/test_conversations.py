@@ -30,7 +30,7 @@ from bot.history import History
 from executor import Executor, PoolSettings, Status
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from storage.local import LocalStorage
-from tests.conftest import SECRET
+from tests.support.links import SECRET
 
 KEY = ConversationKey("slack", "T1", "C1", "1700000000.000100")
 ALICE = Person("alice", Place("alice", "T1", "C1"))

@@ -22,8 +22,8 @@ from bot.settings import ModelSettings, Settings
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from storage.local import LocalStorage
-from tests.conftest import SECRET
 from tests.support.agent_turns import final, tool_messages, turn
+from tests.support.links import SECRET
 
 DEPLOYMENT = "cellmate-gpt-4o"
 CODE = "print(6 * 7)"

@@ -14,7 +14,7 @@ import pytest
 
 from bench.standins.openai_server import ScriptedModel, runs, says
 from bench.standins.ports import free_port
-from tests.conftest import fetch
+from tests.support.links import fetch
 from tests.support.platforms import cli_environment
 
 pytestmark = pytest.mark.docker

@@ -31,9 +31,9 @@ from executor import Executor, PoolSettings, SandboxLimits, default_tag
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from storage.local import LocalStorage
-from tests.conftest import SECRET
 from tests.integration.conftest import TEST_INSTANCE
 from tests.support.azurite import ACCOUNT, KEY
+from tests.support.links import SECRET
 from tests.support.sandboxes import assert_no_sandbox_left
 
 pytestmark = pytest.mark.docker

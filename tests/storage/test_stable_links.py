@@ -17,7 +17,7 @@ from bot.http import create_app, start_server
 from storage.base import Storage
 from storage.names import artifact_key, new_run_id
 from storage.stable_links import StableLinks
-from tests.conftest import fetch
+from tests.support.links import fetch
 
 SECRET = b"s" * 32
 

@@ -16,7 +16,7 @@ from bot.agent import Agent, AgentLimits
 from bot.history import History
 from executor import Executor
 from storage.local import LocalStorage
-from tests.conftest import SECRET
+from tests.support.links import SECRET
 
 
 @pytest.fixture
