@@ -1,8 +1,8 @@
 """Interactions: commands, clicks and modals users start, and the bot's responses.
 
-One concept past 400 lines: every kind of interaction goes through the same life (created,
-answered within three seconds or deferred, then followed up with its token), and the
-payloads Discord sends for each kind are built from the same resolved data."""
+One concept past 400 lines: every kind of interaction has the same life (created with a
+token, answered or deferred, followed up until its token expires), and the payloads sent
+for each kind are built from the same resolved data."""
 
 from __future__ import annotations
 
