@@ -24,8 +24,10 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-# The layer without Docker, Azurite or a cluster: logic, fakes and stand-in servers.
-fast: venv
+# The layer without Docker or a cluster: logic, the fake sandbox, the stand-in servers, the
+# Docker proxy's policy (and Azurite for the cases that keep workspaces in Blob Storage).
+# tests/storage, also Docker-free, is Azurite's own layer: `make test` runs it.
+fast: venv azurite
 	$(BIN)/pytest -n 2 tests/fast tests/unit tests/proxy $(PYTEST_ARGS)
 
 build-image: venv engine

@@ -7,20 +7,18 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 import pytest
 from aiohttp import web
 
+from bench.standins.ports import free_port
 from bot.ops.http import create_app, start_server
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from storage.local import LocalStorage
-from tests.storage.azurite import Azurite, free_port
-
-SECRET = b"test-secret-for-links-0123456789"
+from tests.support.azurite import Azurite
+from tests.support.links import SECRET
 
 # Under pytest-xdist every worker is its own test instance (sandbox label, and so its own
 # sweep), so that workers never see or remove each other's sandboxes. Set before the
@@ -50,18 +48,6 @@ def azurite() -> Iterator[Azurite]:
     server = Azurite().start()
     yield server
     server.close()
-
-
-@dataclass
-class Fetched:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-
-async def fetch(link: str) -> Fetched:
-    async with aiohttp.ClientSession() as client, client.get(link) as response:
-        return Fetched(response.status, dict(response.headers), await response.read())
 
 
 @pytest.fixture

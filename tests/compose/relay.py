@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from tests.platforms import discord_server as dc
-from tests.platforms import slack_server as sl
-from tests.platforms.openai_server import ScriptedModel
+from bench.standins import discord_server as dc
+from bench.standins import slack_server as sl
+from bench.standins.openai_server import ScriptedModel
 
 
 class Relay:

@@ -21,17 +21,18 @@ import docker
 import pytest
 from azure.storage.blob import BlobServiceClient
 
+from bench.standins import discord_server as dc
+from bench.standins import slack_server as sl
+from bench.standins.openai_server import Reply, runs, says
+from bench.standins.ports import free_port
 from bot.ops.images import build_azurite_image, build_bot_image
 from executor import default_tag
 from executor.docker_backend import connect
 from tests.compose.relay import ComposeDiscord, ComposeModel, ComposeSlack, Relay
 from tests.compose.stack import Stack
 from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
-from tests.platforms import discord_server as dc
-from tests.platforms import slack_server as sl
-from tests.platforms.helpers import PNG
-from tests.platforms.openai_server import Reply, runs, says
-from tests.storage.azurite import ACCOUNT, KEY, free_port
+from tests.support.azurite import ACCOUNT, KEY
+from tests.support.platforms import PNG
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 

@@ -10,7 +10,7 @@ import pytest
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend
 from executor.workspace import WorkspaceSettings, WorkspaceStore
-from tests.platforms.conftest import clients, make_agent, model
+from tests.support.agents import clients, make_agent, model
 
 __all__ = ["clients", "make_agent", "model"]
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import openai
 
+from bench.standins.openai_server import Reply, ScriptedModel, fails, runs, says
 from bot.agent import Agent
 from bot.events import Answer, CodeStarted, ExecutionFinished, Failure
 from executor import Executor, Status
 from executor.fake_backend import FakeBackend, FakeRun, stdout
-from tests.agent_turns import final, tool_messages, turn
-from tests.platforms.openai_server import Reply, ScriptedModel, fails, runs, says
+from tests.support.agent_turns import final, tool_messages, turn
 
 
 async def test_b_an_error_goes_back_to_the_model_which_fixes_it(

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.approval import OFF_NOTICE, OFF_REFUSAL
@@ -18,7 +19,6 @@ from bot.platforms.console import APPROVAL_PROMPT, Console
 from executor import Executor
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.fast.test_console_turns import Chat
-from tests.platforms.openai_server import ScriptedModel, runs, says
 
 ASKED = "print(6 * 7)"
 EDITED = "print('once', 1)"

@@ -14,6 +14,18 @@ import discord
 import pytest
 import yarl
 
+from bench.standins.discord_server import (
+    ALICE,
+    BOB,
+    CAROL,
+    CHANNEL_GENERAL,
+    OWNER,
+    TOKEN,
+    DiscordServer,
+    Interaction,
+    Message,
+)
+from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
@@ -25,19 +37,7 @@ from bot.platforms.on_discord.approval import TOO_LONG_TO_EDIT
 from bot.settings import DiscordSettings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
-from tests.platforms.discord_server import (
-    ALICE,
-    BOB,
-    CAROL,
-    CHANNEL_GENERAL,
-    OWNER,
-    TOKEN,
-    DiscordServer,
-    Interaction,
-    Message,
-)
-from tests.platforms.openai_server import ScriptedModel, runs, says
-from tests.platforms.test_discord import Bot, _button_id, _has_button, _text_input_id, _told
+from tests.support.on_discord import Bot, button_id, has_button, interaction_reply, text_input_id
 
 ASKED = "print(6 * 7)"
 EDITED = "print('once', 1)"
@@ -96,7 +96,7 @@ async def start_bot(
 
 async def _set_policy(bot: Bot, mode: str, user: int = OWNER, **options: str) -> str:
     done = await bot.server.slash("policy", {"mode": mode, **options}, user=user)
-    return await _told(bot, done)
+    return await interaction_reply(bot, done)
 
 
 async def _ask(bot: Bot, text: str = "what is 6 times 7?") -> int:
@@ -114,7 +114,7 @@ def _approvals(bot: Bot, channel: int) -> list[Message]:
 async def _approval(bot: Bot, channel: int) -> Message:
     """The approval message in `channel`, once it shows Run, Edit and Cancel."""
     found = await bot.server.wait_for(
-        lambda: next((m for m in _approvals(bot, channel) if _has_button(m, "Run")), None)
+        lambda: next((m for m in _approvals(bot, channel) if has_button(m, "Run")), None)
     )
     assert isinstance(found, Message)
     return found
@@ -153,7 +153,7 @@ def _tool_results(model: ScriptedModel) -> list[str]:
 
 
 async def _click(bot: Bot, message: Message, label: str, user: int = ALICE) -> Interaction:
-    return await bot.server.click(message, _button_id(message, label), user=user)
+    return await bot.server.click(message, button_id(message, label), user=user)
 
 
 # ── approve, edit, cancel, time out ──────────────────────────────────────────────────────────
@@ -173,15 +173,15 @@ async def test_approved_code_runs_after_run_and_others_are_refused(
     assert fake_backend.runs == []  # nothing runs before a person says so
     await bot.server.wait_for(
         lambda: any(
-            "🔐 Waiting for someone to Run, Edit or Cancel" in m.content and _has_button(m, "Stop")
+            "🔐 Waiting for someone to Run, Edit or Cancel" in m.content and has_button(m, "Stop")
             for m in bot.server.channel_messages(thread_id, by_bot=True)
         )
     )
 
     denied = await _click(bot, asking, "Run", user=BOB)
-    assert await _told(bot, denied) == NOT_APPROVER["requester"]
+    assert await interaction_reply(bot, denied) == NOT_APPROVER["requester"]
     outsider = await _click(bot, asking, "Run", user=CAROL)  # off the allowlist
-    assert await _told(bot, outsider) == NOT_HERE
+    assert await interaction_reply(bot, outsider) == NOT_HERE
     assert fake_backend.runs == []
     await _click(bot, asking, "Run")
     await _decided(bot, asking, f"Approved by <@{ALICE}>")
@@ -210,7 +210,7 @@ async def test_edited_code_runs_instead_and_the_model_is_told(
         )
     )
     assert isinstance(modal, dict)
-    field = _text_input_id(modal["data"])
+    field = text_input_id(modal["data"])
     assert ASKED in str(modal["data"])  # the editor starts from the model's code
     await bot.server.submit_modal(modal["data"], {field: EDITED}, channel_id=thread_id)
     await _decided(bot, asking, f"Edited by <@{ALICE}>")
@@ -243,9 +243,9 @@ async def test_an_edit_submitted_after_someone_else_decided_is_refused(
     assert isinstance(modal, dict)
     await _click(bot, asking, "Cancel", user=OWNER)
     await _decided(bot, asking, f"Cancelled by <@{OWNER}>")
-    field = _text_input_id(modal["data"])
+    field = text_input_id(modal["data"])
     late = await bot.server.submit_modal(modal["data"], {field: EDITED}, channel_id=thread_id)
-    assert await _told(bot, late) == ALREADY_DECIDED
+    assert await interaction_reply(bot, late) == ALREADY_DECIDED
     await _answer(bot, thread_id, "Cancelled, so nothing ran.")
     assert fake_backend.runs == []
 
@@ -291,9 +291,9 @@ async def test_with_moderator_approval_only_a_moderator_may_run_the_code(
     asking = await _approval(bot, thread_id)
     assert "A moderator can Run, Edit or Cancel" in asking.content
     denied = await _click(bot, asking, "Run")  # Alice asked, but may not approve
-    assert await _told(bot, denied) == NOT_APPROVER["moderators"]
+    assert await interaction_reply(bot, denied) == NOT_APPROVER["moderators"]
     edit = await _click(bot, asking, "Edit")
-    assert await _told(bot, edit) == NOT_APPROVER["moderators"]
+    assert await interaction_reply(bot, edit) == NOT_APPROVER["moderators"]
     assert fake_backend.runs == []
     await _click(bot, asking, "Run", user=OWNER)
     await _decided(bot, asking, f"Approved by <@{OWNER}>")
@@ -310,7 +310,7 @@ async def test_policy_off_answers_without_code_and_refuses_direct_runs(
     bot = await start_bot()
     assert "is now off" in await _set_policy(bot, "off", scope="server")
     shown = await bot.server.slash("policy")
-    assert await _told(bot, shown) == (
+    assert await interaction_reply(bot, shown) == (
         "The code policy here is off (from this workspace): no code runs; the model "
         "answers without it, and /run is refused."
     )
@@ -328,7 +328,7 @@ async def test_policy_off_answers_without_code_and_refuses_direct_runs(
         )
     )
     ran = await bot.server.slash("run", {"code": ASKED})
-    assert await _told(bot, ran) == OFF_REFUSAL
+    assert await interaction_reply(bot, ran) == OFF_REFUSAL
     assert fake_backend.runs == []
 
     # A channel's own policy overrides its server's.
@@ -360,7 +360,7 @@ async def test_a_policy_outlives_a_restart(
     # A new process: a new client and service over the same data directory.
     second = await start_bot()
     shown = await second.server.slash("policy", user=BOB)
-    assert "is approve (from this channel)" in await _told(second, shown)
+    assert "is approve (from this channel)" in await interaction_reply(second, shown)
     model.script(runs(ASKED), says("It is 42."))
     thread_id = await _ask(second)
     asking = await _approval(second, thread_id)
@@ -377,7 +377,7 @@ async def test_stop_while_code_waits_for_approval_ends_the_turn(
     thread_id = await _ask(bot)
     asking = await _approval(bot, thread_id)
     progress = next(
-        m for m in bot.server.channel_messages(thread_id, by_bot=True) if _has_button(m, "Stop")
+        m for m in bot.server.channel_messages(thread_id, by_bot=True) if has_button(m, "Stop")
     )
     await _click(bot, progress, "Stop")
     await _decided(bot, asking, "The turn was stopped")
@@ -399,7 +399,7 @@ async def test_code_too_long_to_show_is_attached_whole_to_its_approval(
     assert "print('the end')" not in asking.content
     assert [(a.name, a.content) for a in asking.attachments] == [("code.py", long.encode())]
     edit = await _click(bot, asking, "Edit")  # past Discord's 4,000 characters for a modal
-    assert await _told(bot, edit) == TOO_LONG_TO_EDIT
+    assert await interaction_reply(bot, edit) == TOO_LONG_TO_EDIT
     await _click(bot, asking, "Cancel")
     await _answer(bot, thread_id, "Not run.")
     assert fake_backend.runs == []

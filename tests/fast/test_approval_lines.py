@@ -13,14 +13,14 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.fences import as_run, direct_code
 from executor.fake_backend import FakeBackend
 from tests.fast import test_approval_discord as on_discord
 from tests.fast.test_approval_console import chat
 from tests.fast.test_approval_discord import sandbox_limits, start_bot
 from tests.fast.test_console_turns import Chat
-from tests.platforms.openai_server import ScriptedModel, runs, says
-from tests.platforms.test_discord import Bot as DiscordBot
+from tests.support.on_discord import Bot as DiscordBot
 
 __all__ = ["chat", "sandbox_limits", "start_bot"]
 

@@ -8,13 +8,13 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.platforms.on_slack.approval import RUN
 from executor.fake_backend import FakeBackend
 from tests.fast import test_approval_slack as on_slack
 from tests.fast.test_approval_lines import ON_CARDS, _attack, _code_in
 from tests.fast.test_approval_slack import mode, sandbox_limits, start_bot
-from tests.platforms.openai_server import ScriptedModel, runs, says
-from tests.platforms.test_slack import Bot
+from tests.support.on_slack import Bot
 
 __all__ = ["mode", "sandbox_limits", "start_bot"]
 

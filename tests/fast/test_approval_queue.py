@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent, UserMessage
 from bot.conversations import (
     AccessRules,
@@ -27,7 +28,6 @@ from bot.events import ApprovalRequested, TurnEvent
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.fast.test_conversations import Recorder
-from tests.platforms.openai_server import ScriptedModel, runs, says
 
 KEY = ConversationKey("slack", "T1", "C1", "1700000000.000100")
 ALICE = Person("alice", Place("alice", "T1", "C1"))

@@ -13,6 +13,19 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.ports import free_port
+from bench.standins.slack_server import (
+    ADMIN,
+    ALICE,
+    APP_TOKEN,
+    BOB,
+    BOT_TOKEN,
+    C_GENERAL,
+    SIGNING_SECRET,
+    Message,
+    SlackServer,
+)
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
@@ -24,20 +37,7 @@ from bot.platforms.on_slack.approval import CANCEL, EDIT, RUN, TOO_LONG_TO_EDIT
 from bot.settings import SlackSettings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
-from tests.platforms.openai_server import ScriptedModel, runs, says
-from tests.platforms.slack_server import (
-    ADMIN,
-    ALICE,
-    APP_TOKEN,
-    BOB,
-    BOT_TOKEN,
-    C_GENERAL,
-    SIGNING_SECRET,
-    Message,
-    SlackServer,
-)
-from tests.platforms.test_slack import Bot, _button
-from tests.storage.azurite import free_port
+from tests.support.on_slack import Bot, button
 
 ASKED = "print(6 * 7)"
 EDITED = "print('once', 1)"
@@ -139,7 +139,7 @@ def _approvals(bot: Bot, root: str) -> list[Message]:
 
 async def _approval(bot: Bot, root: str) -> Message:
     found = await bot.server.wait_for(
-        lambda: next((m for m in _approvals(bot, root) if _button(m, RUN)), None)
+        lambda: next((m for m in _approvals(bot, root) if button(m, RUN)), None)
     )
     assert isinstance(found, Message)
     return found
@@ -151,7 +151,7 @@ async def _decided(bot: Bot, root: str, outcome: str) -> Message:
         lambda: next((m for m in _approvals(bot, root) if outcome in m.text), None)
     )
     assert isinstance(found, Message)
-    assert not any(_button(found, action) for action in (RUN, EDIT, CANCEL))
+    assert not any(button(found, action) for action in (RUN, EDIT, CANCEL))
     return found
 
 
@@ -166,7 +166,7 @@ async def _answer(bot: Bot, root: str, text: str) -> list[Message]:
     return found
 
 
-def _told(bot: Bot) -> list[str]:
+def interaction_reply(bot: Bot) -> list[str]:
     return [str(r.get("text")) for r in bot.server.responses]
 
 
@@ -187,12 +187,12 @@ async def test_approved_code_runs_after_run_and_others_are_refused(
     assert f"<@{ALICE}> or a moderator" in asking.text
     await bot.server.wait_for(
         lambda: any(
-            ":lock: Waiting for someone to Run, Edit or Cancel" in m.text and _button(m, "cm_stop")
+            ":lock: Waiting for someone to Run, Edit or Cancel" in m.text and button(m, "cm_stop")
             for m in bot.thread(C_GENERAL, root)
         )
     )
     await bot.server.click(asking, RUN, user=BOB)
-    await bot.server.wait_for(lambda: NOT_APPROVER["requester"] in _told(bot))
+    await bot.server.wait_for(lambda: NOT_APPROVER["requester"] in interaction_reply(bot))
     assert fake_backend.runs == []
     await bot.server.click(asking, RUN)
     await _decided(bot, root, f"Approved by <@{ALICE}>")
@@ -209,7 +209,7 @@ async def test_edit_opens_the_code_in_a_modal_and_the_edited_code_runs(
     root = await _ask(bot)
     asking = await _approval(bot, root)
     await bot.server.click(asking, EDIT, user=BOB)  # not Bob's to edit: no modal for him
-    await bot.server.wait_for(lambda: NOT_APPROVER["requester"] in _told(bot))
+    await bot.server.wait_for(lambda: NOT_APPROVER["requester"] in interaction_reply(bot))
     assert bot.server.views == []
     await bot.server.click(asking, EDIT)
     opened = await bot.server.wait_for(lambda: bot.server.views[-1] if bot.server.views else None)
@@ -276,7 +276,7 @@ async def test_only_moderators_approve_when_so_configured(
     asking = await _approval(bot, root)
     assert "A moderator can Run, Edit or Cancel" in asking.text
     await bot.server.click(asking, RUN)
-    await bot.server.wait_for(lambda: NOT_APPROVER["moderators"] in _told(bot))
+    await bot.server.wait_for(lambda: NOT_APPROVER["moderators"] in interaction_reply(bot))
     assert fake_backend.runs == []
     await bot.server.click(asking, RUN, user=ADMIN)
     await _decided(bot, root, f"Approved by <@{ADMIN}>")
@@ -325,7 +325,7 @@ async def test_code_too_long_to_show_is_uploaded_whole_before_it_is_approved(
     (whole,) = [f for f in bot.server.files if f.name == "code.py"]
     assert (whole.content, whole.thread_ts) == (long.encode(), root)
     await bot.server.click(asking, EDIT)  # past Slack's 3,000 characters for an input
-    await bot.server.wait_for(lambda: TOO_LONG_TO_EDIT in _told(bot))
+    await bot.server.wait_for(lambda: TOO_LONG_TO_EDIT in interaction_reply(bot))
     assert bot.server.views == []
     await bot.server.click(asking, CANCEL)
     await _answer(bot, root, "Not run.")

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.standins.openai_server import Reply, ScriptedModel, fails, runs, says
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.platforms.console import Console, run_piped
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, image, stdout
-from tests.platforms.openai_server import Reply, ScriptedModel, fails, runs, says
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="

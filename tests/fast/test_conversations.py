@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent, UserMessage
 from bot.agent.history import History
 from bot.conversations import (
@@ -30,8 +31,7 @@ from bot.events import Answer, ExecutionFinished, Failure, TurnEvent
 from executor import Executor, PoolSettings, Status
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from storage.local import LocalStorage
-from tests.conftest import SECRET
-from tests.platforms.openai_server import ScriptedModel, runs, says
+from tests.support.links import SECRET
 
 KEY = ConversationKey("slack", "T1", "C1", "1700000000.000100")
 ALICE = Person("alice", Place("alice", "T1", "C1"))

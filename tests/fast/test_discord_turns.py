@@ -15,15 +15,7 @@ import discord
 import pytest
 import yarl
 
-from bot.agent import Agent
-from bot.conversations import Conversations
-from bot.conversations.quotas import Quotas, QuotaSettings
-from bot.errors import NOT_HERE, NOT_YOURS
-from bot.platforms.on_discord import build_client, run_discord
-from bot.settings import DiscordSettings
-from executor import Executor, SandboxLimits
-from executor.fake_backend import FakeBackend, FakeRun, image, stdout
-from tests.platforms.discord_server import (
+from bench.standins.discord_server import (
     ALICE,
     BOB,
     CAROL,
@@ -34,8 +26,16 @@ from tests.platforms.discord_server import (
     Interaction,
     Message,
 )
-from tests.platforms.openai_server import Reply, ScriptedModel, fails, runs, says
-from tests.platforms.test_discord import Bot, _button_id, _has_button, _told
+from bench.standins.openai_server import Reply, ScriptedModel, fails, runs, says
+from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.conversations.quotas import Quotas, QuotaSettings
+from bot.errors import NOT_HERE, NOT_YOURS
+from bot.platforms.on_discord import build_client, run_discord
+from bot.settings import DiscordSettings
+from executor import Executor, SandboxLimits
+from executor.fake_backend import FakeBackend, FakeRun, image, stdout
+from tests.support.on_discord import Bot, button_id, has_button, interaction_reply
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -120,7 +120,7 @@ async def _running(bot: Bot, channel: int) -> Message:
             (
                 m
                 for m in bot.bot_messages(channel)
-                if _has_button(m, "Stop") and "waiting" in m.content
+                if has_button(m, "Stop") and "waiting" in m.content
             ),
             None,
         )
@@ -136,7 +136,7 @@ async def _result(bot: Bot, interaction: Interaction, text: str) -> Message:
             (
                 m
                 for m in bot.server.interaction_messages(interaction)
-                if text in m.content and _has_button(m, "Re-run")
+                if text in m.content and has_button(m, "Re-run")
             ),
             None,
         )
@@ -160,7 +160,7 @@ async def test_a_mention_with_a_csv_runs_the_models_code_and_answers_once_with_t
     assert "read_csv('/mnt/data/sales.csv')" in progress.content
     assert "plotted" in progress.content
     assert "✅ ok" in progress.content
-    assert not _has_button(progress, "Stop")
+    assert not has_button(progress, "Stop")
     assert [a.content for a in answers] == ["Sales peaked in month 2."]
     assert [a.content for a in answers[0].attachments if a.name.endswith(".png")] == [PNG]
     assert bot.server.threads[thread_id]["name"] == "plot the sales"
@@ -182,7 +182,7 @@ async def test_a_fenced_code_block_in_a_dm_runs_without_a_model(
     assert "✅ ok" in messages[0].content
     assert len(messages) == 1  # the run report is the whole answer
     assert [code.strip() for code in fake_backend.runs] == ["print(6 * 7)"]
-    rerun = await bot.server.click(messages[0], _button_id(messages[0], "Re-run"))
+    rerun = await bot.server.click(messages[0], button_id(messages[0], "Re-run"))
     again = await _result(bot, rerun, "42")
     assert again.id != messages[0].id
     assert [code.strip() for code in fake_backend.runs] == ["print(6 * 7)"] * 2
@@ -208,7 +208,7 @@ async def test_run_shows_the_output_and_re_run_runs_it_again(
     ran = await bot.server.slash("run", {"code": "print(6 * 7)"})
     result = await _result(bot, ran, "42")
     assert "print(6 * 7)" in result.content
-    rerun = await bot.server.click(result, _button_id(result, "Re-run"))
+    rerun = await bot.server.click(result, button_id(result, "Re-run"))
     again = await _result(bot, rerun, "42")
     assert again.id != result.id
     assert [code.strip() for code in fake_backend.runs] == ["print(6 * 7)", "print(6 * 7)"]
@@ -221,7 +221,7 @@ async def test_stop_ends_a_hanging_run_and_the_turn_answers_once(
     dm = await bot.server.dm_channel(ALICE)
     await bot.server.post_message(dm, f"```py\n{HANG}\n```")
     running = await _running(bot, dm)
-    await bot.server.click(running, _button_id(running, "Stop"))
+    await bot.server.click(running, button_id(running, "Stop"))
     messages = await bot.answer_in(dm)
     assert "⏹️ killed" in messages[0].content
     assert "stopped on request" in messages[0].content
@@ -241,15 +241,15 @@ async def test_stop_ends_a_hanging_run_command_and_leaves_re_run(
             (
                 m
                 for m in bot.server.interaction_messages(ran)
-                if _has_button(m, "Stop") and "waiting" in m.content
+                if has_button(m, "Stop") and "waiting" in m.content
             ),
             None,
         )
     )
     assert isinstance(running, Message)
-    await bot.server.click(running, _button_id(running, "Stop"))
+    await bot.server.click(running, button_id(running, "Stop"))
     stopped = await _result(bot, ran, "⏹️ killed")
-    assert not _has_button(stopped, "Stop")
+    assert not has_button(stopped, "Stop")
     assert len(bot.server.interaction_messages(ran)) == 1  # the run report is its answer
 
 
@@ -262,7 +262,7 @@ async def test_stop_while_the_model_thinks_ends_the_turn_with_one_answer(
     await bot.server.post_message(dm, "hi")
     await bot.server.wait_for(lambda: model.requests)
     (working,) = bot.bot_messages(dm)
-    await bot.server.click(working, _button_id(working, "Stop"))
+    await bot.server.click(working, button_id(working, "Stop"))
     messages = await bot.answer_in(dm)
     assert [m.content for m in messages] == ["❌ Stopped."]
 
@@ -275,7 +275,7 @@ async def test_files_export_and_reset_in_a_dm(
     await bot.server.post_message(dm, "```py\nkeep()\n```")
     await bot.answer_in(dm)
     listed = await bot.server.slash("files", channel_id=dm)
-    assert await _told(bot, listed) == "`notes.txt` (2 bytes)"
+    assert await interaction_reply(bot, listed) == "`notes.txt` (2 bytes)"
     export = await bot.server.slash("export", channel_id=dm)
     exported = await bot.server.wait_for(
         lambda: next(
@@ -285,10 +285,10 @@ async def test_files_export_and_reset_in_a_dm(
     assert exported.name == "session.ipynb"  # type: ignore[attr-defined]
     assert b"keep()" in exported.content  # type: ignore[attr-defined]
     reset = await bot.server.slash("reset", channel_id=dm)
-    assert "Forgot this conversation" in await _told(bot, reset)
+    assert "Forgot this conversation" in await interaction_reply(bot, reset)
     await bot.server.wait_for(lambda: not fake_backend.live)
     empty = await bot.server.slash("files", channel_id=dm)
-    assert await _told(bot, empty) == "No files in /mnt/data yet."
+    assert await interaction_reply(bot, empty) == "No files in /mnt/data yet."
 
 
 # ── who may do what ────────────────────────────────────────────────────────────────────────
@@ -314,16 +314,16 @@ async def test_a_user_outside_the_allowlist_is_refused_at_every_entry_point(
         await bot.server.slash("files", channel_id=thread_id, user=CAROL),
         await bot.server.slash("export", channel_id=thread_id, user=CAROL),
         await bot.server.slash("reset", channel_id=thread_id, user=CAROL),
-        await bot.server.click(running, _button_id(running, "Stop"), user=CAROL),
-        await bot.server.click(result, _button_id(result, "Re-run"), user=CAROL),
+        await bot.server.click(running, button_id(running, "Stop"), user=CAROL),
+        await bot.server.click(result, button_id(result, "Re-run"), user=CAROL),
     ]
     for interaction in refused:
-        assert await _told(bot, interaction) == NOT_HERE
+        assert await interaction_reply(bot, interaction) == NOT_HERE
     assert bot.client.conversations.turns  # Alice's run goes on
     assert bot.bot_messages(carol_dm) == []
     assert bot.bot_messages(thread_id) == [running]  # Carol's mention was ignored silently
     assert not any("carol" in code for code in fake_backend.runs)
-    await bot.server.click(running, _button_id(running, "Stop"))
+    await bot.server.click(running, button_id(running, "Stop"))
     await bot.answer_in(thread_id)
 
 
@@ -340,19 +340,19 @@ async def test_conversation_commands_are_refused_to_others_and_allowed_to_a_mode
 
     for name in ("files", "export", "reset"):
         denied = await bot.server.slash(name, channel_id=thread_id, user=BOB)
-        assert await _told(bot, denied) == NOT_YOURS, name
-    stop = await bot.server.click(running, _button_id(running, "Stop"), user=BOB)
-    assert await _told(bot, stop) == NOT_YOURS
-    rerun = await bot.server.click(result, _button_id(result, "Re-run"), user=BOB)
-    assert await _told(bot, rerun) == NOT_YOURS
+        assert await interaction_reply(bot, denied) == NOT_YOURS, name
+    stop = await bot.server.click(running, button_id(running, "Stop"), user=BOB)
+    assert await interaction_reply(bot, stop) == NOT_YOURS
+    rerun = await bot.server.click(result, button_id(result, "Re-run"), user=BOB)
+    assert await interaction_reply(bot, rerun) == NOT_YOURS
     assert bot.client.conversations.turns
 
-    await bot.server.click(running, _button_id(running, "Stop"), user=OWNER)
+    await bot.server.click(running, button_id(running, "Stop"), user=OWNER)
     messages = await bot.answer_in(thread_id, count=2)
     assert "⏹️ killed" in messages[-1].content
     listed = await bot.server.slash("files", channel_id=thread_id, user=OWNER)
-    assert await _told(bot, listed) == "`notes.txt` (2 bytes)"
-    rerun = await bot.server.click(result, _button_id(result, "Re-run"), user=OWNER)
+    assert await interaction_reply(bot, listed) == "`notes.txt` (2 bytes)"
+    rerun = await bot.server.click(result, button_id(result, "Re-run"), user=OWNER)
     await _result(bot, rerun, "42")
 
 
@@ -369,8 +369,8 @@ async def test_a_second_message_while_the_first_turn_runs_waits_its_turn(
         lambda: next((m for m in bot.bot_messages(dm) if m.content == QUEUED), None)
     )
     assert isinstance(queued, Message)
-    assert _has_button(queued, "Stop")
-    await bot.server.click(running, _button_id(running, "Stop"))
+    assert has_button(queued, "Stop")
+    await bot.server.click(running, button_id(running, "Stop"))
     messages = await bot.answer_in(dm, count=2)
     assert [code.strip() for code in fake_backend.runs] == [HANG, "print(6 * 7)"]
     assert any("42" in m.content for m in messages)

@@ -15,14 +15,7 @@ import discord
 import pytest
 import yarl
 
-from bot.agent import Agent
-from bot.conversations import Conversations
-from bot.errors import NOT_HERE
-from bot.platforms.on_discord import build_client, run_discord
-from bot.settings import DiscordSettings
-from executor import Executor, SandboxLimits
-from executor.fake_backend import FakeBackend, FakeRun, stdout
-from tests.platforms.discord_server import (
+from bench.standins.discord_server import (
     ALICE,
     CAROL,
     CHANNEL_GENERAL,
@@ -36,8 +29,15 @@ from tests.platforms.discord_server import (
     Interaction,
     Message,
 )
-from tests.platforms.openai_server import ScriptedModel
-from tests.platforms.test_discord import Bot, _button_id, _has_button, _told
+from bench.standins.openai_server import ScriptedModel
+from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.errors import NOT_HERE
+from bot.platforms.on_discord import build_client, run_discord
+from bot.settings import DiscordSettings
+from executor import Executor, SandboxLimits
+from executor.fake_backend import FakeBackend, FakeRun, stdout
+from tests.support.on_discord import Bot, button_id, has_button, interaction_reply
 
 STRANGER = 1100000000000000999  # in no server the bot knows
 WHO = {ALICE: "alice", CAROL: "carol", DAVE: "dave", STRANGER: "stranger"}
@@ -122,7 +122,7 @@ async def _run_result(bot: Bot, interaction: Interaction, text: str) -> Message:
             (
                 m
                 for m in bot.server.interaction_messages(interaction)
-                if text in m.content and _has_button(m, "Re-run")
+                if text in m.content and has_button(m, "Re-run")
             ),
             None,
         )
@@ -151,7 +151,7 @@ async def _refused(bot: Bot, user: int, fake_backend: FakeBackend) -> None:
         await bot.server.slash("files", channel_id=dm, user=user),
     ]
     for interaction in commands:
-        assert await _told(bot, interaction) == NOT_HERE
+        assert await interaction_reply(bot, interaction) == NOT_HERE
     await bot.server.wait_for(lambda: not bot.client.conversations.turns)
     assert bot.bot_messages(dm) == []
     assert not any(WHO[user] in code for code in fake_backend.runs)
@@ -231,10 +231,10 @@ async def test_a_removed_role_refuses_the_next_dm_once_the_membership_is_looked_
 
     clock.now += 31
     again = await _dm(bot, ALICE, "again")
-    rerun = await bot.server.click(result, _button_id(result, "Re-run"))
-    assert await _told(bot, rerun) == NOT_HERE
+    rerun = await bot.server.click(result, button_id(result, "Re-run"))
+    assert await interaction_reply(bot, rerun) == NOT_HERE
     denied = await bot.server.slash("run", {"code": _code(ALICE, "again")}, channel_id=dm)
-    assert await _told(bot, denied) == NOT_HERE
+    assert await interaction_reply(bot, denied) == NOT_HERE
     await bot.server.wait_for(lambda: not bot.client.conversations.turns)
     assert not any("alice again" in code for code in fake_backend.runs)
     assert fake_backend.runs.count(_code(ALICE, "run")) == 1  # Re-run ran nothing

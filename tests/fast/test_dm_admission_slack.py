@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from bench.standins.slack_server import ADMIN, ALICE, BOB, C_GENERAL, C_OTHER, TEAM_ID, Message
 from bot.errors import NOT_HERE
 from executor import SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.fast.test_slack_turns import mode, start_bot
-from tests.platforms.slack_server import ADMIN, ALICE, BOB, C_GENERAL, C_OTHER, TEAM_ID, Message
-from tests.platforms.test_slack import Bot, _button, _ephemeral_to
+from tests.support.on_slack import Bot, button, ephemeral_to
 
 __all__ = ["mode", "start_bot"]
 
@@ -69,7 +69,7 @@ async def _ran(bot: Bot, channel: str, text: str) -> Message:
             (
                 m
                 for m in bot.server.channel_messages(channel, by_bot=True)
-                if text in m.text and _button(m, "cm_rerun")
+                if text in m.text and button(m, "cm_rerun")
             ),
             None,
         )
@@ -98,13 +98,13 @@ async def _refused(bot: Bot, user: str, fake_backend: FakeBackend) -> None:
     code runs."""
     dm = bot.server.dm_channel(user)
     asked = await _dm(bot, user)
-    told_before = len(_ephemeral_to(bot, user))
+    told_before = len(ephemeral_to(bot, user))
     await bot.server.slash("/run", _code(user, "run"), channel=dm, user=user)
     await bot.server.slash("/run", "", channel=dm, user=user)
     await bot.server.slash("/files", "", channel=dm, user=user)
     await bot.server.slash("/policy", "off", channel=dm, user=user)
     await bot.server.shortcut("cm_run_code", asked, user=user)
-    assert await _told(bot, user, 5, told_before) == [NOT_HERE] * 5
+    assert await interaction_reply(bot, user, 5, told_before) == [NOT_HERE] * 5
     assert bot.server.views == []  # no /run editor was opened
     await bot.server.wait_for(lambda: not bot.slack.conversations.turns)
     assert bot.server.channel_messages(dm, by_bot=True) == []
@@ -174,18 +174,18 @@ async def test_leaving_the_channel_refuses_the_next_dm_once_members_are_looked_u
     await _dm(bot, ALICE, "again")
     await bot.server.click(result, "cm_rerun")
     await bot.server.slash("/run", _code(ALICE, "again"), channel=dm)
-    assert await _told(bot, ALICE, 2) == [NOT_HERE] * 2
+    assert await interaction_reply(bot, ALICE, 2) == [NOT_HERE] * 2
     await bot.server.wait_for(lambda: not bot.slack.conversations.turns)
     assert not any("alice again" in code for code in fake_backend.runs)
     assert sum("alice dm" in code for code in fake_backend.runs) == 1  # Re-run ran nothing
     assert _member_lookups(bot) > lookups
 
 
-async def _told(bot: Bot, user: str, count: int, skip: int = 0) -> list[str]:
+async def interaction_reply(bot: Bot, user: str, count: int, skip: int = 0) -> list[str]:
     """The next `count` things only `user` was shown, after the first `skip`."""
 
     def shown() -> list[str] | None:
-        texts = _ephemeral_to(bot, user)[skip:]
+        texts = ephemeral_to(bot, user)[skip:]
         return texts if len(texts) >= count else None
 
     return await bot.server.wait_for(shown)  # type: ignore[return-value]

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from bench.standins.openai_server import Reply, ScriptedModel, fails, runs, says
 from bot.agent import Agent, Turn, UserMessage
 from bot.agent.tokens import Counter
 from bot.events import Answer, Failure, TurnEvent
 from executor import Executor
 from executor.fake_backend import FakeBackend, FakeRun, stdout
-from tests.agent_turns import final, turn
-from tests.platforms.openai_server import Reply, ScriptedModel, fails, runs, says
+from tests.support.agent_turns import final, turn
 
 BUDGET = 1_000
 FILLER = " ".join(f"detail{n}" for n in range(60))

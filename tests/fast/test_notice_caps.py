@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.standins.discord_server import ALICE
+from bench.standins.discord_server import Message as DiscordMessage
+from bench.standins.slack_server import C_GENERAL
+from bench.standins.slack_server import Message as SlackMessage
 from bot.agent import Agent
 from bot.workspaces import StoredWorkspaces
 from executor import Executor
@@ -24,11 +28,7 @@ from storage.local import LocalStorage
 from tests.fast import test_discord_turns, test_slack_turns
 from tests.fast.restore_fixtures import end_sessions
 from tests.fast.test_console_turns import Chat
-from tests.platforms import test_discord, test_slack
-from tests.platforms.discord_server import ALICE
-from tests.platforms.discord_server import Message as DiscordMessage
-from tests.platforms.slack_server import C_GENERAL
-from tests.platforms.slack_server import Message as SlackMessage
+from tests.support import on_discord, on_slack
 
 HUGE = "a" * 400_000
 MARKED = [
@@ -142,7 +142,7 @@ discord_start_bot = test_discord_turns.start_bot
 
 @pytest.mark.timeout(90)
 async def test_discord_notices_take_one_message(
-    discord_start_bot: Callable[..., Awaitable[test_discord.Bot]],
+    discord_start_bot: Callable[..., Awaitable[on_discord.Bot]],
     fake_executor: Executor,
     variant: Variant,
 ) -> None:
@@ -181,7 +181,7 @@ mode = test_slack_turns.mode
 
 @pytest.mark.timeout(90)
 async def test_slack_notices_take_one_post(
-    slack_start_bot: Callable[..., Awaitable[test_slack.Bot]],
+    slack_start_bot: Callable[..., Awaitable[on_slack.Bot]],
     fake_executor: Executor,
     variant: Variant,
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from bench.standins.slack_server import C_GENERAL
 from bot.agent import Agent
 from executor import Executor
 from tests.fast.restore_fixtures import (
@@ -18,8 +19,7 @@ from tests.fast.restore_fixtures import (
 )
 from tests.fast.test_console_turns import Chat
 from tests.fast.test_slack_turns import mode, sandbox_limits, start_bot
-from tests.platforms.slack_server import C_GENERAL
-from tests.platforms.test_slack import Bot
+from tests.support.on_slack import Bot
 
 __all__ = [
     "fake_backend",

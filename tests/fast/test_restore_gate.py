@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.approval import APPROVE_RESTORE, OFF_NOTICE, OFF_RESTORE
@@ -24,7 +25,6 @@ from executor import Executor
 from executor.fake_backend import FakeBackend
 from tests.fast.restore_fixtures import end_sessions, fake_backend, workspaces
 from tests.fast.test_console_turns import Chat
-from tests.platforms.openai_server import ScriptedModel, runs, says
 
 __all__ = ["fake_backend", "workspaces"]
 

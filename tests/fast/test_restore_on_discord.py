@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from bench.standins.discord_server import ALICE
 from executor import Executor
 from tests.fast.restore_fixtures import (
     RESTORED,
@@ -13,8 +14,7 @@ from tests.fast.restore_fixtures import (
     workspaces,
 )
 from tests.fast.test_discord_turns import sandbox_limits, start_bot
-from tests.platforms.discord_server import ALICE
-from tests.platforms.test_discord import Bot, _told
+from tests.support.on_discord import Bot, interaction_reply
 
 __all__ = ["fake_backend", "sandbox_limits", "start_bot", "workspace_settings", "workspaces"]
 
@@ -28,8 +28,8 @@ async def test_discord_restore_in_a_dm(
     await bot.answer_in(dm)
     await end_sessions(fake_executor)
     saved = await bot.server.slash("files", channel_id=dm)
-    assert await _told(bot, saved) == (
+    assert await interaction_reply(bot, saved) == (
         "Saved workspace (it comes back with the next message here):\n`data.csv` (8 bytes)"
     )
     restored = await bot.server.slash("restore", channel_id=dm)
-    assert await _told(bot, restored) == RESTORED
+    assert await interaction_reply(bot, restored) == RESTORED

@@ -14,17 +14,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bot.agent import Agent
-from bot.conversations import Conversations
-from bot.errors import NOT_HERE, NOT_YOURS
-from bot.ops.http import start_server
-from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
-from bot.platforms.on_slack.app import NO_CONVERSATION
-from bot.settings import SlackSettings
-from executor import Executor, SandboxLimits
-from executor.fake_backend import FakeBackend, FakeRun, image, stdout
-from tests.platforms.openai_server import ScriptedModel, fails, runs, says
-from tests.platforms.slack_server import (
+from bench.standins.openai_server import ScriptedModel, fails, runs, says
+from bench.standins.ports import free_port
+from bench.standins.slack_server import (
     ADMIN,
     ALICE,
     APP_TOKEN,
@@ -36,8 +28,16 @@ from tests.platforms.slack_server import (
     Message,
     SlackServer,
 )
-from tests.platforms.test_slack import Bot, _button, _ephemeral_to, _is_progress
-from tests.storage.azurite import free_port
+from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.errors import NOT_HERE, NOT_YOURS
+from bot.ops.http import start_server
+from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
+from bot.platforms.on_slack.app import NO_CONVERSATION
+from bot.settings import SlackSettings
+from executor import Executor, SandboxLimits
+from executor.fake_backend import FakeBackend, FakeRun, image, stdout
+from tests.support.on_slack import Bot, button, ephemeral_to, is_progress
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -120,14 +120,14 @@ async def start_bot(
 
 def _answers(messages: list[Message]) -> list[Message]:
     """The turn's answers: neither its progress message nor its uploaded files."""
-    return [m for m in messages if not _is_progress(m) and not m.files]
+    return [m for m in messages if not is_progress(m) and not m.files]
 
 
 async def _running(bot: Bot, channel: str, root: str) -> Message:
     """The progress message of the hanging run in a thread, with its Stop button."""
     found = await bot.server.wait_for(
         lambda: next(
-            (m for m in bot.thread(channel, root) if _button(m, "cm_stop") and "waiting" in m.text),
+            (m for m in bot.thread(channel, root) if button(m, "cm_stop") and "waiting" in m.text),
             None,
         )
     )
@@ -142,7 +142,7 @@ async def _result(bot: Bot, text: str, count: int = 1) -> Message:
         shown = [
             m
             for m in bot.server.channel_messages(C_GENERAL, by_bot=True)
-            if text in m.text and _button(m, "cm_rerun")
+            if text in m.text and button(m, "cm_rerun")
         ]
         return shown[-1] if len(shown) >= count and not bot.slack.door.lines.busy else None
 
@@ -168,7 +168,7 @@ async def test_a_mention_with_a_csv_runs_the_models_code_and_answers_once_with_t
     progress = messages[0]
     assert "read_csv(" in progress.text
     assert "plotted" in progress.text
-    assert not _button(progress, "cm_stop")
+    assert not button(progress, "cm_stop")
     assert [m.text for m in _answers(messages)] == ["Sales *peaked* in month 2."]
     charts = [f for f in bot.server.files if f.name.endswith(".png")]
     assert [(c.content, c.thread_ts) for c in charts] == [(PNG, asked.ts)]
@@ -230,7 +230,7 @@ async def test_stop_ends_a_hanging_run_command_and_leaves_re_run(
             (
                 m
                 for m in bot.server.channel_messages(C_GENERAL, by_bot=True)
-                if _button(m, "cm_stop") and "waiting" in m.text
+                if button(m, "cm_stop") and "waiting" in m.text
             ),
             None,
         )
@@ -347,7 +347,7 @@ async def test_a_user_outside_the_allowlist_is_refused_at_every_entry_point(
     await bot.server.click(running, "cm_stop", user=BOB)
     await bot.server.click(result, "cm_rerun", user=BOB)
     told = await bot.server.wait_for(
-        lambda: (lambda t: t if len(t) >= 7 else None)(_ephemeral_to(bot, BOB))
+        lambda: (lambda t: t if len(t) >= 7 else None)(ephemeral_to(bot, BOB))
     )
     assert told == [NOT_HERE] * 7
     assert bot.server.views == []
@@ -355,7 +355,7 @@ async def test_a_user_outside_the_allowlist_is_refused_at_every_entry_point(
     assert not any("bob" in code for code in fake_backend.runs)
     await bot.server.click(running, "cm_stop")
     await bot.answered(C_GENERAL, asked.ts)
-    assert _ephemeral_to(bot, BOB) == [NOT_HERE] * 7  # the messages were ignored silently
+    assert ephemeral_to(bot, BOB) == [NOT_HERE] * 7  # the messages were ignored silently
 
 
 async def test_conversation_commands_are_refused_to_others_and_allowed_to_an_admin(

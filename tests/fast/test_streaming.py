@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from bench.standins.openai_server import Reply, ScriptedModel, runs, says
 from bot.agent import Agent
 from bot.agent.llm import _Assembly
 from bot.conversations import Conversations
@@ -19,8 +20,7 @@ from bot.metrics import Metrics
 from bot.platforms.console import Console, run_piped
 from executor import Executor
 from executor.fake_backend import FakeBackend, FakeRun, stdout
-from tests.agent_turns import final, turn
-from tests.platforms.openai_server import Reply, ScriptedModel, runs, says
+from tests.support.agent_turns import final, turn
 
 ANSWER = (
     "The mean of the column is 4.2, and the median is 4.0; the distribution is slightly "

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from bench.standins.openai_server import Reply, ScriptedModel, runs
 from tests.fast.test_discord_turns import _answers, _thread, fake_backend, sandbox_limits, start_bot
-from tests.platforms.openai_server import Reply, ScriptedModel, runs
-from tests.platforms.test_discord import Bot
+from tests.support.on_discord import Bot
 
 __all__ = ["fake_backend", "sandbox_limits", "start_bot"]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from bench.standins.openai_server import Reply, ScriptedModel
+from bench.standins.slack_server import C_GENERAL
 from tests.fast.test_slack_turns import fake_backend, mode, sandbox_limits, start_bot
-from tests.platforms.openai_server import Reply, ScriptedModel
-from tests.platforms.slack_server import C_GENERAL
-from tests.platforms.test_slack import Bot
+from tests.support.on_slack import Bot
 
 __all__ = ["fake_backend", "mode", "sandbox_limits", "start_bot"]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.standins.discord_server import ALICE, BOB, CAROL, Message
 from bot.sandbox_words import spoken
 from bot.workspaces import StoredWorkspaces, workspace_person
 from executor import Executor, PoolSettings, SandboxLimits, Status
@@ -24,8 +25,7 @@ from storage.base import Storage
 from storage.local import LocalStorage
 from tests.fast import test_discord_turns
 from tests.fast.restore_fixtures import end_sessions
-from tests.platforms.discord_server import ALICE, BOB, CAROL, Message
-from tests.platforms.test_discord import Bot
+from tests.support.on_discord import Bot
 
 SECRET = b"c" * 32
 BLOCK = 400_000

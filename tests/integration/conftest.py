@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import docker
@@ -8,11 +7,8 @@ import pytest
 
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
 from executor.docker_backend import connect
-from executor.docker_specs import INSTANCE_LABEL, SANDBOX_LABEL
+from tests.support.sandboxes import TEST_INSTANCE, live_sandboxes
 
-# Its own instance label per test process, so that concurrent runs never see (or sweep)
-# each other's sandboxes.
-TEST_INSTANCE = os.environ.get("CELLMATE_TEST_INSTANCE", "tests")
 RUNTIMES = ["runc", "runsc"]
 NO_POOL = PoolSettings(size=0)
 
@@ -28,13 +24,6 @@ def docker_client() -> Iterator[docker.DockerClient]:
         )
     yield client
     client.close()
-
-
-def live_sandboxes(client: docker.DockerClient, instance: str = TEST_INSTANCE) -> list[str]:
-    selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={instance}"]
-    names = [c.name for c in client.containers.list(all=True, filters={"label": selector})]
-    names += [v.name for v in client.volumes.list(filters={"label": selector})]
-    return [str(n) for n in names]
 
 
 @pytest.fixture(autouse=True)

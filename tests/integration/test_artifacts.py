@@ -9,8 +9,8 @@ from executor import Executor, Status
 from storage.artifacts import ArtifactLimits, ArtifactSource, publish
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
-from tests.conftest import fetch
-from tests.storage.azurite import Azurite
+from tests.support.azurite import Azurite
+from tests.support.links import fetch
 
 pytestmark = pytest.mark.docker
 

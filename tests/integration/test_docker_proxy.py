@@ -25,13 +25,13 @@ from urllib.parse import quote
 import docker
 import pytest
 
+from bench.standins.ports import free_port
 from dockerproxy import DockerProxy, Policy
 from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
 from executor.docker_specs import INSTANCE_LABEL, SANDBOX_LABEL
 from executor.seccomp import profile_json
 from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
 from tests.proxy.bodies import executor_bodies
-from tests.storage.azurite import free_port
 
 pytestmark = pytest.mark.docker
 LABELS = {SANDBOX_LABEL: "1", INSTANCE_LABEL: TEST_INSTANCE}

@@ -4,6 +4,7 @@ cluster enforcing the policy (PodSecurity, RBAC) and the bot's own identity driv
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from tests.kubernetes.conftest import (
     settings,
     wait_until,
 )
+from tests.support.network import listening_on_host, reach_code
 
 pytestmark = pytest.mark.kubernetes
 
@@ -69,22 +71,21 @@ async def test_a_notebook_run_returns_output_and_files_in_a_locked_down_pod(
     bot_kubeconfig: str, runtime: str
 ) -> None:
     probe = (
-        "import os, socket\n"
+        "import os\n"
         "print('uid', os.getuid(), os.getgid())\n"
         "print('token', os.path.exists('/var/run/secrets/kubernetes.io'))\n"
         "words = ('TOKEN', 'SECRET', 'KEY', 'PASSWORD', 'OPENAI', 'SLACK', 'DISCORD', 'AZURE')\n"
         "print('env', sorted(k for k in os.environ if any(w in k.upper() for w in words)))\n"
         "try:\n    open('/etc/x', 'w')\nexcept OSError:\n    print('root', 'refused')\n"
-        "try:\n    socket.create_connection(('10.200.213.2', 6443), timeout=3)\n"
-        "    print('net', 'reached')\nexcept OSError:\n    print('net', 'none')\n"
     )
-    async with make_executor(bot_kubeconfig, runtime) as executor:
-        result = await executor.run_notebook(
+    async with listening_on_host() as listeners, make_executor(bot_kubeconfig, runtime) as ex:
+        result = await ex.run_notebook(
             [
                 "import pandas as pd\ndf = pd.read_csv('sales.csv')\nint(df.total.sum())",
                 "df.to_csv('out/doubled.csv') if __import__('os').makedirs('out') is None "
                 "else None",
                 probe,
+                reach_code(listeners.targets),
             ],
             files={"sales.csv": b"month,total\n1,10\n2,32\n"},
         )
@@ -96,7 +97,13 @@ async def test_a_notebook_run_returns_output_and_files_in_a_locked_down_pod(
     assert "token False" in lines
     assert "env []" in lines
     assert "root refused" in lines
-    assert "net none" in lines
+    # Neither the test's listeners on the host's addresses nor any route out of the Pod's
+    # subnet (a default route, a DNS server) are within reach.
+    network = json.loads(lines[-1])
+    assert "connected" not in network["outcomes"].values(), network
+    assert listeners.reached_by == []
+    assert network["default_route"] is False
+    assert network["routed_dns_servers"] == []
     assert result.runtime == runtime
 
 

@@ -1,27 +1,14 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator
 
-import openai
 import pytest
 
-from bot.agent import Agent, AgentLimits
-from bot.agent.history import History
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
-from storage.local import LocalStorage
-from tests.conftest import SECRET
 from tests.integration.conftest import TEST_INSTANCE
-from tests.platforms.openai_server import ScriptedModel
+from tests.support.agents import clients, make_agent, model
 
-
-@pytest.fixture
-async def model() -> AsyncIterator[ScriptedModel]:
-    """An OpenAI-compatible server on loopback that answers from the test's script."""
-    server = await ScriptedModel().start()
-    yield server
-    await server.stop()
+__all__ = ["clients", "make_agent", "model"]
 
 
 @pytest.fixture
@@ -33,38 +20,3 @@ async def executor() -> AsyncIterator[Executor]:
         pool=PoolSettings(size=0),
     ) as ex:
         yield ex
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[list[openai.AsyncOpenAI]]:
-    made: list[openai.AsyncOpenAI] = []
-    yield made
-    for client in made:
-        await client.close()
-
-
-@pytest.fixture
-def make_agent(clients: list[openai.AsyncOpenAI]) -> Callable[..., Agent]:
-    def make(
-        executor: Executor,
-        model: ScriptedModel | None,
-        tmp_path: Path,
-        timeout: float = 30,
-        **limits: Any,
-    ) -> Agent:
-        client = None
-        if model is not None:
-            client = openai.AsyncOpenAI(
-                api_key="test-key", base_url=model.base_url, max_retries=2, timeout=timeout
-            )
-            clients.append(client)
-        return Agent(
-            executor,
-            LocalStorage(tmp_path / "files", SECRET),
-            History(tmp_path / f"history-{len(clients)}.sqlite3"),
-            client=client,
-            model="scripted-model",
-            limits=AgentLimits(**limits),
-        )
-
-    return make

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent
 from bot.events import (
     Answer,
@@ -19,8 +20,7 @@ from bot.events import (
 )
 from executor import Executor, Status
 from storage.intake import IncomingFile
-from tests.agent_turns import final, tool_messages, turn
-from tests.platforms.openai_server import ScriptedModel, runs, says
+from tests.support.agent_turns import final, tool_messages, turn
 
 pytestmark = pytest.mark.docker
 

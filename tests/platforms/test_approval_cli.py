@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.platforms.helpers import cli_environment
-from tests.platforms.openai_server import ScriptedModel, runs, says
+from bench.standins.openai_server import ScriptedModel, runs, says
 from tests.platforms.test_console import chat_through_a_pipe
+from tests.support.platforms import cli_environment
 
 pytestmark = pytest.mark.docker
 

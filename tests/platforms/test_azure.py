@@ -12,6 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent, AgentLimits
 from bot.agent.history import History
 from bot.events import Answer, CodeStarted, Failure
@@ -21,9 +22,8 @@ from bot.settings import ModelSettings, Settings
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from storage.local import LocalStorage
-from tests.agent_turns import final, tool_messages, turn
-from tests.conftest import SECRET
-from tests.platforms.openai_server import ScriptedModel, runs, says
+from tests.support.agent_turns import final, tool_messages, turn
+from tests.support.links import SECRET
 
 DEPLOYMENT = "cellmate-gpt-4o"
 CODE = "print(6 * 7)"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fetch
-from tests.platforms.helpers import cli_environment
-from tests.platforms.openai_server import ScriptedModel, runs, says
-from tests.storage.azurite import free_port
+from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.ports import free_port
+from tests.support.links import fetch
+from tests.support.platforms import cli_environment
 
 pytestmark = pytest.mark.docker
 

@@ -15,14 +15,7 @@ import pytest
 import yarl
 from aiohttp import web
 
-from bot.agent import Agent
-from bot.conversations import Conversations
-from bot.conversations.access import Participants
-from bot.errors import NOT_YOURS
-from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
-from bot.settings import DiscordSettings
-from executor import Executor
-from tests.platforms.discord_server import (
+from bench.standins.discord_server import (
     ALICE,
     BOB,
     CAROL,
@@ -34,54 +27,21 @@ from tests.platforms.discord_server import (
     ROLE_MEMBER,
     TOKEN,
     DiscordServer,
-    Interaction,
     Message,
 )
-from tests.platforms.helpers import CHART_CODE, PNG, SALES, turns_ended
-from tests.platforms.openai_server import ScriptedModel, runs, says
-from tests.storage.azurite import free_port
+from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.ports import free_port
+from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.conversations.access import Participants
+from bot.errors import NOT_YOURS
+from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
+from bot.settings import DiscordSettings
+from executor import Executor
+from tests.support.on_discord import Bot, button_id, has_button, interaction_reply, text_input_id
+from tests.support.platforms import CHART_CODE, PNG, SALES
 
 pytestmark = pytest.mark.docker
-
-
-@dataclasses.dataclass
-class Bot:
-    server: DiscordServer
-    client: CellmateDiscord
-    agent: Agent
-
-    def bot_messages(self, channel: int) -> list[Message]:
-        """What everyone sees from the bot in a channel (ephemeral replies left out)."""
-        return [m for m in self.server.channel_messages(channel, by_bot=True) if not m.flags & 64]
-
-    async def answer_in(self, channel: int, count: int = 1, within: float = 60) -> list[Message]:
-        """Wait until `count` turns in `channel` are finished (no Stop button left anywhere,
-        as many answers, and the bot idle), and return the bot's messages there."""
-
-        def finished() -> list[Message] | None:
-            messages = self.bot_messages(channel)
-            if any(_has_button(m, "Stop") for m in messages):
-                return None
-            idle = not self.client.conversations.turns and not self.client.door.lines.busy
-            shown = [(m.content, _has_button(m, "Re-run")) for m in messages]
-            ended = turns_ended(shown, "**Code**")
-            return messages if ended >= count and idle else None
-
-        return await self.server.wait_for(finished, within)  # type: ignore[return-value]
-
-
-def _has_button(message: Message, label: str) -> bool:
-    return any(
-        part.get("label") == label for row in message.components for part in row["components"]
-    )
-
-
-def _button_id(message: Message, label: str) -> str:
-    for row in message.components:
-        for part in row["components"]:
-            if part.get("label") == label:
-                return str(part["custom_id"])
-    raise AssertionError(f"no {label} button on {message.content[:80]!r}")
 
 
 @pytest.fixture
@@ -179,7 +139,7 @@ async def test_run_with_code_with_the_modal_and_re_run(
     interaction = await bot.server.slash("run", {"code": "print(6 * 7)"})
     result = await bot.server.wait_for(
         lambda: next(
-            (m for m in bot.server.interaction_messages(interaction) if _has_button(m, "Re-run")),
+            (m for m in bot.server.interaction_messages(interaction) if has_button(m, "Re-run")),
             None,
         )
     )
@@ -200,7 +160,7 @@ async def test_run_with_code_with_the_modal_and_re_run(
         )
     )
     assert isinstance(modal, dict)
-    field = _text_input_id(modal["data"])
+    field = text_input_id(modal["data"])
     submitted = await bot.server.submit_modal(
         modal["data"],
         {field: "for i in range(3):\n    print('row', i)"},
@@ -214,23 +174,11 @@ async def test_run_with_code_with_the_modal_and_re_run(
     assert isinstance(shown, Message)
 
     await bot.server.wait_for(lambda: not bot.client.door.lines.busy)
-    rerun = await bot.server.click(bot.server.messages[result.id], _button_id(result, "Re-run"))
+    rerun = await bot.server.click(bot.server.messages[result.id], button_id(result, "Re-run"))
     again = await bot.server.wait_for(
         lambda: next((m for m in bot.server.interaction_messages(rerun) if "42" in m.content), None)
     )
     assert isinstance(again, Message)
-
-
-def _text_input_id(data: dict[str, Any]) -> str:
-    stack = list(data.get("components", []))
-    while stack:
-        part = stack.pop()
-        if part.get("type") == 4:
-            return str(part["custom_id"])
-        stack += part.get("components", [])
-        if "component" in part:
-            stack.append(part["component"])
-    raise AssertionError(f"no text input in the modal: {data}")
 
 
 async def test_stop_interrupts_a_loop_and_the_session_lives_on(
@@ -243,16 +191,16 @@ async def test_stop_interrupts_a_loop_and_the_session_lives_on(
     )
     running = await bot.server.wait_for(
         lambda: next(
-            (m for m in bot.bot_messages(dm) if _has_button(m, "Stop") and "looping" in m.content),
+            (m for m in bot.bot_messages(dm) if has_button(m, "Stop") and "looping" in m.content),
             None,
         )
     )
     assert isinstance(running, Message)
     # Someone else cannot stop it.
-    await bot.server.click(running, _button_id(running, "Stop"), user=BOB)
+    await bot.server.click(running, button_id(running, "Stop"), user=BOB)
     await asyncio.sleep(0.5)
     assert bot.client.conversations.turns
-    await bot.server.click(running, _button_id(running, "Stop"))
+    await bot.server.click(running, button_id(running, "Stop"))
     messages = await bot.answer_in(dm)
     assert "⏹️ killed" in messages[0].content or "stopped" in messages[0].content.lower()
     await bot.server.post_message(dm, "```py\nprint('alive', n > 5)\n```")
@@ -311,7 +259,7 @@ async def test_a_dm_runs_code_only_for_a_member_of_an_allowed_server_with_an_all
     carol_dm = await bot.server.dm_channel(CAROL)
     await bot.server.post_message(carol_dm, f"```py\n{proof}\n```", author=CAROL)
     denied = await bot.server.slash("run", {"code": proof}, channel_id=carol_dm, user=CAROL)
-    assert await _told(bot, denied) == "Cellmate is not enabled here."
+    assert await interaction_reply(bot, denied) == "Cellmate is not enabled here."
     alice_dm = await bot.server.dm_channel(ALICE)
     await bot.server.post_message(alice_dm, f"```py\n{proof}\n```")
     (answer,) = await bot.answer_in(alice_dm)
@@ -437,20 +385,6 @@ MANY_CHARTS = (
 )
 
 
-async def _told(bot: Bot, interaction: Interaction) -> str:
-    """What the user who started an interaction was shown: an immediate reply, or the
-    first message after a deferral."""
-
-    def shown() -> str | None:
-        for callback in bot.server.callbacks:
-            if callback["interaction_id"] == interaction.id and callback["type"] == 4:
-                return str(callback["data"].get("content", ""))
-        messages = bot.server.interaction_messages(interaction)
-        return messages[0].content if messages and messages[0].content else None
-
-    return await bot.server.wait_for(shown)  # type: ignore[return-value]
-
-
 async def _thread_with_notes(bot: Bot) -> int:
     """Alice's conversation in a thread, with a file in /mnt/data and a variable."""
     await bot.server.post_message(
@@ -471,7 +405,7 @@ async def _run_result(bot: Bot, code: str) -> Message:
     result = first[0]  # type: ignore[index]
     await bot.server.wait_for(
         lambda: (
-            _has_button(bot.server.messages[result.id], "Re-run") and not bot.client.door.lines.busy
+            has_button(bot.server.messages[result.id], "Re-run") and not bot.client.door.lines.busy
         )
     )
     return bot.server.messages[result.id]
@@ -488,7 +422,7 @@ async def _running_loop(bot: Bot, thread_id: int) -> Message:
             (
                 m
                 for m in bot.bot_messages(thread_id)
-                if _has_button(m, "Stop") and "waiting" in m.content
+                if has_button(m, "Stop") and "waiting" in m.content
             ),
             None,
         )
@@ -531,17 +465,17 @@ async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
         await bot.server.slash("run", {"code": "print('carol')"}, user=CAROL),
         await bot.server.slash("run", channel_id=thread_id, user=CAROL),
         await bot.server.context_menu("Run code", code_message, user=CAROL),
-        await bot.server.click(running, _button_id(running, "Stop"), user=CAROL),
-        await bot.server.click(result, _button_id(result, "Re-run"), user=CAROL),
+        await bot.server.click(running, button_id(running, "Stop"), user=CAROL),
+        await bot.server.click(result, button_id(result, "Re-run"), user=CAROL),
         await bot.server.submit_modal(
             modal["data"],
-            {_text_input_id(modal["data"]): "print('carol')"},
+            {text_input_id(modal["data"]): "print('carol')"},
             channel_id=CHANNEL_GENERAL,
             user=CAROL,
         ),
     ]
     for interaction in refused:
-        assert await _told(bot, interaction) == "Cellmate is not enabled here."
+        assert await interaction_reply(bot, interaction) == "Cellmate is not enabled here."
     await asyncio.sleep(0.5)
     assert bot.client.conversations.turns  # Alice's turn runs on
     everything = [m.content for m in bot.server.messages.values() if m.author_id != CAROL]
@@ -549,10 +483,10 @@ async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
     assert not any(c["type"] == 9 for c in bot.server.callbacks if c["interaction_id"] != opened.id)
 
     # Alice, on the list and in the conversation, may.
-    await bot.server.click(running, _button_id(running, "Stop"))
+    await bot.server.click(running, button_id(running, "Stop"))
     await bot.answer_in(thread_id, count=2)
     listed = await bot.server.slash("files", channel_id=thread_id)
-    assert "notes.txt" in await _told(bot, listed)
+    assert "notes.txt" in await interaction_reply(bot, listed)
 
 
 async def test_conversation_commands_are_for_participants_and_moderators(
@@ -565,25 +499,25 @@ async def test_conversation_commands_are_for_participants_and_moderators(
     # Bob may use the bot, but this conversation and this run are not his.
     for name in ("files", "export", "reset"):
         denied = await bot.server.slash(name, channel_id=thread_id, user=BOB)
-        assert await _told(bot, denied) == NOT_YOURS, name
-    rerun = await bot.server.click(result, _button_id(result, "Re-run"), user=BOB)
-    assert await _told(bot, rerun) == NOT_YOURS
+        assert await interaction_reply(bot, denied) == NOT_YOURS, name
+    rerun = await bot.server.click(result, button_id(result, "Re-run"), user=BOB)
+    assert await interaction_reply(bot, rerun) == NOT_YOURS
     # Outside a conversation there is nothing to act on.
     outside = await bot.server.slash("files", channel_id=CHANNEL_GENERAL, user=BOB)
-    assert "There is no Cellmate conversation here" in await _told(bot, outside)
+    assert "There is no Cellmate conversation here" in await interaction_reply(bot, outside)
 
     running = await _running_loop(bot, thread_id)
-    stop = await bot.server.click(running, _button_id(running, "Stop"), user=BOB)
-    assert await _told(bot, stop) == NOT_YOURS
+    stop = await bot.server.click(running, button_id(running, "Stop"), user=BOB)
+    assert await interaction_reply(bot, stop) == NOT_YOURS
     await asyncio.sleep(0.5)
     assert bot.client.conversations.turns
 
     # A moderator (Manage Messages) may stop it and look.
-    await bot.server.click(running, _button_id(running, "Stop"), user=OWNER)
+    await bot.server.click(running, button_id(running, "Stop"), user=OWNER)
     messages = await bot.answer_in(thread_id, count=2)
     assert any("⏹️ killed" in m.content for m in messages)
     listed = await bot.server.slash("files", channel_id=thread_id, user=OWNER)
-    assert "notes.txt" in await _told(bot, listed)
+    assert "notes.txt" in await interaction_reply(bot, listed)
 
     # Once Bob takes part he may; his /reset above did nothing: the session kept `secret`.
     await bot.server.post_message(
@@ -602,16 +536,16 @@ async def test_conversation_commands_are_for_participants_and_moderators(
     assert "secret is 7" in shown, shown  # type: ignore[operator]
     await bot.answer_in(thread_id, count=3)
     mine = await bot.server.slash("files", channel_id=thread_id, user=BOB)
-    assert "notes.txt" in await _told(bot, mine)
+    assert "notes.txt" in await interaction_reply(bot, mine)
     assert sum("alice 2" in m.content for m in bot.bot_messages(CHANNEL_GENERAL)) == 1
 
     # After a restart (participants forgotten) the thread's first message still says whose
     # it is; Bob has to take part again.
     bot.client.conversations.participants = Participants()
     again = await bot.server.slash("files", channel_id=thread_id)
-    assert "notes.txt" in await _told(bot, again)
+    assert "notes.txt" in await interaction_reply(bot, again)
     forgotten = await bot.server.slash("export", channel_id=thread_id, user=BOB)
-    assert await _told(bot, forgotten) == NOT_YOURS
+    assert await interaction_reply(bot, forgotten) == NOT_YOURS
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.platforms import discord_server as dc
-from tests.platforms import slack_server as sl
-from tests.platforms.helpers import cli_environment
-from tests.platforms.openai_server import ScriptedModel
+from bench.standins import discord_server as dc
+from bench.standins import slack_server as sl
+from bench.standins.openai_server import ScriptedModel
+from tests.support.platforms import cli_environment
 
 pytestmark = pytest.mark.docker
 

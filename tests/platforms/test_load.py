@@ -17,6 +17,9 @@ import openai
 import pytest
 from aiohttp import web
 
+from bench.standins import slack_server as sl
+from bench.standins.openai_server import Reply, ScriptedModel, runs, says
+from bench.standins.ports import free_port
 from bot.agent import Agent, AgentLimits
 from bot.agent.history import History
 from bot.conversations import Conversations
@@ -28,12 +31,10 @@ from executor import Executor, PoolSettings, SandboxLimits, default_tag
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from storage.local import LocalStorage
-from tests.conftest import SECRET
 from tests.integration.conftest import TEST_INSTANCE
-from tests.platforms import slack_server as sl
-from tests.platforms.helpers import assert_no_sandbox_left
-from tests.platforms.openai_server import Reply, ScriptedModel, runs, says
-from tests.storage.azurite import ACCOUNT, KEY, free_port
+from tests.support.azurite import ACCOUNT, KEY
+from tests.support.links import SECRET
+from tests.support.sandboxes import assert_no_sandbox_left
 
 pytestmark = pytest.mark.docker
 

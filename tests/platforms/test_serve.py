@@ -16,13 +16,14 @@ from typing import Any
 import aiohttp
 import pytest
 
+from bench.standins import discord_server as dc
+from bench.standins import slack_server as sl
+from bench.standins.ports import free_port
 from executor import default_tag
 from executor.docker_backend import DockerBackend
 from tests.integration.conftest import TEST_INSTANCE
-from tests.platforms import discord_server as dc
-from tests.platforms import slack_server as sl
-from tests.platforms.helpers import assert_no_sandbox_left, cli_environment
-from tests.storage.azurite import free_port
+from tests.support.platforms import cli_environment
+from tests.support.sandboxes import assert_no_sandbox_left
 
 pytestmark = pytest.mark.docker
 

@@ -15,23 +15,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bot.agent import Agent
-from bot.conversations import Conversations
-from bot.errors import NOT_YOURS
-from bot.ops.http import start_server
-from bot.platforms.on_slack import (
-    EVENTS_PATH,
-    CellmateSlack,
-    add_http_route,
-    build_slack,
-    run_slack,
-)
-from bot.platforms.on_slack.app import NO_CONVERSATION
-from bot.settings import SlackSettings
-from executor import Executor
-from tests.platforms.helpers import CHART_CODE, PNG, SALES, turns_ended
-from tests.platforms.openai_server import ScriptedModel, runs, says
-from tests.platforms.slack_server import (
+from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.ports import free_port
+from bench.standins.slack_server import (
     ADMIN,
     ALICE,
     APP_TOKEN,
@@ -44,45 +30,23 @@ from tests.platforms.slack_server import (
     Message,
     SlackServer,
 )
-from tests.storage.azurite import free_port
+from bot.agent import Agent
+from bot.conversations import Conversations
+from bot.errors import NOT_YOURS
+from bot.ops.http import start_server
+from bot.platforms.on_slack import (
+    EVENTS_PATH,
+    add_http_route,
+    build_slack,
+    run_slack,
+)
+from bot.platforms.on_slack.app import NO_CONVERSATION
+from bot.settings import SlackSettings
+from executor import Executor
+from tests.support.on_slack import Bot, button, ephemeral_to
+from tests.support.platforms import CHART_CODE, PNG, SALES
 
 pytestmark = pytest.mark.docker
-
-
-@dataclasses.dataclass
-class Bot:
-    server: SlackServer
-    slack: CellmateSlack
-
-    def thread(self, channel: str, root: str) -> list[Message]:
-        return self.server.channel_messages(channel, thread_ts=root, by_bot=True)
-
-    async def answered(self, channel: str, root: str, count: int = 1) -> list[Message]:
-        """The bot's messages in a thread once `count` turns there have finished."""
-
-        def finished() -> list[Message] | None:
-            messages = self.thread(channel, root)
-            if self.slack.door.lines.busy or any(_button(m, "cm_stop") for m in messages):
-                return None
-            idle = not self.slack.conversations.turns
-            shown = [(m.text, _button(m, "cm_rerun")) for m in messages if not m.files]
-            ended = turns_ended(shown, "*Code*")
-            return messages if ended >= count and idle else None
-
-        return await self.server.wait_for(finished, 60)  # type: ignore[return-value]
-
-
-def _button(message: Message, action_id: str) -> bool:
-    return any(
-        element.get("action_id") == action_id
-        for block in message.blocks
-        if block.get("type") == "actions"
-        for element in block["elements"]
-    )
-
-
-def _is_progress(message: Message) -> bool:
-    return message.text.startswith(":hourglass") or message.text.startswith("*Code*")
 
 
 @pytest.fixture(params=["socket", "http"])
@@ -187,9 +151,7 @@ async def test_run_with_text_with_the_modal_and_re_run(
         )
     )
     assert isinstance(root, Message)
-    await bot.server.wait_for(
-        lambda: _button(bot.server.messages[(C_GENERAL, root.ts)], "cm_rerun")
-    )
+    await bot.server.wait_for(lambda: button(bot.server.messages[(C_GENERAL, root.ts)], "cm_rerun"))
 
     await bot.server.slash("/run", "")
     opened = await bot.server.wait_for(lambda: bot.server.views[-1] if bot.server.views else None)
@@ -221,7 +183,7 @@ async def test_stop_interrupts_a_loop(start_bot: Callable[..., Awaitable[Bot]]) 
             (
                 m
                 for m in bot.thread(C_GENERAL, asked.ts)
-                if _button(m, "cm_stop") and "looping" in m.text
+                if button(m, "cm_stop") and "looping" in m.text
             ),
             None,
         )
@@ -470,12 +432,6 @@ async def test_a_replayed_request_runs_once_and_bad_timestamps_get_401(
     assert not any("never" in m.text for m in bot.server.channel_messages(C_GENERAL))
 
 
-def _ephemeral_to(bot: Bot, user: str) -> list[str]:
-    """What only `user` was shown: ephemeral messages and response_url answers."""
-    texts = [str(e.get("text")) for e in bot.server.ephemeral if e.get("user") == user]
-    return texts + [str(r.get("text")) for r in bot.server.responses]
-
-
 async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
     start_bot: Callable[..., Awaitable[Bot]],
 ) -> None:
@@ -486,7 +442,7 @@ async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
             (
                 m
                 for m in bot.server.channel_messages(C_GENERAL, by_bot=True)
-                if "alice 1" in m.text and _button(m, "cm_rerun")
+                if "alice 1" in m.text and button(m, "cm_rerun")
             ),
             None,
         )
@@ -498,7 +454,7 @@ async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
         mention_bot=True,
     )
     running = await bot.server.wait_for(
-        lambda: next((m for m in bot.thread(C_GENERAL, asked.ts) if _button(m, "cm_stop")), None)
+        lambda: next((m for m in bot.thread(C_GENERAL, asked.ts) if button(m, "cm_stop")), None)
     )
     assert isinstance(running, Message)
 
@@ -514,9 +470,9 @@ async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
     await bot.server.shortcut("cm_run_code", asked, user=BOB)
     await bot.server.click(running, "cm_stop", user=BOB)
     await bot.server.click(result, "cm_rerun", user=BOB)
-    await bot.server.wait_for(lambda: len(_ephemeral_to(bot, BOB)) >= 7)
+    await bot.server.wait_for(lambda: len(ephemeral_to(bot, BOB)) >= 7)
     await asyncio.sleep(1)
-    assert _ephemeral_to(bot, BOB).count("Cellmate is not enabled here.") == 7
+    assert ephemeral_to(bot, BOB).count("Cellmate is not enabled here.") == 7
     assert bot.server.views == []  # no /run editor was opened for him
     assert bot.slack.conversations.turns  # Alice's turn runs on
     assert not any(
@@ -537,8 +493,8 @@ async def test_a_dm_runs_code_only_for_a_member_of_an_allowed_channel(
     bob_dm = bot.server.dm_channel(BOB)
     await bot.server.post(bob_dm, f"```\n{proof}\n```", user=BOB)
     await bot.server.slash("/run", proof, channel=bob_dm, user=BOB)
-    await bot.server.wait_for(lambda: _ephemeral_to(bot, BOB))
-    assert _ephemeral_to(bot, BOB) == ["Cellmate is not enabled here."]
+    await bot.server.wait_for(lambda: ephemeral_to(bot, BOB))
+    assert ephemeral_to(bot, BOB) == ["Cellmate is not enabled here."]
     alice_dm = bot.server.dm_channel(ALICE)
     asked, _ = await bot.server.post(alice_dm, f"```\n{proof}\n```")
     (answer,) = await bot.answered(alice_dm, asked.ts)
@@ -556,7 +512,7 @@ async def test_conversation_commands_are_for_participants_and_admins(
             (
                 m
                 for m in bot.server.channel_messages(C_GENERAL, by_bot=True)
-                if "alice 2" in m.text and _button(m, "cm_rerun")
+                if "alice 2" in m.text and button(m, "cm_rerun")
             ),
             None,
         )
@@ -572,7 +528,7 @@ async def test_conversation_commands_are_for_participants_and_admins(
             (
                 m
                 for m in bot.thread(C_GENERAL, asked.ts)
-                if _button(m, "cm_stop") and "waiting" in m.text
+                if button(m, "cm_stop") and "waiting" in m.text
             ),
             None,
         )

@@ -12,8 +12,8 @@ from storage.azure_blob import AzureBlobStorage
 from storage.errors import StorageAuthError, StorageUnavailable
 from storage.local import LocalStorage
 from storage.names import artifact_key, new_run_id
-from tests.conftest import SECRET, fetch
-from tests.storage.azurite import Azurite
+from tests.support.azurite import Azurite
+from tests.support.links import SECRET, fetch
 
 
 async def test_wrong_azure_credentials_fail_once_at_start_up(azurite: Azurite) -> None:

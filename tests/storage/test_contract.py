@@ -11,7 +11,7 @@ import pytest
 from storage.base import Storage
 from storage.errors import InvalidKey, StorageError
 from storage.names import artifact_key, new_run_id
-from tests.conftest import fetch
+from tests.support.links import fetch
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from bench.standins.ports import free_port
 from storage.intake import (
     SLACK_FILE_HOSTS,
     IncomingFile,
@@ -16,7 +17,7 @@ from storage.intake import (
     http_fetcher,
     receive,
 )
-from tests.storage.azurite import free_port
+from tests.support.network import refuse_outside_network
 
 LIMITS = IntakeLimits(max_bytes=100, max_count=3, max_total_bytes=150)
 TOKEN = {"Authorization": "Bearer xoxb-test"}
@@ -184,9 +185,13 @@ async def test_the_token_goes_to_the_platform_file_host_only(
         "https://slack.com/x.csv",
     ],
 )
-async def test_only_exact_slack_file_hosts_are_trusted(url: str) -> None:
+async def test_only_exact_slack_file_hosts_are_trusted(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tried = refuse_outside_network(monkeypatch)
     fetch = http_fetcher(SLACK_FILE_HOSTS, TOKEN, where="Slack's file servers")
     intake = await receive([IncomingFile("x.csv", 1, url=url)], fetch, LIMITS)
+    assert tried == []  # refused by name, before any lookup or connection
     assert intake.files == {}
     assert intake.refused[0].reason.startswith("it is not stored on Slack's file servers")
     assert "Not used: x.csv: it is not stored on Slack's file servers" in intake.message()

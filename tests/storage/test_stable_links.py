@@ -12,12 +12,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from bench.standins.ports import free_port
 from bot.ops.http import create_app, start_server
 from storage.base import Storage
 from storage.names import artifact_key, new_run_id
 from storage.stable_links import StableLinks
-from tests.conftest import fetch
-from tests.storage.azurite import free_port
+from tests.support.links import fetch
 
 SECRET = b"s" * 32
 

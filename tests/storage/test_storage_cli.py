@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.storage.azurite import Azurite
+from tests.support.azurite import Azurite
 
 
 def cellmate(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -9,13 +9,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from bench.standins.ports import free_port
 from bot.conversations.quotas import DAY, HOUR, Quotas, QuotaSettings
 from bot.errors import QuotaExceeded
 from bot.logs import ContextFilter, JsonFormatter, RedactFilter, conversation_id, run_id
 from bot.metrics import Metrics
 from bot.ops.http import create_app, start_server
 from storage.artifacts import Artifact
-from tests.storage.azurite import free_port
 
 NOW = 1_800_000_000.0
 

@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from .connection import Connection, Session
 from .payloads import text_channel_json, user_json
 from .world import (
     API_PREFIX,
@@ -31,9 +31,6 @@ from .world import (
     Snowflakes,
     guess_content_type,
 )
-
-if TYPE_CHECKING:
-    from .gateway import Connection, Session
 
 
 class ServerState:

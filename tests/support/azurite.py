@@ -8,17 +8,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.standins.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 AZURITE = ROOT / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 ACCOUNT = "devstoreaccount1"
 # Azurite's well-known development key (public, documented by Microsoft).
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Azurite:
@@ -64,13 +60,11 @@ class Azurite:
         raise RuntimeError("Azurite did not listen within 30 s")
 
     def stop(self) -> None:
+        # Killed, not terminated: once a client has connected, Azurite outlives SIGTERM for
+        # more than 15 s, and what it holds is the test's own, thrown away with workdir.
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            self.process.kill()
+            self.process.wait()
 
     def close(self) -> None:
         self.stop()

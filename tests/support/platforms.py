@@ -1,14 +1,12 @@
 """What several platform tests share: sample data, the environment for a `cellmate`
-process, and the check that no sandbox was left behind."""
+process, and how many turns a bot's messages answer."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import docker
-
-from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
+from tests.support.sandboxes import TEST_INSTANCE
 
 SALES = b"month,sales\n1,10\n2,30\n3,20\n"
 CHART_CODE = (
@@ -26,14 +24,6 @@ def cli_environment(data: Path, instance: str = TEST_INSTANCE, **extra: str) -> 
     `extra`: a `cellmate` process sees only what the test gives it."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(SETTING_PREFIXES)}
     return {**base, "CELLMATE_DATA_DIR": str(data), "CELLMATE_INSTANCE": instance, **extra}
-
-
-def assert_no_sandbox_left(instance: str) -> None:
-    client = docker.from_env()
-    try:
-        assert live_sandboxes(client, instance) == [], "a sandbox was left behind"
-    finally:
-        client.close()
 
 
 def turns_ended(messages: list[tuple[str, bool]], report: str) -> int:

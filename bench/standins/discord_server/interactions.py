@@ -1,4 +1,8 @@
-"""Interactions: commands, clicks and modals users start, and the bot's responses."""
+"""Interactions: commands, clicks and modals users start, and the bot's responses.
+
+One concept past 400 lines: every kind of interaction has the same life (created with a
+token, answered or deferred, followed up until its token expires), and the payloads sent
+for each kind are built from the same resolved data."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.storage.azurite import free_port
+from bench.standins.ports import free_port
 
 AZURE_KEY_REFUSED = (
     "Access denied due to invalid subscription key or wrong API endpoint. Make sure to "

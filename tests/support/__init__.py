@@ -1,0 +1,1 @@
+"""What several test modules share: sample data, stand-in wiring and fixtures."""
