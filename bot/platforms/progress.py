@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from bot.events import (
     Answer,
@@ -36,6 +37,30 @@ log = logging.getLogger(__name__)
 
 OUTPUT_KEPT = 1_000_000
 """Characters of output kept per run for the attached output file; the rest is counted."""
+WORKING = "Working on it…"
+"""The progress message of a turn that has just started."""
+DONE = "Done."
+"""The answer of a turn whose model said nothing (a direct run says nothing: its run report
+is the answer)."""
+NO_ANSWER = "The turn ended without an answer."
+
+DoingKind = Literal["thinking", "writing", "approval"]
+
+
+@dataclass(frozen=True, slots=True)
+class Doing:
+    """What a turn is doing now, in words; front ends put their own mark before it."""
+
+    kind: DoingKind
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """The last words of an answer: the model's answer (or `DONE`), or why the turn failed."""
+
+    text: str
+    failed: bool = False
 
 
 @dataclass(slots=True)
@@ -94,6 +119,28 @@ class TurnView:
     @property
     def current(self) -> RunView | None:
         return self.runs[-1] if self.runs else None
+
+    def doing(self) -> Doing | None:
+        """What the turn is doing while no run is going on (None once it is done): waiting
+        for a person's approval, writing its answer (`draft`), or thinking."""
+        if self.done:
+            return None
+        if self.awaiting_approval:
+            return Doing(
+                "approval", "Waiting for someone to Run, Edit or Cancel the model's code (below)…"
+            )
+        if self.draft.strip():
+            return Doing("writing", "Writing…")
+        return Doing("thinking", f"Thinking{f' (step {self.step})' if self.step > 1 else ''}…")
+
+    def ending(self) -> Ending | None:
+        """How the answer ends; None for a direct run that succeeded (its empty answer: its
+        run report is the whole answer)."""
+        if self.answer is None:
+            return Ending(self.failure or NO_ANSWER, failed=True)
+        if self.answer.strip() or not self.runs:
+            return Ending(self.answer.strip() or DONE)
+        return None
 
     def apply(self, event: TurnEvent) -> None:
         if isinstance(event, Thinking):
