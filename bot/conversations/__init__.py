@@ -15,8 +15,9 @@ of a turn through their `Reply`; they decide nothing about who may do what.
 
 from bot.conversations.access import AccessRules, Place, Refused
 from bot.conversations.keys import ConversationKey
+from bot.conversations.people import Admission, NotHere, NotYours, Person
 from bot.conversations.reply import Reply
-from bot.conversations.service import Admission, Conversations, NotHere, NotYours, Person
+from bot.conversations.service import Conversations
 
 __all__ = [
     "AccessRules",

@@ -15,16 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bot.conversations.access import (
-    NOT_HERE,
-    NOT_YOURS,
-    AccessRules,
-    Participants,
-    Place,
-    Refused,
-    Seen,
-    allowed,
-)
+from bot.conversations.access import NOT_HERE, Participants, Refused
 from bot.conversations.approval import (
     ALREADY_DECIDED,
     NOTHING_TO_EDIT,
@@ -36,8 +27,8 @@ from bot.conversations.approval import (
     Verdict,
 )
 from bot.conversations.keys import ConversationKey
-from bot.conversations.lines import Lines
-from bot.conversations.policy import Effective, Mode, Policies, Scope
+from bot.conversations.people import Admission, NotHere, NotYours, Person
+from bot.conversations.policy import Mode, Policies, Scope, described, now_set
 from bot.conversations.quotas import Quotas
 from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Turn, Turns
 from bot.conversations.reply import Reply
@@ -59,50 +50,10 @@ NOT_APPROVER = {
 ELSEWHERE = "That code waits in another conversation; it can only be decided there."
 POLICY_FOR_ADMINS = "Only admins and moderators can change the code policy."
 NO_POLICIES = "Code policies are not kept by this bot."
+NO_SERVER = "A direct message has no server: leave out the scope."
 EMPTY_EDIT = "The edited code is empty, so nothing was decided; the code still waits."
-MEANING: dict[Mode, str] = {
-    "auto": "code the model writes runs at once.",
-    "approve": "code the model writes waits for a person to press Run, Edit or Cancel.",
-    "off": "no code runs; the model answers without it, and /run is refused.",
-}
-
-
-class NotHere(Refused):
-    """The place or person is not on the front end's allowlist."""
-
-    def __init__(self) -> None:
-        super().__init__(NOT_HERE)
-
-
-class NotYours(Refused):
-    """The person may not act on that conversation."""
-
-    def __init__(self) -> None:
-        super().__init__(NOT_YOURS)
-
-
-@dataclass(frozen=True, slots=True)
-class Person:
-    user: str
-    place: Place
-    vouched: Callable[[], Awaitable[bool]] | None = None
-    """The platform's word that this person may act on any conversation here (a moderator,
-    or who started the conversation's thread); asked only when nothing else allows it."""
-    moderates: Callable[[], Awaitable[bool]] | None = None
-    """The platform's word that this person moderates here (and nothing else): for code
-    approvals and the code policy."""
-
-
-class Admission:
-    """One front end's door: its allowlist, its people's lines, the events it has seen."""
-
-    def __init__(self, rules: AccessRules) -> None:
-        self.rules = rules
-        self.lines = Lines(rules.cooldown_s)
-        self.seen = Seen()
-
-    def allows(self, place: Place) -> bool:
-        return allowed(self.rules, place)
+USAGE_FOR_ADMINS = "Only admins can see usage."
+NO_USAGE = "Usage is not recorded: no quotas are configured (CELLMATE_QUOTA_*)."
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,8 +367,7 @@ class Conversations:
         """The code policy that applies to a conversation, for anyone to read."""
         if self.policies is None:
             return NO_POLICIES
-        found: Effective = self.policies.effective(key)
-        return f"The code policy here is {found.mode} (from {found.source}): {MEANING[found.mode]}"
+        return described(self.policies.effective(key))
 
     async def set_policy(self, door: Admission, person: Person, scope: Scope, mode: Mode) -> str:
         """Set the policy of a channel (or DM) or a workspace, for admins and moderators."""
@@ -429,19 +379,44 @@ class Conversations:
             raise Refused(POLICY_FOR_ADMINS)
         self.policies.set(scope, mode, person.user)
         log.info("code policy of %s set to %s by %s", scope, mode, person.user)
-        return f"The code policy of {scope.name} is now {mode}: {MEANING[mode]}"
+        return now_set(scope, mode)
+
+    async def policy_command(
+        self,
+        door: Admission,
+        person: Person,
+        key: ConversationKey,
+        mode: Mode | None,
+        whole: bool = False,
+    ) -> str:
+        """/policy on any platform: without a `mode`, the policy of the place `key` names;
+        with one, set it for its channel (or DM), or its whole server (`whole`). The answer
+        for the person, a refusal included."""
+        if mode is None:
+            return self.policy(key)
+        if whole and key.is_dm:
+            return NO_SERVER
+        where = Scope.workspace_of(key) if whole else Scope.channel_of(key)
+        try:
+            return await self.set_policy(door, person, where, mode)
+        except Refused as exc:
+            return str(exc)
 
     def usage(self, server: str | None) -> str:
-        """The day's heaviest users, for admins."""
-        quotas = self.quotas
-        if quotas is None:
-            return "Usage is not recorded: no quotas are configured (CELLMATE_QUOTA_*)."
-        top = quotas.top(server)
-        if not top:
-            return "Nobody has run code here in the last 24 hours."
-        lines = ["Top users, last 24 hours (runs, sandbox-seconds):"]
-        lines += [f"{i}. {u.who}: {u.runs} runs, {u.seconds:.0f} s" for i, u in enumerate(top, 1)]
-        return "\n".join(lines)
+        """The day's heaviest users (of one server, or of all)."""
+        if self.quotas is None:
+            return NO_USAGE
+        return self.quotas.report(server)
+
+    async def usage_for(self, door: Admission, person: Person, server: str | None) -> str:
+        """/usage on any platform: the day's heaviest users, for configured admins and whom
+        the platform calls a moderator (of the whole server); raises a `Refused` saying why
+        not for anyone else."""
+        if not door.allows(person.place):
+            raise NotHere
+        if not await self.moderates(person):
+            raise Refused(USAGE_FOR_ADMINS)
+        return self.usage(server)
 
 
 def _pressed_in(person: Person, key: ConversationKey) -> bool:

@@ -45,7 +45,7 @@ from bot.conversations.approval import (
     restoring_of,
     shown_names,
 )
-from bot.conversations.policy import Scope, parse_mode
+from bot.conversations.policy import parse_command
 from bot.events import (
     Answer,
     AnswerDelta,
@@ -303,16 +303,10 @@ class Console:
         return True
 
     async def _policy(self, argument: str) -> str:
-        if not argument.strip():
-            return self.conversations.policy(CONVERSATION)
-        mode = parse_mode(argument)
-        if mode is None:
+        asked = parse_command(argument)
+        if asked is None:
             return "Use /policy auto, /policy approve or /policy off (or /policy to see it)."
-        try:
-            scope = Scope.channel_of(CONVERSATION)
-            return await self.conversations.set_policy(self.door, ME, scope, mode)
-        except Refused as exc:
-            return str(exc)
+        return await self.conversations.policy_command(self.door, ME, CONVERSATION, asked.mode)
 
     async def _approve(self, event: ApprovalRequested) -> None:
         """Show the model's code (and the saved variables a yes loads first) and ask whether

@@ -11,7 +11,7 @@ import discord
 from discord import app_commands
 
 from bot.conversations import ConversationKey, Person, Refused
-from bot.conversations.policy import Scope, parse_mode
+from bot.conversations.policy import parse_mode
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_discord.front import DiscordFront, front_of
 from bot.platforms.on_discord.interactions import conversation_of, place_key, tell
@@ -182,33 +182,26 @@ def register_commands(client: DiscordFront) -> None:
     async def policy(
         interaction: discord.Interaction, mode: str | None = None, scope: str = "channel"
     ) -> None:
-        server_wide = scope == "server"
-        person = await client.person_now(interaction, server_wide=server_wide)
+        whole = scope == "server"
+        person = await client.person_now(interaction, server_wide=whole)
         if not await client.admitted(interaction, person):
             return
-        key = place_key(interaction)
         chosen = parse_mode(mode or "")
-        if chosen is None:
-            await tell(interaction, conversations.policy(key))
-            return
-        if server_wide and key.is_dm:
-            await tell(interaction, "A direct message has no server: leave out the scope.")
-            return
-        where = Scope.workspace_of(key) if server_wide else Scope.channel_of(key)
-        try:
-            done = await conversations.set_policy(client.door, person, where, chosen)
-        except Refused as exc:
-            done = str(exc)
-        await tell(interaction, done)
+        answer = await conversations.policy_command(
+            client.door, person, place_key(interaction), chosen, whole
+        )
+        await tell(interaction, answer)
 
     @tree.command(name="usage", description="Who used Cellmate most in the last day (admins)")
     @app_commands.default_permissions(manage_guild=True)
     async def usage(interaction: discord.Interaction) -> None:
-        if not await client.admitted(interaction, await client.person_now(interaction)):
-            return
-        admin = str(interaction.user.id) in conversations.admins
-        if not admin and not interaction.permissions.manage_guild:
-            await tell(interaction, "Only admins can see usage.")
+        # Usage is for those who manage the whole server.
+        person = await client.person_now(interaction, server_wide=True)
+        if not await client.admitted(interaction, person):
             return
         server = str(interaction.guild_id) if interaction.guild_id else None
-        await tell(interaction, conversations.usage(server))
+        try:
+            answer = await conversations.usage_for(client.door, person, server)
+        except Refused as exc:
+            answer = str(exc)
+        await tell(interaction, answer)

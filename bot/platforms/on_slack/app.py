@@ -32,7 +32,7 @@ from bot.agent import UserMessage, direct_code
 from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
 from bot.conversations.access import NOT_HERE, AccessRules, Place
 from bot.conversations.approval import Verdict
-from bot.conversations.policy import Scope, parse_mode
+from bot.conversations.policy import parse_command
 from bot.conversations.presence import Expiring, Presence
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack import approval
@@ -468,11 +468,11 @@ class CellmateSlack:
         person = await self._person(str(command["user_id"]), team, str(command["channel_id"]))
         if not await self._admitted(person, str(command["channel_id"]), respond=respond):
             return
-        assert person.vouched is not None
-        if not await person.vouched():
-            await respond("Only admins can see usage.", response_type="ephemeral")
-            return
-        await respond(self.conversations.usage(team), response_type="ephemeral")
+        try:
+            answer = await self.conversations.usage_for(self.door, person, team)
+        except Refused as exc:
+            answer = str(exc)
+        await respond(answer, response_type="ephemeral")
 
     async def _on_policy(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
         """/policy shows the channel's code policy; /policy MODE [workspace] sets it."""
@@ -482,21 +482,15 @@ class CellmateSlack:
         person = await self._person(str(command["user_id"]), team, channel)
         if not await self._admitted(person, channel, respond=respond):
             return
-        key = ConversationKey("slack", team, channel)
-        words = unescape(str(command.get("text") or "")).split()
-        if not words:
-            await respond(self.conversations.policy(key), response_type="ephemeral")
-            return
-        mode = parse_mode(words[0])
-        if mode is None or len(words) > 2 or words[1:] not in ([], ["workspace"]):
+        asked = parse_command(unescape(str(command.get("text") or "")), "workspace")
+        if asked is None:
             await respond(POLICY_USAGE, response_type="ephemeral")
             return
-        where = Scope.workspace_of(key) if words[1:] else Scope.channel_of(key)
-        try:
-            done = await self.conversations.set_policy(self.door, person, where, mode)
-        except Refused as exc:
-            done = str(exc)
-        await respond(done, response_type="ephemeral")
+        key = ConversationKey("slack", team, channel)
+        answer = await self.conversations.policy_command(
+            self.door, person, key, asked.mode, asked.whole
+        )
+        await respond(answer, response_type="ephemeral")
 
     # ── buttons ───────────────────────────────────────────────────────────
 
