@@ -25,6 +25,7 @@ from bot.agent import UserMessage, direct_code
 from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
 from bot.conversations.access import NOT_HERE, AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
+from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
 from bot.platforms.on_discord.interactions import conversation_of, place_of, tell, thread_key
@@ -338,12 +339,8 @@ class CellmateDiscord(discord.Client):
 
 
 def file_hosts(settings: DiscordSettings) -> tuple[str, ...]:
-    """Where attachments may be downloaded from: the setting, else Discord's CDN (and a
-    custom API's own server, which serves the attachments it hands out)."""
-    if settings.file_hosts:
-        return settings.file_hosts
-    extra = (str(yarl.URL(settings.api_url).origin()),) if settings.api_url else ()
-    return (*DISCORD_FILE_HOSTS, *extra)
+    """Where attachments may be downloaded from (see `bot.platforms.file_hosts`)."""
+    return shared_hosts(settings.file_hosts, DISCORD_FILE_HOSTS, settings.api_url)
 
 
 def _snowflake(text: str) -> int:

@@ -22,7 +22,6 @@ import json
 import logging
 from typing import Any
 
-import yarl
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
@@ -34,8 +33,10 @@ from bot.conversations.access import NOT_HERE, AccessRules, Place
 from bot.conversations.approval import Verdict
 from bot.conversations.policy import parse_command
 from bot.conversations.presence import Expiring, Presence
+from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack import approval
+from bot.platforms.on_slack.modals import EDIT_MODAL, RUN_MODAL, edit_modal, run_modal, submitted
 from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.render import plain
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
@@ -54,7 +55,6 @@ HELP = (
 )
 POLICY_USAGE = "Use `/policy` to see this channel's code policy, or `/policy auto|approve|off` "
 POLICY_USAGE += "(add `workspace` to set it for the whole workspace) to set it."
-RUN_MODAL = "cm_run_modal"
 NO_CONVERSATION = "You have no conversation with me in this channel yet: mention me to start one."
 MEMBER_PAGES = 50
 """At most this many pages of 1,000 members are read of one allowed channel."""
@@ -136,7 +136,7 @@ class CellmateSlack:
         app.action(approval.RUN)(self._on_approval)
         app.action(approval.CANCEL)(self._on_approval)
         app.action(approval.EDIT)(self._on_approval_edit)
-        app.view(approval.EDIT_MODAL)(self._on_approval_edited)
+        app.view(EDIT_MODAL)(self._on_approval_edited)
 
     # ── messages ──────────────────────────────────────────────────────────
 
@@ -356,7 +356,7 @@ class CellmateSlack:
         if code.strip():
             await self.start_run(code_blocks(code) or code, person, self._here(person), None)
             return
-        await client.views_open(trigger_id=command["trigger_id"], view=_run_modal(channel, team))
+        await client.views_open(trigger_id=command["trigger_id"], view=run_modal(channel, team))
 
     def _here(self, person: Person) -> ConversationKey | None:
         """Where a slash command runs code: in a DM, the person's latest conversation there;
@@ -368,8 +368,7 @@ class CellmateSlack:
 
     async def _on_modal(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         await ack()
-        where = json.loads(view.get("private_metadata") or "{}")
-        code = view["state"]["values"]["code"]["code"]["value"] or ""
+        code, where = submitted(view)
         person = await self._person(
             str(body["user"]["id"]), where.get("team", self.team), where["channel"]
         )
@@ -524,15 +523,14 @@ class CellmateSlack:
             return
         await client.views_open(
             trigger_id=body["trigger_id"],
-            view=approval.edit_modal(key, waiting.code, channel, team),
+            view=edit_modal(key, waiting.code, channel, team),
         )
 
     async def _on_approval_edited(
         self, ack: Any, body: dict[str, Any], view: dict[str, Any]
     ) -> None:
         """The edited code runs instead of the model's."""
-        where = json.loads(view.get("private_metadata") or "{}")
-        code = view["state"]["values"]["code"]["code"]["value"] or ""
+        code, where = submitted(view)
         person = await self._person(
             str(body["user"]["id"]), where.get("team", self.team), where["channel"]
         )
@@ -573,12 +571,8 @@ class CellmateSlack:
 
 
 def file_hosts(settings: SlackSettings) -> tuple[str, ...]:
-    """Where the bot token may go for shared files: the setting, else Slack's file hosts
-    (and a custom API's own server, which serves the files it describes)."""
-    if settings.file_hosts:
-        return settings.file_hosts
-    extra = (str(yarl.URL(settings.api_url).origin()),) if settings.api_url else ()
-    return (*SLACK_FILE_HOSTS, *extra)
+    """Where the bot token may go for shared files (see `bot.platforms.file_hosts`)."""
+    return shared_hosts(settings.file_hosts, SLACK_FILE_HOSTS, settings.api_url)
 
 
 def _channel(body: dict[str, Any]) -> str:
@@ -587,27 +581,3 @@ def _channel(body: dict[str, Any]) -> str:
 
 def _team(body: dict[str, Any], default: str) -> str:
     return str((body.get("team") or {}).get("id") or body.get("team_id") or default)
-
-
-def _run_modal(channel: str, team: str) -> dict[str, Any]:
-    return {
-        "type": "modal",
-        "callback_id": RUN_MODAL,
-        "title": {"type": "plain_text", "text": "Run Python"},
-        "submit": {"type": "plain_text", "text": "Run"},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps({"channel": channel, "team": team}),
-        "blocks": [
-            {
-                "type": "input",
-                "block_id": "code",
-                "label": {"type": "plain_text", "text": "Code"},
-                "element": {
-                    "type": "plain_text_input",
-                    "action_id": "code",
-                    "multiline": True,
-                    "placeholder": {"type": "plain_text", "text": "import pandas as pd"},
-                },
-            }
-        ],
-    }
