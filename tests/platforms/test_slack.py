@@ -26,7 +26,7 @@ from bot.platforms.on_slack import (
     build_slack,
     run_slack,
 )
-from bot.platforms.on_slack.app import NO_CONVERSATION
+from bot.platforms.on_slack.commands import NO_CONVERSATION
 from bot.settings import SlackSettings
 from executor import Executor
 from tests.platforms.helpers import CHART_CODE, PNG, SALES, turns_ended
