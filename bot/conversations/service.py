@@ -4,7 +4,8 @@ lists go through here, so the rules are written once.
 A front end translates a platform event into a call with a `Person` (who, from where, and
 the platform's word on whether they moderate), a `ConversationKey` and a `Reply`, and renders
 the reply's events. Admission (the platform's allowlist, quotas, draining), the one-turn-
-at-a-time line of each person, the running turns, and who may act on a conversation are here.
+at-a-time line of each person, the running turns, and who may act on a conversation are here;
+decisions on waiting code, the code policy and usage are its `Moderation` part.
 """
 
 from __future__ import annotations
@@ -16,24 +17,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot.conversations.access import NOT_HERE, Participants, Refused
-from bot.conversations.approval import (
-    ALREADY_DECIDED,
-    NOTHING_TO_EDIT,
-    OFF_REFUSAL,
-    Approver,
-    Decision,
-    Emit,
-    Pending,
-    Verdict,
-)
+from bot.conversations.approval import OFF_REFUSAL, Approver, Emit, Pending
 from bot.conversations.keys import ConversationKey
+from bot.conversations.moderation import Moderation
 from bot.conversations.people import Admission, NotHere, NotYours, Person
-from bot.conversations.policy import Mode, Policies, Scope, described, now_set
+from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.conversations.registry import SHUTDOWN_NOTICE, Draining, RerunSpec, Turn, Turns
 from bot.conversations.reply import Reply
 from bot.events import ExecutionFinished, TurnEvent
-from bot.fences import as_run
 from bot.workspaces import workspace_person
 
 if TYPE_CHECKING:
@@ -43,17 +35,6 @@ log = logging.getLogger(__name__)
 
 ALREADY_FINISHED = "That has already finished."
 FORGOTTEN_CODE = "I no longer have that code (the bot restarted since); use /run again."
-NOT_APPROVER = {
-    "requester": "Only the person who asked, or a moderator, can decide on this code.",
-    "moderators": "Only a moderator can decide on this code.",
-}
-ELSEWHERE = "That code waits in another conversation; it can only be decided there."
-POLICY_FOR_ADMINS = "Only admins and moderators can change the code policy."
-NO_POLICIES = "Code policies are not kept by this bot."
-NO_SERVER = "A direct message has no server: leave out the scope."
-EMPTY_EDIT = "The edited code is empty, so nothing was decided; the code still waits."
-USAGE_FOR_ADMINS = "Only admins can see usage."
-NO_USAGE = "Usage is not recorded: no quotas are configured (CELLMATE_QUOTA_*)."
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +51,7 @@ class FileListing:
         return "Saved workspace (it comes back with the next message here):"
 
 
-class Conversations:
+class Conversations(Moderation):
     def __init__(
         self,
         agent: Agent,
@@ -318,114 +299,6 @@ class Conversations:
             return FileListing(await session.list_files())
         saved = await session.saved_files()
         return FileListing(saved or [], saved=saved is not None)
-
-    # ── approvals and the code policy ────────────────────────────────────
-
-    async def moderates(self, person: Person) -> bool:
-        """Configured admins, and whom the platform calls a moderator here."""
-        if person.user in self.admins:
-            return True
-        return person.moderates is not None and await person.moderates()
-
-    async def approvable(self, door: Admission, person: Person, key: str) -> Pending:
-        """The code waiting under `key`, for a person who may decide on it; raises a
-        `Refused` saying why not."""
-        if not door.allows(person.place):
-            raise NotHere
-        waiting = self.pending.get(key)
-        if waiting is None or waiting.decided.done():
-            raise Refused(ALREADY_DECIDED)
-        if not _pressed_in(person, waiting.conversation):
-            raise Refused(ELSEWHERE)
-        approvers = self.policies.settings.approvers if self.policies else "requester"
-        if approvers == "requester" and person.user == waiting.requester:
-            return waiting
-        if await self.moderates(person):
-            return waiting
-        raise Refused(NOT_APPROVER[approvers])
-
-    async def decide(
-        self, door: Admission, person: Person, key: str, verdict: Verdict, code: str = ""
-    ) -> None:
-        """Run (RUN), run edited `code` (EDITED) or not run (CANCELLED) the code waiting under
-        `key`; raises a `Refused` saying why the person may not."""
-        waiting = await self.approvable(door, person, key)
-        if verdict is Verdict.EDITED and not waiting.code:
-            raise Refused(NOTHING_TO_EDIT)
-        if verdict is Verdict.EDITED and not code.strip():
-            raise Refused(EMPTY_EDIT)
-        # What runs is what the reply then shows: line ends and hidden characters as the
-        # model's code gets them.
-        code = as_run(code)
-        if verdict is not Verdict.EDITED:
-            code = waiting.code
-        if not waiting.settle(Decision(verdict, code, person.user)):
-            raise Refused(ALREADY_DECIDED)
-        log.info("code in %s: %s by %s", waiting.conversation.id, verdict.value, person.user)
-
-    def policy(self, key: ConversationKey) -> str:
-        """The code policy that applies to a conversation, for anyone to read."""
-        if self.policies is None:
-            return NO_POLICIES
-        return described(self.policies.effective(key))
-
-    async def set_policy(self, door: Admission, person: Person, scope: Scope, mode: Mode) -> str:
-        """Set the policy of a channel (or DM) or a workspace, for admins and moderators."""
-        if not door.allows(person.place):
-            raise NotHere
-        if self.policies is None:
-            raise Refused(NO_POLICIES)
-        if not await self.moderates(person):
-            raise Refused(POLICY_FOR_ADMINS)
-        self.policies.set(scope, mode, person.user)
-        log.info("code policy of %s set to %s by %s", scope, mode, person.user)
-        return now_set(scope, mode)
-
-    async def policy_command(
-        self,
-        door: Admission,
-        person: Person,
-        key: ConversationKey,
-        mode: Mode | None,
-        whole: bool = False,
-    ) -> str:
-        """/policy on any platform: without a `mode`, the policy of the place `key` names;
-        with one, set it for its channel (or DM), or its whole server (`whole`). The answer
-        for the person, a refusal included."""
-        if mode is None:
-            return self.policy(key)
-        if whole and key.is_dm:
-            return NO_SERVER
-        where = Scope.workspace_of(key) if whole else Scope.channel_of(key)
-        try:
-            return await self.set_policy(door, person, where, mode)
-        except Refused as exc:
-            return str(exc)
-
-    def usage(self, server: str | None) -> str:
-        """The day's heaviest users (of one server, or of all)."""
-        if self.quotas is None:
-            return NO_USAGE
-        return self.quotas.report(server)
-
-    async def usage_for(self, door: Admission, person: Person, server: str | None) -> str:
-        """/usage on any platform: the day's heaviest users, for configured admins and whom
-        the platform calls a moderator (of the whole server); raises a `Refused` saying why
-        not for anyone else."""
-        if not door.allows(person.place):
-            raise NotHere
-        if not await self.moderates(person):
-            raise Refused(USAGE_FOR_ADMINS)
-        return self.usage(server)
-
-
-def _pressed_in(person: Person, key: ConversationKey) -> bool:
-    """Whether a press comes from the conversation `key` (its server and channel; a DM's own
-    person), so that a decision key seen in one place decides nothing in another."""
-    if key.is_dm:
-        return person.user == key.channel
-    place = person.place
-    return (place.server or "") == key.workspace and (place.channel or "") == key.channel
 
 
 async def _safely(telling: Awaitable[None]) -> None:
