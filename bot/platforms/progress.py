@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -29,6 +29,7 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
+from bot.platforms.markup import head
 from bot.text import human_size, run_status
 from executor import Status
 from storage.artifacts import Artifact
@@ -178,6 +179,35 @@ class TurnView:
             self.answer = event.text
         elif isinstance(event, Failure):
             self.failure = event.message
+
+
+def status_line(view: TurnView, marks: Mapping[str, str], draft: Callable[[str], str]) -> str:
+    """The line saying what the turn is doing, with the platform's mark ('' once done); while
+    the model writes, after its answer so far (shown by `draft`: the final answer message
+    replaces it)."""
+    doing = view.doing()
+    if doing is None:
+        return ""
+    line = f"{marks[doing.kind]} {doing.text}"
+    if doing.kind == "writing":
+        return f"{draft(view.draft.strip())}\n\n{line}"
+    return line
+
+
+def fit_progress(
+    draw: Callable[[int, int], str], code_room: int, output_room: int, limit: int, cut: int
+) -> str:
+    """A progress message drawn by `draw(code_room, output_room)` in at most `limit`
+    characters: escapes can make shown text longer than its source, so code and output are
+    shown shorter until it fits; then only the status line is left to shorten (it is
+    capped, but be sure), to `cut` characters."""
+    while True:
+        text = draw(code_room, output_room)
+        if len(text) <= limit:
+            return text
+        if not code_room and not output_room:
+            return head(text, cut)
+        code_room, output_room = code_room // 2, output_room // 2
 
 
 def output_text(chunk: OutputChunk) -> str:

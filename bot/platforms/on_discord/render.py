@@ -17,8 +17,10 @@ from bot.platforms.progress import (
     TurnView,
     extra_files,
     fit_notices,
+    fit_progress,
     link_line,
     shown_artifacts,
+    status_line,
 )
 
 MESSAGE_LIMIT = 2000
@@ -46,25 +48,18 @@ class Outgoing:
 
 def progress_text(view: TurnView) -> str:
     """The progress message: the code being run, its latest output, and where things are."""
-    code_room, output_room = CODE_SHOWN, OUTPUT_SHOWN
-    while True:
-        text = _progress(view, code_room, output_room)
-        if len(text) <= MESSAGE_LIMIT:
-            return text
-        if not code_room and not output_room:
-            # Only the status line is left to shorten (it is capped, but be sure).
-            return head(text, MESSAGE_LIMIT - 40)
-        # Escapes can make shown text longer than its source; show less until it fits.
-        code_room, output_room = code_room // 2, output_room // 2
+    return fit_progress(
+        lambda code, output: _progress(view, code, output),
+        CODE_SHOWN,
+        OUTPUT_SHOWN,
+        MESSAGE_LIMIT,
+        MESSAGE_LIMIT - 40,
+    )
 
 
 def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     run = view.current
-    doing = view.doing()
-    thinking = "" if doing is None else f"{MARKS[doing.kind]} {doing.text}"
-    if doing is not None and doing.kind == "writing":
-        # The answer as it is written; the final answer message replaces it.
-        thinking = f"{tail(view.draft.strip(), 2 * output_room + 200)}\n\n{thinking}"
+    thinking = status_line(view, MARKS, lambda draft: tail(draft, 2 * output_room + 200))
     if run is None:
         return thinking
     count = len(view.runs)

@@ -14,8 +14,10 @@ from bot.platforms.progress import (
     TurnView,
     extra_files,
     fit_notices,
+    fit_progress,
     link_line,
     shown_artifacts,
+    status_line,
 )
 from storage.artifacts import Artifact
 
@@ -37,24 +39,18 @@ MARKS = {
 
 
 def progress_text(view: TurnView) -> str:
-    code_room, output_room = CODE_SHOWN, OUTPUT_SHOWN
-    while True:
-        text = _progress(view, code_room, output_room)
-        if len(text) <= SECTION_LIMIT - 100:
-            return text
-        if not code_room and not output_room:
-            # Only the status line is left to shorten (escaping can make it longer).
-            return head(text, SECTION_LIMIT - 140)
-        code_room, output_room = code_room // 2, output_room // 2
+    return fit_progress(
+        lambda code, output: _progress(view, code, output),
+        CODE_SHOWN,
+        OUTPUT_SHOWN,
+        SECTION_LIMIT - 100,
+        SECTION_LIMIT - 140,
+    )
 
 
 def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     run = view.current
-    doing = view.doing()
-    thinking = "" if doing is None else f"{MARKS[doing.kind]} {doing.text}"
-    if doing is not None and doing.kind == "writing":
-        # The answer as it is written; the final answer message replaces it.
-        thinking = f"{to_mrkdwn(tail(view.draft.strip(), 2 * output_room))}\n\n{thinking}"
+    thinking = status_line(view, MARKS, lambda draft: to_mrkdwn(tail(draft, 2 * output_room)))
     if run is None:
         return thinking
     count = len(view.runs)
