@@ -23,6 +23,11 @@ from bot.database import open_database
 
 Mode = typing.Literal["auto", "approve", "off"]
 MODES: tuple[Mode, ...] = ("auto", "approve", "off")
+MEANING: dict[Mode, str] = {
+    "auto": "code the model writes runs at once.",
+    "approve": "code the model writes waits for a person to press Run, Edit or Cancel.",
+    "off": "no code runs; the model answers without it, and /run is refused.",
+}
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS policies (
     platform TEXT NOT NULL,
@@ -135,3 +140,31 @@ def parse_mode(text: str) -> Mode | None:
     """A policy named by a person (any case), or None."""
     word = text.strip().lower()
     return word if word in MODES else None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyCommand:
+    """`/policy` as typed: `mode` None shows the policy; `whole` sets it for the server."""
+
+    mode: Mode | None = None
+    whole: bool = False
+
+
+def parse_command(text: str, whole_word: str = "") -> PolicyCommand | None:
+    """`/policy` typed as text: nothing (show it), a mode, or a mode and `whole_word` (where
+    the platform names one); None for anything else, which deserves the usage."""
+    words = text.split()
+    if not words:
+        return PolicyCommand()
+    mode = parse_mode(words[0])
+    if mode is None or words[1:] not in ([], [whole_word] if whole_word else []):
+        return None
+    return PolicyCommand(mode, whole=len(words) == 2)
+
+
+def described(found: Effective) -> str:
+    return f"The code policy here is {found.mode} (from {found.source}): {MEANING[found.mode]}"
+
+
+def now_set(scope: Scope, mode: Mode) -> str:
+    return f"The code policy of {scope.name} is now {mode}: {MEANING[mode]}"

@@ -126,6 +126,15 @@ class Quotas:
             rows = self._db.execute(query, (*args, limit)).fetchall()
         return [Usage(str(user), int(runs), float(seconds or 0)) for user, runs, seconds in rows]
 
+    def report(self, server: str | None) -> str:
+        """The day's heaviest users, as a message for admins."""
+        top = self.top(server)
+        if not top:
+            return "Nobody has run code here in the last 24 hours."
+        lines = ["Top users, last 24 hours (runs, sandbox-seconds):"]
+        lines += [f"{i}. {u.who}: {u.runs} runs, {u.seconds:.0f} s" for i, u in enumerate(top, 1)]
+        return "\n".join(lines)
+
     def _times(self, column: str, who: str, since: float) -> list[float]:
         with self._lock:
             rows = self._db.execute(

@@ -4,7 +4,8 @@ lists go through here, so the rules are written once.
 A front end translates a platform event into a call with a `Person` (who, from where, and
 the platform's word on whether they moderate), a `ConversationKey` and a `Reply`, and renders
 the reply's events. Admission (the platform's allowlist, quotas, draining), the one-turn-
-at-a-time line of each person, the running turns, and who may act on a conversation are here.
+at-a-time line of each person, the running turns, and who may act on a conversation are here;
+decisions on waiting code, the code policy and usage are its `Moderation` part.
 """
 
 from __future__ import annotations
@@ -17,31 +18,24 @@ from typing import TYPE_CHECKING, Any
 
 from bot.agent.turn import Turn
 from bot.conversations.access import (
-    AccessRules,
     Participants,
-    Place,
-    Seen,
-    allowed,
 )
 from bot.conversations.approval import (
-    ALREADY_DECIDED,
-    NOTHING_TO_EDIT,
     OFF_REFUSAL,
     Approver,
-    Decision,
     Emit,
     Pending,
-    Verdict,
 )
 from bot.conversations.keys import ConversationKey
-from bot.conversations.lines import Lines
-from bot.conversations.policy import Effective, Mode, Policies, Scope
+from bot.conversations.moderation import Moderation
+from bot.conversations.people import Admission, Person
+from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.conversations.registry import SHUTDOWN_NOTICE, RerunSpec, Turns
 from bot.conversations.reply import Reply
 from bot.errors import NOT_HERE, Draining, NotHere, NotYours, Refused
 from bot.events import ExecutionFinished, TurnEvent
-from bot.fences import as_run, direct_code
+from bot.fences import direct_code
 from bot.sandbox_words import restored
 from bot.workspaces import workspace_person
 
@@ -52,43 +46,6 @@ log = logging.getLogger(__name__)
 
 ALREADY_FINISHED = "That has already finished."
 FORGOTTEN_CODE = "I no longer have that code (the bot restarted since); use /run again."
-NOT_APPROVER = {
-    "requester": "Only the person who asked, or a moderator, can decide on this code.",
-    "moderators": "Only a moderator can decide on this code.",
-}
-ELSEWHERE = "That code waits in another conversation; it can only be decided there."
-POLICY_FOR_ADMINS = "Only admins and moderators can change the code policy."
-NO_POLICIES = "Code policies are not kept by this bot."
-EMPTY_EDIT = "The edited code is empty, so nothing was decided; the code still waits."
-MEANING: dict[Mode, str] = {
-    "auto": "code the model writes runs at once.",
-    "approve": "code the model writes waits for a person to press Run, Edit or Cancel.",
-    "off": "no code runs; the model answers without it, and /run is refused.",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Person:
-    user: str
-    place: Place
-    vouched: Callable[[], Awaitable[bool]] | None = None
-    """The platform's word that this person may act on any conversation here (a moderator,
-    or who started the conversation's thread); asked only when nothing else allows it."""
-    moderates: Callable[[], Awaitable[bool]] | None = None
-    """The platform's word that this person moderates here (and nothing else): for code
-    approvals and the code policy."""
-
-
-class Admission:
-    """One front end's door: its allowlist, its people's lines, the events it has seen."""
-
-    def __init__(self, rules: AccessRules) -> None:
-        self.rules = rules
-        self.lines = Lines(rules.cooldown_s)
-        self.seen = Seen()
-
-    def allows(self, place: Place) -> bool:
-        return allowed(self.rules, place)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +62,7 @@ class FileListing:
         return "Saved workspace (it comes back with the next message here):"
 
 
-class Conversations:
+class Conversations(Moderation):
     def __init__(
         self,
         agent: Agent,
@@ -351,90 +308,6 @@ class Conversations:
             return FileListing(await session.list_files())
         saved = await session.saved_files()
         return FileListing(saved or [], saved=saved is not None)
-
-    # ── approvals and the code policy ────────────────────────────────────
-
-    async def moderates(self, person: Person) -> bool:
-        """Configured admins, and whom the platform calls a moderator here."""
-        if person.user in self.admins:
-            return True
-        return person.moderates is not None and await person.moderates()
-
-    async def approvable(self, door: Admission, person: Person, key: str) -> Pending:
-        """The code waiting under `key`, for a person who may decide on it; raises a
-        `Refused` saying why not."""
-        if not door.allows(person.place):
-            raise NotHere
-        waiting = self.pending.get(key)
-        if waiting is None or waiting.decided.done():
-            raise Refused(ALREADY_DECIDED)
-        if not _pressed_in(person, waiting.conversation):
-            raise Refused(ELSEWHERE)
-        approvers = self.policies.settings.approvers if self.policies else "requester"
-        if approvers == "requester" and person.user == waiting.requester:
-            return waiting
-        if await self.moderates(person):
-            return waiting
-        raise Refused(NOT_APPROVER[approvers])
-
-    async def decide(
-        self, door: Admission, person: Person, key: str, verdict: Verdict, code: str = ""
-    ) -> None:
-        """Run (RUN), run edited `code` (EDITED) or not run (CANCELLED) the code waiting under
-        `key`; raises a `Refused` saying why the person may not."""
-        waiting = await self.approvable(door, person, key)
-        if verdict is Verdict.EDITED and not waiting.code:
-            raise Refused(NOTHING_TO_EDIT)
-        if verdict is Verdict.EDITED and not code.strip():
-            raise Refused(EMPTY_EDIT)
-        # What runs is what the reply then shows: line ends and hidden characters as the
-        # model's code gets them.
-        code = as_run(code)
-        if verdict is not Verdict.EDITED:
-            code = waiting.code
-        if not waiting.settle(Decision(verdict, code, person.user)):
-            raise Refused(ALREADY_DECIDED)
-        log.info("code in %s: %s by %s", waiting.conversation.id, verdict.value, person.user)
-
-    def policy(self, key: ConversationKey) -> str:
-        """The code policy that applies to a conversation, for anyone to read."""
-        if self.policies is None:
-            return NO_POLICIES
-        found: Effective = self.policies.effective(key)
-        return f"The code policy here is {found.mode} (from {found.source}): {MEANING[found.mode]}"
-
-    async def set_policy(self, door: Admission, person: Person, scope: Scope, mode: Mode) -> str:
-        """Set the policy of a channel (or DM) or a workspace, for admins and moderators."""
-        if not door.allows(person.place):
-            raise NotHere
-        if self.policies is None:
-            raise Refused(NO_POLICIES)
-        if not await self.moderates(person):
-            raise Refused(POLICY_FOR_ADMINS)
-        self.policies.set(scope, mode, person.user)
-        log.info("code policy of %s set to %s by %s", scope, mode, person.user)
-        return f"The code policy of {scope.name} is now {mode}: {MEANING[mode]}"
-
-    def usage(self, server: str | None) -> str:
-        """The day's heaviest users, for admins."""
-        quotas = self.quotas
-        if quotas is None:
-            return "Usage is not recorded: no quotas are configured (CELLMATE_QUOTA_*)."
-        top = quotas.top(server)
-        if not top:
-            return "Nobody has run code here in the last 24 hours."
-        lines = ["Top users, last 24 hours (runs, sandbox-seconds):"]
-        lines += [f"{i}. {u.who}: {u.runs} runs, {u.seconds:.0f} s" for i, u in enumerate(top, 1)]
-        return "\n".join(lines)
-
-
-def _pressed_in(person: Person, key: ConversationKey) -> bool:
-    """Whether a press comes from the conversation `key` (its server and channel; a DM's own
-    person), so that a decision key seen in one place decides nothing in another."""
-    if key.is_dm:
-        return person.user == key.channel
-    place = person.place
-    return (place.server or "") == key.workspace and (place.channel or "") == key.channel
 
 
 async def _safely(telling: Awaitable[None]) -> None:

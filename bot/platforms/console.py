@@ -8,21 +8,19 @@ Commands: /reset, /files, /restore, /export, /attach PATH, /policy [MODE], /quit
 Where the policy is approve, the model's code is shown first and runs only after y (or e, to
 edit it: lines up to one holding only a dot run instead); n declines it.
 
-Longer than most modules: the renderer and the console's own commands share the
-terminal's state (spinner, streams, line starts).
+A turn's events are printed by the console's reply, `console_reply.Renderer`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import logging
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from traceback import format_exception
 from typing import TextIO
@@ -39,29 +37,16 @@ from bot.conversations import (
 )
 from bot.conversations.approval import (
     Verdict,
-    outcome,
     restore_heading,
     restore_text,
     restoring_of,
     shown_names,
 )
-from bot.conversations.policy import Scope, parse_mode
-from bot.events import (
-    Answer,
-    AnswerDelta,
-    ApprovalDecided,
-    ApprovalRequested,
-    ArtifactsPublished,
-    CodeStarted,
-    ExecutionFinished,
-    Failure,
-    Notice,
-    OutputChunk,
-    Thinking,
-    TurnEvent,
-)
-from bot.terminal import TerminalText, clean, show_name
-from bot.text import human_size, run_status
+from bot.conversations.policy import parse_command
+from bot.events import ApprovalRequested
+from bot.platforms.console_reply import Renderer
+from bot.terminal import clean, show_name
+from bot.text import human_size
 from storage.intake import IncomingFile
 
 log = logging.getLogger(__name__)
@@ -83,160 +68,6 @@ HELP = (
     "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /restore, "
     "/export, /reset, /policy [auto|approve|off], /quit. Ctrl-C stops a running turn."
 )
-
-
-class Renderer:
-    """Prints a turn's events as they happen.
-
-    Everything printed passes `bot.terminal`: sandboxed code (and a model it may have
-    steered) chooses the output, code, answers and file names shown here. Each output stream
-    is cleaned as one text across its chunks, so a sequence split between two chunks is
-    removed too.
-    """
-
-    def __init__(self, out: TextIO, interactive: bool) -> None:
-        self.out = out
-        self.interactive = interactive
-        self.stop_key: str | None = None
-        self.approve: Callable[[ApprovalRequested], Awaitable[None]] | None = None
-        """Asks whether code the model wrote may run (the place's policy is approve)."""
-        self._asked: dict[str, ApprovalRequested] = {}
-        self._at_line_start = True
-        self._spinner: asyncio.Task[None] | None = None
-        self._streams = {"stdout": TerminalText(), "stderr": TerminalText()}
-        self._answer = TerminalText()
-        self._drafted = ""
-
-    async def queued(self, stop: str, text: str) -> None:
-        self.stop_key = stop
-        self._line(text)
-
-    async def start(self, stop: str) -> None:
-        self.stop_key = stop
-
-    async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
-        self._stop_spinner()
-        for notice in notices:
-            self._line(f"note: {notice}")
-        self.out.flush()
-
-    async def refused(self, text: str) -> None:
-        self._line(f"✗ {text}")
-
-    async def failed(self, text: str) -> None:
-        self._line(f"✗ {text}")
-
-    def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
-        if isinstance(event, ApprovalRequested) and self.approve is not None:
-            self._stop_spinner()
-            self._asked[event.key] = event
-            return self.approve(event)
-        if isinstance(event, ApprovalDecided):
-            asked = self._asked.pop(event.key, None)
-            self._line(outcome(event, "you", restore_only=asked is not None and not asked.code))
-            return None
-        self._stop_spinner()
-        if not isinstance(event, AnswerDelta | Answer):
-            self._end_draft()
-        if isinstance(event, AnswerDelta):
-            self._draft(event.text)
-        elif isinstance(event, Thinking):
-            if self.interactive:
-                self._spinner = asyncio.get_running_loop().create_task(self._spin(event.step))
-        elif isinstance(event, CodeStarted):
-            self._end_streams()
-            self._line("── running ─────────────────────────")
-            self._write(event.code if event.code.endswith("\n") else event.code + "\n")
-            self._line("── output ──────────────────────────")
-        elif isinstance(event, OutputChunk):
-            self._output(event)
-        elif isinstance(event, ExecutionFinished):
-            self._end_streams()
-            self._line(run_status(event.status, event.duration_ms, event.message, chat=False))
-        elif isinstance(event, ArtifactsPublished):
-            for item in event.artifacts:
-                where = item.link if item.status == "published" else f"not uploaded ({item.reason})"
-                self._line(f"📎 {show_name(item.name)} ({human_size(item.size)}): {where}")
-        elif isinstance(event, Notice):
-            self._line(f"note: {event.text}")
-        elif isinstance(event, Answer):
-            if self._drafted and event.text.startswith(self._drafted):
-                self._draft(event.text)
-            else:
-                self._end_draft()
-                if event.text:
-                    self._line(event.text)
-            self._end_draft()
-        elif isinstance(event, Failure):
-            self._line(f"✗ {event.message}")
-        self.out.flush()
-        return None
-
-    async def _spin(self, step: int) -> None:
-        """A spinner on its own line while the model thinks; erased by the next event."""
-        frames = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-        if not self._at_line_start:
-            self._write("\n")
-        started = time.monotonic()
-        for tick in itertools.count():
-            waited = time.monotonic() - started
-            self.out.write(f"\r{frames[tick % len(frames)]} thinking (step {step}) {waited:.0f} s")
-            self.out.flush()
-            await asyncio.sleep(0.1)
-
-    def _stop_spinner(self) -> None:
-        if self._spinner is not None:
-            self._spinner.cancel()
-            self._spinner = None
-            self.out.write("\r\x1b[K")
-
-    def _output(self, chunk: OutputChunk) -> None:
-        event = chunk.output
-        if event.kind in ("stdout", "stderr"):
-            self._show(self._streams[event.kind].feed(event.text))
-        elif event.kind == "result" and event.result is not None:
-            if event.result.image_types:
-                self._line(f"[{show_name(event.result.image_types[0])} chart]")
-            elif event.result.text:
-                self._line(("Out: " if event.result.is_main_result else "") + event.result.text)
-        elif event.kind == "error" and event.error is not None:
-            self._line(
-                "\n".join(event.error.traceback) or f"{event.error.name}: {event.error.value}"
-            )
-
-    def _draft(self, text: str) -> None:
-        """The answer as the model writes it: only what is new since the last part."""
-        if not text.startswith(self._drafted):
-            self._end_draft()
-        if not self._drafted and not self._at_line_start:
-            self._show("\n")
-        self._show(self._answer.feed(text[len(self._drafted) :]))
-        self._drafted = text
-
-    def _end_draft(self) -> None:
-        if self._drafted:
-            self._show(self._answer.finish())
-            if not self._at_line_start:
-                self._show("\n")
-        self._drafted = ""
-
-    def _end_streams(self) -> None:
-        for stream in self._streams.values():
-            self._show(stream.finish())
-
-    def _write(self, text: str) -> None:
-        self._show(clean(text))
-
-    def _show(self, shown: str) -> None:
-        """Write text that is already clean."""
-        if shown:
-            self.out.write(shown)
-            self._at_line_start = shown.endswith("\n")
-
-    def _line(self, text: str) -> None:
-        if not self._at_line_start:
-            self.out.write("\n")
-        self._write(text + "\n")
 
 
 class Console:
@@ -303,16 +134,10 @@ class Console:
         return True
 
     async def _policy(self, argument: str) -> str:
-        if not argument.strip():
-            return self.conversations.policy(CONVERSATION)
-        mode = parse_mode(argument)
-        if mode is None:
+        asked = parse_command(argument)
+        if asked is None:
             return "Use /policy auto, /policy approve or /policy off (or /policy to see it)."
-        try:
-            scope = Scope.channel_of(CONVERSATION)
-            return await self.conversations.set_policy(self.door, ME, scope, mode)
-        except Refused as exc:
-            return str(exc)
+        return await self.conversations.policy_command(self.door, ME, CONVERSATION, asked.mode)
 
     async def _approve(self, event: ApprovalRequested) -> None:
         """Show the model's code (and the saved variables a yes loads first) and ask whether

@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from bot.events import (
     Answer,
@@ -28,6 +29,7 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
+from bot.platforms.markup import head
 from bot.text import human_size, run_status
 from executor import Status
 from storage.artifacts import Artifact
@@ -36,6 +38,30 @@ log = logging.getLogger(__name__)
 
 OUTPUT_KEPT = 1_000_000
 """Characters of output kept per run for the attached output file; the rest is counted."""
+WORKING = "Working on it…"
+"""The progress message of a turn that has just started."""
+DONE = "Done."
+"""The answer of a turn whose model said nothing (a direct run says nothing: its run report
+is the answer)."""
+NO_ANSWER = "The turn ended without an answer."
+
+DoingKind = Literal["thinking", "writing", "approval"]
+
+
+@dataclass(frozen=True, slots=True)
+class Doing:
+    """What a turn is doing now, in words; front ends put their own mark before it."""
+
+    kind: DoingKind
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """The last words of an answer: the model's answer (or `DONE`), or why the turn failed."""
+
+    text: str
+    failed: bool = False
 
 
 @dataclass(slots=True)
@@ -95,6 +121,28 @@ class TurnView:
     def current(self) -> RunView | None:
         return self.runs[-1] if self.runs else None
 
+    def doing(self) -> Doing | None:
+        """What the turn is doing while no run is going on (None once it is done): waiting
+        for a person's approval, writing its answer (`draft`), or thinking."""
+        if self.done:
+            return None
+        if self.awaiting_approval:
+            return Doing(
+                "approval", "Waiting for someone to Run, Edit or Cancel the model's code (below)…"
+            )
+        if self.draft.strip():
+            return Doing("writing", "Writing…")
+        return Doing("thinking", f"Thinking{f' (step {self.step})' if self.step > 1 else ''}…")
+
+    def ending(self) -> Ending | None:
+        """How the answer ends; None for a direct run that succeeded (its empty answer: its
+        run report is the whole answer)."""
+        if self.answer is None:
+            return Ending(self.failure or NO_ANSWER, failed=True)
+        if self.answer.strip() or not self.runs:
+            return Ending(self.answer.strip() or DONE)
+        return None
+
     def apply(self, event: TurnEvent) -> None:
         if isinstance(event, Thinking):
             self.step = event.step
@@ -131,6 +179,35 @@ class TurnView:
             self.answer = event.text
         elif isinstance(event, Failure):
             self.failure = event.message
+
+
+def status_line(view: TurnView, marks: Mapping[str, str], draft: Callable[[str], str]) -> str:
+    """The line saying what the turn is doing, with the platform's mark ('' once done); while
+    the model writes, after its answer so far (shown by `draft`: the final answer message
+    replaces it)."""
+    doing = view.doing()
+    if doing is None:
+        return ""
+    line = f"{marks[doing.kind]} {doing.text}"
+    if doing.kind == "writing":
+        return f"{draft(view.draft.strip())}\n\n{line}"
+    return line
+
+
+def fit_progress(
+    draw: Callable[[int, int], str], code_room: int, output_room: int, limit: int, cut: int
+) -> str:
+    """A progress message drawn by `draw(code_room, output_room)` in at most `limit`
+    characters: escapes can make shown text longer than its source, so code and output are
+    shown shorter until it fits; then only the status line is left to shorten (it is
+    capped, but be sure), to `cut` characters."""
+    while True:
+        text = draw(code_room, output_room)
+        if len(text) <= limit:
+            return text
+        if not code_room and not output_room:
+            return head(text, cut)
+        code_room, output_room = code_room // 2, output_room // 2
 
 
 def output_text(chunk: OutputChunk) -> str:

@@ -29,8 +29,8 @@ from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
+from bot.conversations.moderation import NOT_APPROVER, POLICY_FOR_ADMINS
 from bot.conversations.policy import Policies, PolicySettings
-from bot.conversations.service import NOT_APPROVER, POLICY_FOR_ADMINS
 from bot.errors import NOT_HERE
 from bot.platforms.on_discord import build_client, run_discord
 from bot.platforms.on_discord.approval import TOO_LONG_TO_EDIT

@@ -29,8 +29,8 @@ from bench.standins.slack_server import (
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
+from bot.conversations.moderation import NOT_APPROVER, POLICY_FOR_ADMINS
 from bot.conversations.policy import Policies, PolicySettings
-from bot.conversations.service import NOT_APPROVER, POLICY_FOR_ADMINS
 from bot.ops.http import start_server
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
 from bot.platforms.on_slack.approval import CANCEL, EDIT, RUN, TOO_LONG_TO_EDIT

@@ -33,7 +33,7 @@ from bot.conversations import Conversations
 from bot.errors import NOT_HERE, NOT_YOURS
 from bot.ops.http import start_server
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
-from bot.platforms.on_slack.app import NO_CONVERSATION
+from bot.platforms.on_slack.commands import NO_CONVERSATION
 from bot.settings import SlackSettings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, image, stdout

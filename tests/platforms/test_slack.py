@@ -40,7 +40,7 @@ from bot.platforms.on_slack import (
     build_slack,
     run_slack,
 )
-from bot.platforms.on_slack.app import NO_CONVERSATION
+from bot.platforms.on_slack.commands import NO_CONVERSATION
 from bot.settings import SlackSettings
 from executor import Executor
 from tests.support.on_slack import Bot, button, ephemeral_to

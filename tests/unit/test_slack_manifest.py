@@ -6,10 +6,11 @@ from pathlib import Path
 
 import yaml
 
-from bot.platforms.on_slack.app import RUN_MODAL
+from bot.platforms.on_slack.modals import RUN_MODAL
 
 MANIFEST = Path(__file__).resolve().parents[2] / "bot/platforms/on_slack/manifest.yml"
-APP = MANIFEST.with_name("app.py").read_text()
+APP = "\n".join(path.read_text() for path in sorted(MANIFEST.parent.glob("*.py")))
+"""The Slack front end's source, all its modules."""
 
 
 def test_manifest_declares_the_commands_shortcut_and_events_the_app_handles() -> None:

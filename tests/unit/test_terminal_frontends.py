@@ -24,7 +24,8 @@ from bot.events import (
 )
 from bot.logs import TextFormatter
 from bot.ops.exec_output import MAX_NAME_BYTES, host_file_name, print_result, save_outputs
-from bot.platforms.console import Console, Renderer
+from bot.platforms.console import Console
+from bot.platforms.console_reply import Renderer
 from executor.models import (
     ExecutionError,
     ExecutionResult,

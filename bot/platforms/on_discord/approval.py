@@ -4,7 +4,7 @@ modal, and each press translated into a call on the conversation service."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import discord
 
@@ -21,10 +21,9 @@ from bot.conversations.approval import (
 )
 from bot.events import ApprovalDecided, ApprovalRequested
 from bot.platforms.markup import code_block, head
+from bot.platforms.on_discord.front import front_of
+from bot.platforms.on_discord.interactions import tell
 from bot.text import human_duration
-
-if TYPE_CHECKING:
-    from bot.platforms.on_discord.client import CellmateDiscord
 
 CODE_SHOWN = 1500
 EDIT_LIMIT = 4000
@@ -120,7 +119,7 @@ class ApprovalButton(
         return cls(match["action"], match["key"])
 
     async def callback(self, interaction: discord.Interaction) -> None:
-        client = cast("CellmateDiscord", interaction.client)
+        client = front_of(interaction)
         person = await client.person_now(interaction)
         conversations = client.conversations
         try:
@@ -134,7 +133,7 @@ class ApprovalButton(
                 return
             await conversations.decide(client.door, person, self.key, LOOKS[self.action][2])
         except Refused as exc:
-            await _tell(interaction, str(exc))
+            await tell(interaction, str(exc))
             return
         # The approval message itself says who decided, once the turn goes on.
         await interaction.response.defer()
@@ -151,20 +150,13 @@ class EditModal(discord.ui.Modal, title="Edit the code, then run it"):
         self.add_item(self.code)
 
     async def on_submit(self, interaction: discord.Interaction) -> None:
-        client = cast("CellmateDiscord", interaction.client)
+        client = front_of(interaction)
         person = await client.person_now(interaction)
         try:
             await client.conversations.decide(
                 client.door, person, self.key, Verdict.EDITED, self.code.value
             )
         except Refused as exc:
-            await _tell(interaction, str(exc))
+            await tell(interaction, str(exc))
             return
         await interaction.response.defer()
-
-
-async def _tell(interaction: discord.Interaction, text: str) -> None:
-    if interaction.response.is_done():
-        await interaction.followup.send(text, ephemeral=True)
-    else:
-        await interaction.response.send_message(text, ephemeral=True)

@@ -16,7 +16,6 @@ import asyncio
 import dataclasses
 import logging
 import re
-from typing import Any
 
 import discord
 import yarl
@@ -28,8 +27,10 @@ from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
 from bot.fences import direct_code
+from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
+from bot.platforms.on_discord.interactions import conversation_of, place_of, tell, thread_key
 from bot.platforms.on_discord.render import thread_name
 from bot.platforms.on_discord.reply import ChannelSurface, InteractionSurface, Reply, Surface
 from bot.settings import DiscordSettings
@@ -44,10 +45,6 @@ HELP = (
     "`/policy` shows whether code needs approval here."
 )
 MENTION = re.compile(r"<@!?(\d+)>")
-BUTTON_LOOKS = {
-    "stop": ("Stop", discord.ButtonStyle.danger),
-    "rerun": ("Re-run", discord.ButtonStyle.secondary),
-}
 
 
 class CellmateDiscord(discord.Client):
@@ -155,7 +152,7 @@ class CellmateDiscord(discord.Client):
         ours = isinstance(channel, discord.Thread) and channel.owner_id == self.user.id
         if not (dm or mentioned or ours):
             return
-        place = await self.presence.place(_place(message.author, channel, dm))
+        place = await self.presence.place(place_of(message.author, channel, dm))
         person = Person(str(message.author.id), place)
         if not self.door.allows(person.place):
             return  # ignored silently, as in a channel off the allowlist
@@ -263,7 +260,7 @@ class CellmateDiscord(discord.Client):
             return self.moderator(interaction)
 
         dm = interaction.guild is None
-        place = self.presence.known(_place(interaction.user, interaction.channel, dm))
+        place = self.presence.known(place_of(interaction.user, interaction.channel, dm))
         return Person(str(interaction.user.id), place, vouched, moderates)
 
     async def whereabouts(self, dm: Place) -> list[Place]:
@@ -343,60 +340,11 @@ class CellmateDiscord(discord.Client):
         return interaction.guild is not None and interaction.permissions.manage_messages
 
 
-async def tell(interaction: discord.Interaction, text: str) -> None:
-    """A short answer only the person sees, whether or not the interaction was answered."""
-    if interaction.response.is_done():
-        await interaction.followup.send(text, ephemeral=True)
-    else:
-        await interaction.response.send_message(text, ephemeral=True)
-
-
 def file_hosts(settings: DiscordSettings) -> tuple[str, ...]:
-    """Where attachments may be downloaded from: the setting, else Discord's CDN (and a
-    custom API's own server, which serves the attachments it hands out)."""
-    if settings.file_hosts:
-        return settings.file_hosts
-    extra = (str(yarl.URL(settings.api_url).origin()),) if settings.api_url else ()
-    return (*DISCORD_FILE_HOSTS, *extra)
-
-
-def thread_key(thread: discord.Thread) -> ConversationKey:
-    return ConversationKey("discord", str(thread.guild.id), str(thread.parent_id), str(thread.id))
-
-
-def place_key(interaction: discord.Interaction) -> ConversationKey:
-    """The conversation key of where an interaction happened (its thread, DM or channel),
-    for the place's settings."""
-    return conversation_of(interaction) or ConversationKey(
-        "discord", str(interaction.guild_id or ""), str(interaction.channel_id or "")
-    )
-
-
-def conversation_of(interaction: discord.Interaction) -> ConversationKey | None:
-    """The conversation an interaction belongs to: its DM or its thread, else none."""
-    channel = interaction.channel
-    if interaction.guild is None:
-        return ConversationKey("discord", "dm", str(interaction.user.id))
-    if isinstance(channel, discord.Thread):
-        return thread_key(channel)
-    return None
+    """Where attachments may be downloaded from (see `bot.platforms.file_hosts`)."""
+    return shared_hosts(settings.file_hosts, DISCORD_FILE_HOSTS, settings.api_url)
 
 
 def _snowflake(text: str) -> int:
     """A configured id as Discord's number (0, which matches nothing, when it is not one)."""
     return int(text) if text.isdigit() else 0
-
-
-def _place(user: discord.abc.User, channel: Any, dm: bool) -> Place:
-    where: int | None = getattr(channel, "id", None)
-    if isinstance(channel, discord.Thread):
-        where = channel.parent_id
-    guild = getattr(channel, "guild", None)
-    roles = [str(role.id) for role in getattr(user, "roles", [])]
-    return Place(
-        user=str(user.id),
-        server=str(guild.id) if guild is not None else None,
-        channel=str(where) if where is not None else None,
-        roles=roles,
-        dm=dm,
-    )

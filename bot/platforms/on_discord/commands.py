@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import discord
 from discord import app_commands
 
 from bot.conversations import ConversationKey, Person, Refused
-from bot.conversations.policy import Scope, parse_mode
+from bot.conversations.policy import parse_mode
 from bot.platforms.markup import code_blocks
+from bot.platforms.on_discord.front import DiscordFront, front_of
+from bot.platforms.on_discord.interactions import conversation_of, place_key, tell
 from bot.platforms.on_discord.render import plain
 from bot.platforms.on_discord.reply import InteractionSurface
 from bot.text import files_text
-
-if TYPE_CHECKING:
-    from bot.platforms.on_discord.client import CellmateDiscord
 
 NO_CONVERSATION = (
     "There is no Cellmate conversation here: mention me in a channel to start a thread, "
@@ -55,7 +54,7 @@ class TurnButton(
         return cls(match["kind"], match["key"])
 
     async def callback(self, interaction: discord.Interaction) -> None:
-        client = cast("CellmateDiscord", interaction.client)
+        client = front_of(interaction)
         person = await client.person_now(interaction)
         try:
             if self.kind == "stop":
@@ -63,11 +62,11 @@ class TurnButton(
                 if why_not is None:
                     await interaction.response.defer()
                 else:
-                    await _tell(interaction, why_not)
+                    await tell(interaction, why_not)
                 return
             code, key = await client.conversations.rerun(client.door, person, self.key)
         except Refused as exc:
-            await _tell(interaction, str(exc))
+            await tell(interaction, str(exc))
             return
         await client.start_run(interaction, code, key)
 
@@ -80,7 +79,7 @@ class RunModal(discord.ui.Modal, title="Run Python"):
         max_length=4000,
     )
 
-    def __init__(self, client: CellmateDiscord) -> None:
+    def __init__(self, client: DiscordFront) -> None:
         super().__init__(timeout=900)
         self.client = client
 
@@ -88,14 +87,7 @@ class RunModal(discord.ui.Modal, title="Run Python"):
         await self.client.start_run(interaction, self.code.value)
 
 
-async def _tell(interaction: discord.Interaction, text: str) -> None:
-    if interaction.response.is_done():
-        await interaction.followup.send(text, ephemeral=True)
-    else:
-        await interaction.response.send_message(text, ephemeral=True)
-
-
-def register_commands(client: CellmateDiscord) -> None:
+def register_commands(client: DiscordFront) -> None:
     tree = client.tree
     conversations = client.conversations
 
@@ -104,19 +96,17 @@ def register_commands(client: CellmateDiscord) -> None:
     ) -> tuple[Person, ConversationKey] | None:
         """Who acts, and the conversation a command acts on, for a person who may act on it
         (the interaction then deferred); None, with the person told why, otherwise."""
-        from bot.platforms.on_discord.client import conversation_of
-
         person = await client.person_now(interaction)
         if not await client.admitted(interaction, person):
             return None
         key = conversation_of(interaction)
         if key is None:
-            await _tell(interaction, NO_CONVERSATION)
+            await tell(interaction, NO_CONVERSATION)
             return None
         try:
             await conversations.check(client.door, person, key)
         except Refused as exc:
-            await _tell(interaction, str(exc))
+            await tell(interaction, str(exc))
             return None
         await interaction.response.defer(thinking=True)
         return person, key
@@ -135,7 +125,7 @@ def register_commands(client: CellmateDiscord) -> None:
         code = code_blocks(message.content)
         if code is None:
             if await client.admitted(interaction, await client.person_now(interaction)):
-                await _tell(interaction, "That message has no code.")
+                await tell(interaction, "That message has no code.")
             return
         await client.start_run(interaction, code)
 
@@ -192,35 +182,26 @@ def register_commands(client: CellmateDiscord) -> None:
     async def policy(
         interaction: discord.Interaction, mode: str | None = None, scope: str = "channel"
     ) -> None:
-        from bot.platforms.on_discord.client import place_key
-
-        server_wide = scope == "server"
-        person = await client.person_now(interaction, server_wide=server_wide)
+        whole = scope == "server"
+        person = await client.person_now(interaction, server_wide=whole)
         if not await client.admitted(interaction, person):
             return
-        key = place_key(interaction)
         chosen = parse_mode(mode or "")
-        if chosen is None:
-            await _tell(interaction, conversations.policy(key))
-            return
-        if server_wide and key.is_dm:
-            await _tell(interaction, "A direct message has no server: leave out the scope.")
-            return
-        where = Scope.workspace_of(key) if server_wide else Scope.channel_of(key)
-        try:
-            done = await conversations.set_policy(client.door, person, where, chosen)
-        except Refused as exc:
-            done = str(exc)
-        await _tell(interaction, done)
+        answer = await conversations.policy_command(
+            client.door, person, place_key(interaction), chosen, whole
+        )
+        await tell(interaction, answer)
 
     @tree.command(name="usage", description="Who used Cellmate most in the last day (admins)")
     @app_commands.default_permissions(manage_guild=True)
     async def usage(interaction: discord.Interaction) -> None:
-        if not await client.admitted(interaction, await client.person_now(interaction)):
-            return
-        admin = str(interaction.user.id) in conversations.admins
-        if not admin and not interaction.permissions.manage_guild:
-            await _tell(interaction, "Only admins can see usage.")
+        # Usage is for those who manage the whole server.
+        person = await client.person_now(interaction, server_wide=True)
+        if not await client.admitted(interaction, person):
             return
         server = str(interaction.guild_id) if interaction.guild_id else None
-        await _tell(interaction, conversations.usage(server))
+        try:
+            answer = await conversations.usage_for(client.door, person, server)
+        except Refused as exc:
+            answer = str(exc)
+        await tell(interaction, answer)

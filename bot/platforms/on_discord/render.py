@@ -17,8 +17,10 @@ from bot.platforms.progress import (
     TurnView,
     extra_files,
     fit_notices,
+    fit_progress,
     link_line,
     shown_artifacts,
+    status_line,
 )
 
 MESSAGE_LIMIT = 2000
@@ -27,6 +29,15 @@ CODE_SHOWN = 800
 OUTPUT_SHOWN = 800
 NOTICES_ROOM = MESSAGE_LIMIT - 100
 """All of an answer's notices together: one message at most."""
+MARKS = {
+    "waiting": "⏳",
+    "thinking": "⏳",
+    "writing": "✍️",
+    "approval": "🔐",
+    "failed": "❌",
+    "notice": "ℹ️",
+}
+"""The mark before each kind of status line (`TurnView.doing`) and answer line."""
 
 
 @dataclass(slots=True)
@@ -37,28 +48,20 @@ class Outgoing:
 
 def progress_text(view: TurnView) -> str:
     """The progress message: the code being run, its latest output, and where things are."""
-    code_room, output_room = CODE_SHOWN, OUTPUT_SHOWN
-    while True:
-        text = _progress(view, code_room, output_room)
-        if len(text) <= MESSAGE_LIMIT:
-            return text
-        if not code_room and not output_room:
-            # Only the status line is left to shorten (it is capped, but be sure).
-            return head(text, MESSAGE_LIMIT - 40)
-        # Escapes can make shown text longer than its source; show less until it fits.
-        code_room, output_room = code_room // 2, output_room // 2
+    return fit_progress(
+        lambda code, output: _progress(view, code, output),
+        CODE_SHOWN,
+        OUTPUT_SHOWN,
+        MESSAGE_LIMIT,
+        MESSAGE_LIMIT - 40,
+    )
 
 
 def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     run = view.current
-    thinking = f"⏳ Thinking{f' (step {view.step})' if view.step > 1 else ''}…"
-    if view.draft.strip() and not view.done:
-        # The answer as it is written; the final answer message replaces it.
-        thinking = f"{tail(view.draft.strip(), 2 * output_room + 200)}\n\n✍️ Writing…"
-    if view.awaiting_approval and not view.done:
-        thinking = "🔐 Waiting for someone to Run, Edit or Cancel the model's code (below)…"
+    thinking = status_line(view, MARKS, lambda draft: tail(draft, 2 * output_room + 200))
     if run is None:
-        return thinking if not view.done else ""
+        return thinking
     count = len(view.runs)
     title = "**Code**" if count == 1 else f"**Code** (run {count}; earlier runs are attached)"
     if view.done and count > 1:
@@ -76,13 +79,12 @@ def _progress(view: TurnView, code_room: int, output_room: int) -> str:
 def answer_messages(view: TurnView, upload_limit: int, max_files: int = 10) -> list[Outgoing]:
     """The answer, split to fit, with charts, files (at most `max_files`), long code and
     long output attached."""
-    lines = fit_notices(view.notices, NOTICES_ROOM, lambda notice: f"ℹ️ {plain(notice)}")
-    if view.answer is not None:
-        # A direct run's answer is empty: its run report above is the whole answer.
-        if view.answer.strip() or not view.runs:
-            lines.append(view.answer.strip() or "Done.")
-    else:
-        lines.append(f"❌ {view.failure or 'The turn ended without an answer.'}")
+    lines = fit_notices(
+        view.notices, NOTICES_ROOM, lambda notice: f"{MARKS['notice']} {plain(notice)}"
+    )
+    ending = view.ending()
+    if ending is not None:
+        lines.append(f"{MARKS['failed']} {ending.text}" if ending.failed else ending.text)
     attached: list[tuple[str, bytes]] = []
     room = upload_limit
     for name, content in extra_files(view, CODE_SHOWN, OUTPUT_SHOWN):
@@ -101,7 +103,7 @@ def answer_messages(view: TurnView, upload_limit: int, max_files: int = 10) -> l
     if listed:
         lines += ["", *listed]
     if hidden:
-        lines += ["", f"ℹ️ {hidden}"]
+        lines += ["", f"{MARKS['notice']} {hidden}"]
     pieces = split_message("\n".join(lines), MESSAGE_LIMIT)
     messages = [Outgoing(piece) for piece in pieces]
     messages[0].files = attached

@@ -9,20 +9,20 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import discord
 
-from bot.events import ApprovalDecided, ApprovalRequested, TurnEvent
+from bot.events import ApprovalDecided, ApprovalRequested
 from bot.platforms.on_discord.approval import (
     approval_view,
     decided_text,
     request_files,
     request_text,
 )
-from bot.platforms.on_discord.render import Outgoing, answer_messages, progress_text
-from bot.platforms.progress import Pacer, TurnView
+from bot.platforms.on_discord.render import MARKS, Outgoing, answer_messages, progress_text
+from bot.platforms.turn_reply import TurnReply
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +148,12 @@ def _token_gone(exc: discord.HTTPException) -> bool:
     return exc.status == 401 or exc.code in EXPIRED_TOKEN_CODES
 
 
-class Reply:
-    """Renders one turn (the conversation service's `Reply`): a progress message at once,
-    edited at most once a second, then the answer."""
+class Reply(TurnReply[Any]):
+    """One turn on Discord (see `TurnReply`): a progress message at once, edited at most
+    once a second, then the answer with its files attached."""
+
+    marks = MARKS
+    api_error = discord.HTTPException
 
     def __init__(
         self,
@@ -160,67 +163,40 @@ class Reply:
         interval: float = 1.0,
         max_files: int = 10,
     ) -> None:
+        super().__init__(interval)
         self.surface = surface
         self.max_files = max_files
         self.upload_limit = upload_limit
         self.buttons = buttons
         """(kind, key) -> a view with that button: "stop" or "rerun"."""
-        self.stop_view: Any = None
-        self.view = TurnView()
-        self.progress: Any = None
-        self.pacer = Pacer(self._draw, interval)
-        self.approvals: dict[str, tuple[ApprovalRequested, Any]] = {}
-        """Approval messages by key, with what they asked."""
 
-    async def queued(self, stop: str, text: str) -> None:
-        self.stop_view = self.buttons("stop", stop)
-        self.progress = await self.surface.send(f"⏳ {text}", view=self.stop_view)
+    def controls(self, kind: str, key: str) -> Any:
+        return self.buttons(kind, key)
 
-    async def start(self, stop: str) -> None:
-        self.stop_view = self.buttons("stop", stop)
-        if self.progress is None:
-            self.progress = await self.surface.send("⏳ Working on it…", view=self.stop_view)
-        else:
-            self.progress = await self.surface.edit(
-                self.progress, "⏳ Working on it…", self.stop_view
-            )
+    def progress_text(self) -> str:
+        return progress_text(self.view)
 
-    def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
-        self.view.apply(event)
-        self.pacer.poke()
-        if isinstance(event, ApprovalRequested):
-            return self._ask(event)
-        if isinstance(event, ApprovalDecided):
-            return self._decided(event)
-        return None
+    async def post(self, text: str, controls: Any = None) -> Any:
+        return await self.surface.send(text, view=controls)
 
-    async def _ask(self, event: ApprovalRequested) -> None:
-        message = await self.surface.send(
+    async def edit(self, message: Any, text: str, controls: Any = None) -> Any:
+        return await self.surface.edit(message, text, controls)
+
+    async def say(self, text: str) -> None:
+        await self.surface.send(text)
+
+    async def tell(self, text: str) -> None:
+        await self.surface.notify(text)
+
+    async def ask(self, event: ApprovalRequested) -> Any:
+        return await self.surface.send(
             request_text(event), request_files(event), view=approval_view(event.key)
         )
-        self.approvals[event.key] = (event, message)
 
-    async def _decided(self, event: ApprovalDecided) -> None:
-        asked, message = self.approvals.pop(event.key, (None, None))
-        if asked is None:
-            return
-        try:
-            await self.surface.edit(message, decided_text(asked, event), None)
-        except discord.HTTPException:
-            log.warning("could not update the approval message", exc_info=True)
+    async def decided(self, message: Any, asked: ApprovalRequested, event: ApprovalDecided) -> None:
+        await self.surface.edit(message, decided_text(asked, event), None)
 
-    async def _draw(self) -> None:
-        if self.view.done:
-            return
-        text = progress_text(self.view)
-        if text and self.progress is not None:
-            self.progress = await self.surface.edit(self.progress, text, self.stop_view)
-
-    async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
-        """The final progress state and the answer; exactly one answer, whatever fails."""
-        await self.pacer.finish()
-        self.view.notices.extend(notices)
-        done_view = None if rerun is None else self.buttons("rerun", rerun)
+    async def answer(self, rerun: Any) -> None:
         messages = answer_messages(self.view, self.upload_limit, self.max_files)
         log_text = progress_text(self.view)
         try:
@@ -228,7 +204,7 @@ class Reply:
                 # A direct run: its progress message is the whole answer.
                 messages.pop(0)
             if log_text:
-                self.progress = await self.surface.edit(self.progress, log_text, done_view)
+                self.progress = await self.surface.edit(self.progress, log_text, rerun)
             else:
                 # No code ran: the progress message becomes the answer's first part.
                 first = messages.pop(0)
@@ -236,19 +212,10 @@ class Reply:
                     await self.surface.edit(self.progress, "💬 Answer below.", None)
                     messages.insert(0, first)
                 else:
-                    self.progress = await self.surface.edit(self.progress, first.content, done_view)
+                    self.progress = await self.surface.edit(self.progress, first.content, rerun)
         except discord.HTTPException:
             log.warning("could not update the progress message", exc_info=True)
         await self._send_answer(messages)
-
-    async def refused(self, text: str) -> None:
-        if self.progress is not None:
-            await self.surface.edit(self.progress, text, None)
-        else:
-            await self.surface.notify(text)
-
-    async def failed(self, text: str) -> None:
-        await self.surface.send(f"❌ {text}")
 
     async def _send_answer(self, messages: list[Outgoing]) -> None:
         for message in messages:

@@ -1,48 +1,42 @@
 """The Slack front end (slack_bolt, async): mentions, DMs and thread replies answered in
-threads, /run, /files, /reset, /restore, /export, /policy, the "Run code" message shortcut,
-Stop and Re-run, Run / Edit / Cancel of code waiting for approval, and edits of code
-messages; each translated into a call on the conversation service.
+threads, /run and its editor, the "Run code" message shortcut, and edits of code messages;
+each translated into a call on the conversation service. The app's state and lookups
+(threads, each person's latest conversation, the members of allowed channels) are here; the
+other commands are in `commands`, the buttons in `buttons`, both through `SlackFront`.
 
 Bolt acknowledges each request within Slack's 3 seconds and the turn runs afterwards.
 Slack redelivers events it thinks were missed; a message is handled once, by its channel
 and timestamp, however often (and by however many event types) it arrives.
 
-Longer than most modules: each Slack entry point is a short translation into a call on
-the conversation service, and they share the app's few lookups (threads, latest
-conversation per person, the members of allowed channels).
-
 A DM, and a command, shortcut or button used in one, is admitted by the conversation
 layer's rules from where its sender is: with a channel allowlist, the allowed channels
-they are a member of (`conversations.members`, kept for `membership_ttl_s`).
+they are a member of (`members`, kept for `membership_ttl_s`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-import yarl
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent import UserMessage
-from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
+from bot.conversations import Admission, ConversationKey, Conversations, Person
 from bot.conversations.access import AccessRules, Place
-from bot.conversations.approval import Verdict
-from bot.conversations.policy import Scope, parse_mode
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
 from bot.fences import direct_code
+from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.markup import code_blocks
-from bot.platforms.on_slack import approval
+from bot.platforms.on_slack.buttons import register_buttons
+from bot.platforms.on_slack.commands import register_commands
+from bot.platforms.on_slack.modals import RUN_MODAL, run_modal, submitted
 from bot.platforms.on_slack.mrkdwn import unescape
-from bot.platforms.on_slack.render import plain
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
 from bot.settings import SlackSettings
-from bot.text import files_text
 from storage.intake import SLACK_FILE_HOSTS, IncomingFile, http_fetcher
 
 log = logging.getLogger(__name__)
@@ -54,10 +48,6 @@ HELP = (
     "`/restore` brings back a saved workspace, `/export` gives the notebook, "
     "`/policy` shows whether code needs approval here."
 )
-POLICY_USAGE = "Use `/policy` to see this channel's code policy, or `/policy auto|approve|off` "
-POLICY_USAGE += "(add `workspace` to set it for the whole workspace) to set it."
-RUN_MODAL = "cm_run_modal"
-NO_CONVERSATION = "You have no conversation with me in this channel yet: mention me to start one."
 MEMBER_PAGES = 50
 """At most this many pages of 1,000 members are read of one allowed channel."""
 
@@ -125,20 +115,10 @@ class CellmateSlack:
         app.event("app_mention")(self._on_mention)
         app.event("message")(self._on_message)
         app.command("/run")(self._on_run)
-        app.command("/files")(self._on_files)
-        app.command("/reset")(self._on_reset)
-        app.command("/restore")(self._on_restore)
-        app.command("/export")(self._on_export)
-        app.command("/usage")(self._on_usage)
-        app.command("/policy")(self._on_policy)
         app.shortcut("cm_run_code")(self._on_run_code)
         app.view(RUN_MODAL)(self._on_modal)
-        app.action("cm_stop")(self._on_stop)
-        app.action("cm_rerun")(self._on_rerun)
-        app.action(approval.RUN)(self._on_approval)
-        app.action(approval.CANCEL)(self._on_approval)
-        app.action(approval.EDIT)(self._on_approval_edit)
-        app.view(approval.EDIT_MODAL)(self._on_approval_edited)
+        register_commands(app, self)
+        register_buttons(app, self)
 
     # ── messages ──────────────────────────────────────────────────────────
 
@@ -169,7 +149,7 @@ class CellmateSlack:
         if not (mention or dm or edit or await self._in_thread(channel, thread_ts)):
             return
         team = str(body.get("team_id") or event.get("team") or self.team)
-        person = await self._person(user, team, channel, dm)
+        person = await self.person(user, team, channel, dm)
         if not self.door.allows(person.place):
             return  # ignored silently, as in a channel off the allowlist
         if not self.door.seen.first_time(f"{channel}:{ts}{edit}"):
@@ -250,7 +230,7 @@ class CellmateSlack:
 
     # ── people ────────────────────────────────────────────────────────────
 
-    async def _person(self, user: str, team: str, channel: str, dm: bool = False) -> Person:
+    async def person(self, user: str, team: str, channel: str, dm: bool = False) -> Person:
         """Who acts, from where; in a DM, with where they are (for the allowlists)."""
         moderator = self._moderator(user)
         place = Place(user, team, channel, dm=dm or channel.startswith("D"))
@@ -311,7 +291,7 @@ class CellmateSlack:
 
         return vouched
 
-    async def _admitted(
+    async def admitted(
         self, person: Person, channel: str, thread_ts: str | None = None, respond: Any = None
     ) -> bool:
         """The admission check of every command, shortcut and button; a refused person is
@@ -352,13 +332,13 @@ class CellmateSlack:
         code = unescape(str(command.get("text") or ""))
         channel, user = str(command["channel_id"]), str(command["user_id"])
         team = str(command.get("team_id") or self.team)
-        person = await self._person(user, team, channel)
-        if not await self._admitted(person, channel):
+        person = await self.person(user, team, channel)
+        if not await self.admitted(person, channel):
             return
         if code.strip():
             await self.start_run(code_blocks(code) or code, person, self._here(person), None)
             return
-        await client.views_open(trigger_id=command["trigger_id"], view=_run_modal(channel, team))
+        await client.views_open(trigger_id=command["trigger_id"], view=run_modal(channel, team))
 
     def _here(self, person: Person) -> ConversationKey | None:
         """Where a slash command runs code: in a DM, the person's latest conversation there;
@@ -370,12 +350,11 @@ class CellmateSlack:
 
     async def _on_modal(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         await ack()
-        where = json.loads(view.get("private_metadata") or "{}")
-        code = view["state"]["values"]["code"]["code"]["value"] or ""
-        person = await self._person(
+        code, where = submitted(view)
+        person = await self.person(
             str(body["user"]["id"]), where.get("team", self.team), where["channel"]
         )
-        if await self._admitted(person, where["channel"]):
+        if await self.admitted(person, where["channel"]):
             await self.start_run(code, person, self._here(person), None)
 
     async def _on_run_code(self, ack: Any, shortcut: dict[str, Any]) -> None:
@@ -383,9 +362,9 @@ class CellmateSlack:
         message = shortcut.get("message") or {}
         channel = str((shortcut.get("channel") or {}).get("id") or "")
         team = str((shortcut.get("team") or {}).get("id") or self.team)
-        person = await self._person(str(shortcut["user"]["id"]), team, channel)
+        person = await self.person(str(shortcut["user"]["id"]), team, channel)
         root = str(message.get("thread_ts") or message.get("ts") or "") or None
-        if not await self._admitted(person, channel, root):
+        if not await self.admitted(person, channel, root):
             return
         code = code_blocks(unescape(str(message.get("text") or "")))
         if code is None:
@@ -397,225 +376,7 @@ class CellmateSlack:
         key = ConversationKey("slack", team, channel, root) if root else None
         await self.start_run(code, person, key, root)
 
-    # ── conversation commands ─────────────────────────────────────────────
-
-    async def _command_conversation(
-        self, command: dict[str, Any], respond: Any
-    ) -> tuple[Person, ConversationKey] | None:
-        """The conversation a command acts on: the person's latest one in the channel, which
-        they may act on; None, with the person told why, otherwise."""
-        team = str(command.get("team_id") or self.team)
-        channel, user = str(command["channel_id"]), str(command["user_id"])
-        person = await self._person(user, team, channel)
-        if not await self._admitted(person, channel, respond=respond):
-            return None
-        key = self.latest.get((team, channel, user))
-        if key is None:
-            await respond(NO_CONVERSATION, response_type="ephemeral")
-            return None
-        try:
-            await self.conversations.check(self.door, person, key)
-        except Refused as exc:
-            await respond(str(exc), response_type="ephemeral")
-            return None
-        return person, key
-
-    async def _on_reset(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
-        await ack()
-        found = await self._command_conversation(command, respond)
-        if found is None:
-            return
-        await self.conversations.reset(self.door, *found)
-        await respond(
-            "Forgot our latest conversation here and restarted its Python session: "
-            "its variables and its files in /mnt/data are gone.",
-            response_type="ephemeral",
-        )
-
-    async def _on_restore(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
-        await ack()
-        found = await self._command_conversation(command, respond)
-        if found is None:
-            return
-        note = await self.conversations.restore(self.door, *found)
-        await respond(plain(note), response_type="ephemeral")
-
-    async def _on_export(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
-        await ack()
-        found = await self._command_conversation(command, respond)
-        if found is None:
-            return
-        notebook = await self.conversations.export(self.door, *found)
-        if notebook is None:
-            await respond(
-                "Nothing to export yet: no code has run there.", response_type="ephemeral"
-            )
-            return
-        key = found[1]
-        data = json.dumps(notebook, indent=1).encode()
-        await SlackThread(self.client, key.channel, key.thread).upload([("session.ipynb", data)])
-        await respond("The notebook is in the conversation's thread.", response_type="ephemeral")
-
-    async def _on_files(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
-        await ack()
-        found = await self._command_conversation(command, respond)
-        if found is None:
-            return
-        listed = await self.conversations.files(self.door, *found)
-        await respond(files_text(listed.files, listed.heading), response_type="ephemeral")
-
-    async def _on_usage(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
-        await ack()
-        team = str(command.get("team_id") or self.team)
-        person = await self._person(str(command["user_id"]), team, str(command["channel_id"]))
-        if not await self._admitted(person, str(command["channel_id"]), respond=respond):
-            return
-        assert person.vouched is not None
-        if not await person.vouched():
-            await respond("Only admins can see usage.", response_type="ephemeral")
-            return
-        await respond(self.conversations.usage(team), response_type="ephemeral")
-
-    async def _on_policy(self, ack: Any, command: dict[str, Any], respond: Any) -> None:
-        """/policy shows the channel's code policy; /policy MODE [workspace] sets it."""
-        await ack()
-        team = str(command.get("team_id") or self.team)
-        channel = str(command["channel_id"])
-        person = await self._person(str(command["user_id"]), team, channel)
-        if not await self._admitted(person, channel, respond=respond):
-            return
-        key = ConversationKey("slack", team, channel)
-        words = unescape(str(command.get("text") or "")).split()
-        if not words:
-            await respond(self.conversations.policy(key), response_type="ephemeral")
-            return
-        mode = parse_mode(words[0])
-        if mode is None or len(words) > 2 or words[1:] not in ([], ["workspace"]):
-            await respond(POLICY_USAGE, response_type="ephemeral")
-            return
-        where = Scope.workspace_of(key) if words[1:] else Scope.channel_of(key)
-        try:
-            done = await self.conversations.set_policy(self.door, person, where, mode)
-        except Refused as exc:
-            done = str(exc)
-        await respond(done, response_type="ephemeral")
-
-    # ── buttons ───────────────────────────────────────────────────────────
-
-    async def _on_approval(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
-        """Run or Cancel on code waiting for approval; the approval message then says who."""
-        await ack()
-        action = body["actions"][0]
-        verdict = Verdict.RUN if action.get("action_id") == approval.RUN else Verdict.CANCELLED
-        person = await self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
-        try:
-            await self.conversations.decide(
-                self.door, person, str(action.get("value") or ""), verdict
-            )
-        except Refused as exc:
-            await respond(str(exc), response_type="ephemeral", replace_original=False)
-
-    async def _on_approval_edit(
-        self, ack: Any, body: dict[str, Any], respond: Any, client: AsyncWebClient
-    ) -> None:
-        """Edit opens the waiting code in a modal, for a person who may decide on it."""
-        await ack()
-        key = str(body["actions"][0].get("value") or "")
-        team, channel = _team(body, self.team), _channel(body)
-        person = await self._person(str(body["user"]["id"]), team, channel)
-        try:
-            waiting = await self.conversations.approvable(self.door, person, key)
-            if len(waiting.code) > approval.EDIT_LIMIT:
-                raise Refused(approval.TOO_LONG_TO_EDIT)
-        except Refused as exc:
-            await respond(str(exc), response_type="ephemeral", replace_original=False)
-            return
-        await client.views_open(
-            trigger_id=body["trigger_id"],
-            view=approval.edit_modal(key, waiting.code, channel, team),
-        )
-
-    async def _on_approval_edited(
-        self, ack: Any, body: dict[str, Any], view: dict[str, Any]
-    ) -> None:
-        """The edited code runs instead of the model's."""
-        where = json.loads(view.get("private_metadata") or "{}")
-        code = view["state"]["values"]["code"]["code"]["value"] or ""
-        person = await self._person(
-            str(body["user"]["id"]), where.get("team", self.team), where["channel"]
-        )
-        try:
-            await self.conversations.decide(
-                self.door, person, str(where.get("key") or ""), Verdict.EDITED, code
-            )
-        except Refused as exc:
-            # Shown in the modal, which stays open: the edit is not lost.
-            await ack(response_action="errors", errors={"code": str(exc)})
-            return
-        await ack()
-
-    async def _on_stop(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
-        await ack()
-        key = str(body["actions"][0].get("value") or "")
-        person = await self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
-        try:
-            why_not = await self.conversations.stop(self.door, person, key)
-        except Refused as exc:
-            why_not = str(exc)
-        if why_not is not None:
-            await respond(why_not, response_type="ephemeral", replace_original=False)
-
-    async def _on_rerun(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
-        await ack()
-        person = await self._person(str(body["user"]["id"]), _team(body, self.team), _channel(body))
-        try:
-            code, key = await self.conversations.rerun(
-                self.door, person, str(body["actions"][0].get("value") or "")
-            )
-        except Refused as exc:
-            await respond(str(exc), response_type="ephemeral", replace_original=False)
-            return
-        message = body.get("message") or {}
-        root = str(message.get("thread_ts") or message.get("ts") or "") or None
-        await self.start_run(code, person, key, root)
-
 
 def file_hosts(settings: SlackSettings) -> tuple[str, ...]:
-    """Where the bot token may go for shared files: the setting, else Slack's file hosts
-    (and a custom API's own server, which serves the files it describes)."""
-    if settings.file_hosts:
-        return settings.file_hosts
-    extra = (str(yarl.URL(settings.api_url).origin()),) if settings.api_url else ()
-    return (*SLACK_FILE_HOSTS, *extra)
-
-
-def _channel(body: dict[str, Any]) -> str:
-    return str((body.get("channel") or {}).get("id") or "")
-
-
-def _team(body: dict[str, Any], default: str) -> str:
-    return str((body.get("team") or {}).get("id") or body.get("team_id") or default)
-
-
-def _run_modal(channel: str, team: str) -> dict[str, Any]:
-    return {
-        "type": "modal",
-        "callback_id": RUN_MODAL,
-        "title": {"type": "plain_text", "text": "Run Python"},
-        "submit": {"type": "plain_text", "text": "Run"},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps({"channel": channel, "team": team}),
-        "blocks": [
-            {
-                "type": "input",
-                "block_id": "code",
-                "label": {"type": "plain_text", "text": "Code"},
-                "element": {
-                    "type": "plain_text_input",
-                    "action_id": "code",
-                    "multiline": True,
-                    "placeholder": {"type": "plain_text", "text": "import pandas as pd"},
-                },
-            }
-        ],
-    }
+    """Where the bot token may go for shared files (see `bot.platforms.file_hosts`)."""
+    return shared_hosts(settings.file_hosts, SLACK_FILE_HOSTS, settings.api_url)

@@ -1,9 +1,8 @@
-"""Code waiting for approval on Slack: the message with Run, Edit and Cancel, and the
-editor modal (views.open); the presses themselves are translated in the app."""
+"""Code waiting for approval on Slack: the message with Run, Edit and Cancel (its editor is
+in `modals`); the presses themselves are translated in the app."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from bot.conversations.approval import (
@@ -26,7 +25,6 @@ EDIT_LIMIT = 3000
 TOO_LONG_TO_EDIT = (
     "This code is too long to edit here (3,000 characters at most); Run or Cancel it."
 )
-EDIT_MODAL = "cm_approval_edit"
 RUN, EDIT, CANCEL = "cm_approval_run", "cm_approval_edit", "cm_approval_cancel"
 
 
@@ -88,28 +86,3 @@ def _code_room(event: ApprovalRequested) -> int:
     if not names:
         return CODE_SHOWN
     return CODE_SHOWN - len(restore_text(event)) - len(shown_names(names))
-
-
-def edit_modal(key: str, code: str, channel: str, team: str) -> dict[str, Any]:
-    return {
-        "type": "modal",
-        "callback_id": EDIT_MODAL,
-        "title": {"type": "plain_text", "text": "Edit, then run"},
-        "submit": {"type": "plain_text", "text": "Run"},
-        "close": {"type": "plain_text", "text": "Back"},
-        "private_metadata": json.dumps({"key": key, "channel": channel, "team": team}),
-        "blocks": [
-            {
-                "type": "input",
-                "block_id": "code",
-                "label": {"type": "plain_text", "text": "Code"},
-                "element": {
-                    "type": "plain_text_input",
-                    "action_id": "code",
-                    "multiline": True,
-                    "initial_value": code,
-                    "max_length": EDIT_LIMIT,
-                },
-            }
-        ],
-    }

@@ -14,8 +14,10 @@ from bot.platforms.progress import (
     TurnView,
     extra_files,
     fit_notices,
+    fit_progress,
     link_line,
     shown_artifacts,
+    status_line,
 )
 from storage.artifacts import Artifact
 
@@ -25,33 +27,32 @@ CODE_SHOWN = 1200
 OUTPUT_SHOWN = 1200
 NOTICES_ROOM = MESSAGE_LIMIT - 100
 """All of an answer's notices together: one message at most."""
+MARKS = {
+    "waiting": ":hourglass_flowing_sand:",
+    "thinking": ":hourglass_flowing_sand:",
+    "writing": ":writing_hand:",
+    "approval": ":lock:",
+    "failed": ":x:",
+    "notice": ":information_source:",
+}
+"""The mark before each kind of status line (`TurnView.doing`) and answer line."""
 
 
 def progress_text(view: TurnView) -> str:
-    code_room, output_room = CODE_SHOWN, OUTPUT_SHOWN
-    while True:
-        text = _progress(view, code_room, output_room)
-        if len(text) <= SECTION_LIMIT - 100:
-            return text
-        if not code_room and not output_room:
-            # Only the status line is left to shorten (escaping can make it longer).
-            return head(text, SECTION_LIMIT - 140)
-        code_room, output_room = code_room // 2, output_room // 2
+    return fit_progress(
+        lambda code, output: _progress(view, code, output),
+        CODE_SHOWN,
+        OUTPUT_SHOWN,
+        SECTION_LIMIT - 100,
+        SECTION_LIMIT - 140,
+    )
 
 
 def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     run = view.current
-    thinking = (
-        f":hourglass_flowing_sand: Thinking{f' (step {view.step})' if view.step > 1 else ''}…"
-    )
-    if view.draft.strip() and not view.done:
-        # The answer as it is written; the final answer message replaces it.
-        written = to_mrkdwn(tail(view.draft.strip(), 2 * output_room))
-        thinking = f"{written}\n\n:writing_hand: Writing…"
-    if view.awaiting_approval and not view.done:
-        thinking = ":lock: Waiting for someone to Run, Edit or Cancel the model's code (below)…"
+    thinking = status_line(view, MARKS, lambda draft: to_mrkdwn(tail(draft, 2 * output_room)))
     if run is None:
-        return thinking if not view.done else ""
+        return thinking
     count = len(view.runs)
     title = "*Code*" if count == 1 else f"*Code* (run {count}; all runs are attached at the end)"
     parts = [title, slack_code(head(run.code, code_room))]
@@ -91,14 +92,13 @@ def answer_texts(view: TurnView, not_uploaded: list[Artifact], max_files: int = 
     """The answer in mrkdwn, split to fit, listing artifacts that were not uploaded and
     counting those beyond `max_files`."""
     lines = fit_notices(
-        view.notices, NOTICES_ROOM, lambda notice: f":information_source: {plain(notice)}"
+        view.notices, NOTICES_ROOM, lambda notice: f"{MARKS['notice']} {plain(notice)}"
     )
-    if view.answer is not None:
-        # A direct run's answer is empty: its run report above is the whole answer.
-        if view.answer.strip() or not view.runs:
-            lines.append(to_mrkdwn(view.answer.strip() or "Done."))
-    else:
-        lines.append(f":x: {escape(view.failure or 'The turn ended without an answer.')}")
+    ending = view.ending()
+    if ending is not None and ending.failed:
+        lines.append(f"{MARKS['failed']} {escape(ending.text)}")
+    elif ending is not None:
+        lines.append(to_mrkdwn(ending.text))
     if not_uploaded:
         lines.append("")
         lines += [
@@ -107,7 +107,7 @@ def answer_texts(view: TurnView, not_uploaded: list[Artifact], max_files: int = 
         ]
     _, hidden = shown_artifacts(view, max_files)
     if hidden:
-        lines += ["", f":information_source: {escape(hidden)}"]
+        lines += ["", f"{MARKS['notice']} {escape(hidden)}"]
     return split_message("\n".join(lines), MESSAGE_LIMIT)
 
 

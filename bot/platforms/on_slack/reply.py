@@ -1,18 +1,19 @@
-"""Posting a turn into a Slack thread: the progress message, its edits, files, the answer."""
+"""A turn in a Slack thread: the thread's API calls, and the progress message, its edits,
+files and the answer made of them."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.events import ApprovalDecided, ApprovalRequested, TurnEvent
+from bot.events import ApprovalDecided, ApprovalRequested
 from bot.platforms.on_slack.approval import decided_message, request_files, request_message
-from bot.platforms.on_slack.render import answer_texts, blocks, progress_text, uploads
-from bot.platforms.progress import Pacer, TurnView, shown_artifacts
+from bot.platforms.on_slack.render import MARKS, answer_texts, blocks, progress_text, uploads
+from bot.platforms.progress import shown_artifacts
+from bot.platforms.turn_reply import TurnReply
 from storage.artifacts import Artifact
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,12 @@ class SlackThread:
         )
 
 
-class SlackReply:
-    """Renders one turn into a thread (the conversation service's `Reply`)."""
+class SlackReply(TurnReply[str]):
+    """One turn in a thread (see `TurnReply`): messages are known by their ts; files are
+    uploaded into the thread before the answer."""
+
+    marks = MARKS
+    api_error = SlackApiError
 
     def __init__(
         self,
@@ -69,73 +74,47 @@ class SlackReply:
         interval: float = EDIT_INTERVAL_S,
         max_files: int = 10,
     ) -> None:
+        super().__init__(interval)
         self.thread = thread
         self.owner = owner
         """Who asked: refusals are shown to them alone."""
         self.max_files = max_files
-        self.stop: tuple[str, str, str] | None = None
-        self.view = TurnView()
-        self.progress: str | None = None
-        self.pacer = Pacer(self._draw, interval)
-        self.approvals: dict[str, tuple[ApprovalRequested, str]] = {}
-        """Approval messages (their ts) by key, with what they asked."""
 
-    async def queued(self, stop: str, text: str) -> None:
-        self.stop = ("cm_stop", "Stop", stop)
-        await self._show(f":hourglass_flowing_sand: {text}")
+    def controls(self, kind: str, key: str) -> list[tuple[str, str, str]]:
+        return [("cm_stop", "Stop", key) if kind == "stop" else ("cm_rerun", "Re-run", key)]
 
-    async def start(self, stop: str) -> None:
-        self.stop = ("cm_stop", "Stop", stop)
-        await self._show(":hourglass_flowing_sand: Working on it…")
+    def progress_text(self) -> str:
+        return progress_text(self.view)
 
-    async def _show(self, text: str) -> None:
-        shown = blocks(text, [self.stop] if self.stop else [])
-        if self.progress is None:
-            self.progress = await self.thread.post(text, shown)
-            if self.thread.thread_ts is None:
-                # A /run result in a channel starts its own thread: the answer goes under it.
-                self.thread.thread_ts = self.progress
-        else:
-            await self.thread.update(self.progress, text, shown)
+    async def post(self, text: str, controls: Any = None) -> str:
+        ts = await self.thread.post(text, blocks(text, controls or []))
+        if self.thread.thread_ts is None:
+            # A /run result in a channel starts its own thread: the answer goes under it.
+            self.thread.thread_ts = ts
+        return ts
 
-    def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
-        self.view.apply(event)
-        self.pacer.poke()
-        if isinstance(event, ApprovalRequested):
-            return self._ask(event)
-        if isinstance(event, ApprovalDecided):
-            return self._decided(event)
-        return None
+    async def edit(self, message: str, text: str, controls: Any = None) -> str:
+        await self.thread.update(message, text, blocks(text, controls or []))
+        return message
 
-    async def _ask(self, event: ApprovalRequested) -> None:
+    async def say(self, text: str) -> None:
+        await self.thread.post(text)
+
+    async def tell(self, text: str) -> None:
+        await self.thread.tell(self.owner, text)
+
+    async def ask(self, event: ApprovalRequested) -> str:
         files = request_files(event)
         if files:
             await self.thread.upload(files)
         text, shown = request_message(event)
-        self.approvals[event.key] = (event, await self.thread.post(text, shown))
+        return await self.thread.post(text, shown)
 
-    async def _decided(self, event: ApprovalDecided) -> None:
-        found = self.approvals.pop(event.key, None)
-        if found is None:
-            return
-        asked, ts = found
+    async def decided(self, message: str, asked: ApprovalRequested, event: ApprovalDecided) -> None:
         text, shown = decided_message(asked, event)
-        try:
-            await self.thread.update(ts, text, shown)
-        except SlackApiError:
-            log.warning("could not update the approval message", exc_info=True)
+        await self.thread.update(message, text, shown)
 
-    async def _draw(self) -> None:
-        if self.view.done or self.progress is None:
-            return
-        text = progress_text(self.view)
-        if text:
-            buttons = [self.stop] if self.stop else []
-            await self.thread.update(self.progress, text, blocks(text, buttons))
-
-    async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
-        await self.pacer.finish()
-        self.view.notices.extend(notices)
+    async def answer(self, rerun: Any) -> None:
         files, missing = uploads(self.view, self.max_files)
         not_uploaded = list(missing)
         if files:
@@ -147,12 +126,11 @@ class SlackReply:
                 not_uploaded += _published(attached)
         texts = answer_texts(self.view, not_uploaded, self.max_files)
         final = progress_text(self.view)
-        buttons = [("cm_rerun", "Re-run", rerun)] if rerun is not None else []
         if self.progress is not None:
             # When no code ran, the progress message becomes the answer's first part.
             shown = final or (texts[0] if texts else "")
             try:
-                await self.thread.update(self.progress, shown, blocks(shown, buttons))
+                await self.edit(self.progress, shown, rerun)
                 if not final:
                     texts = texts[1:]
             except SlackApiError:
@@ -160,15 +138,6 @@ class SlackReply:
         for text in texts:
             if text.strip():
                 await self.thread.post(text)
-
-    async def refused(self, text: str) -> None:
-        if self.progress is not None:
-            await self.thread.update(self.progress, text, blocks(text, []))
-        else:
-            await self.thread.tell(self.owner, text)
-
-    async def failed(self, text: str) -> None:
-        await self.thread.post(f":x: {text}")
 
 
 def _published(artifacts: list[Artifact]) -> list[Artifact]:

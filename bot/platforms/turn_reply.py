@@ -1,0 +1,148 @@
+"""One turn's reply, the same on every chat platform (the conversation service's `Reply`).
+
+    queued?  a progress message with a Stop control ("⏳ Waiting for …")
+    start    the progress message says the turn began ("⏳ Working on it…")
+    events   folded into a `TurnView`; the progress message redrawn at most once per
+             interval; code waiting for approval gets a message of its own, edited once
+             decided
+    finish   the last progress state and the answer (the platform's `answer`)
+    refused  instead: why the turn did not start (on the progress message, or to the asker)
+    failed   instead: what broke
+
+A platform's reply is a `TurnReply` that supplies only its API calls: posting and editing a
+message with its controls (Stop, Re-run), the approval messages, a note only the asker
+sees, and the answer with its files.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+from bot.events import ApprovalDecided, ApprovalRequested, TurnEvent
+from bot.platforms.progress import WORKING, Pacer, TurnView
+
+log = logging.getLogger(__name__)
+
+Message = TypeVar("Message")
+"""What a platform returns for a posted message, and takes to edit it."""
+
+
+class TurnReply(ABC, Generic[Message]):
+    marks: ClassVar[Mapping[str, str]]
+    """The platform's mark for "waiting" and "failed" (see the render modules)."""
+    api_error: ClassVar[type[Exception]] = Exception
+    """What the platform's API raises; an approval message that cannot be updated is
+    logged, not fatal."""
+
+    def __init__(self, interval: float) -> None:
+        self.view = TurnView()
+        self.progress: Message | None = None
+        self.stop: Any = None
+        """The progress message's Stop control, while the turn runs."""
+        self.pacer = Pacer(self._draw, interval)
+        self.approvals: dict[str, tuple[ApprovalRequested, Message]] = {}
+        """Approval messages by key, with what they asked."""
+
+    # ── what each platform supplies ──────────────────────────────────────
+
+    @abstractmethod
+    def controls(self, kind: str, key: str) -> Any:
+        """The platform's control for a turn: "stop" (a running turn) or "rerun" (a finished
+        direct run), named by `key`."""
+
+    @abstractmethod
+    def progress_text(self) -> str:
+        """The progress message for the current state of `view` ('' when it shows nothing)."""
+
+    @abstractmethod
+    async def post(self, text: str, controls: Any = None) -> Message:
+        """Post the progress message with its controls."""
+
+    @abstractmethod
+    async def edit(self, message: Message, text: str, controls: Any = None) -> Message:
+        """Change a posted message's text and controls (None: no controls)."""
+
+    @abstractmethod
+    async def say(self, text: str) -> None:
+        """A plain message in the conversation."""
+
+    @abstractmethod
+    async def tell(self, text: str) -> None:
+        """A message for the asker only, where the platform allows it."""
+
+    @abstractmethod
+    async def ask(self, event: ApprovalRequested) -> Message:
+        """Post the message that asks for approval, with its Run, Edit and Cancel controls."""
+
+    @abstractmethod
+    async def decided(
+        self, message: Message, asked: ApprovalRequested, event: ApprovalDecided
+    ) -> None:
+        """Turn the approval message into what became of the code (no controls)."""
+
+    @abstractmethod
+    async def answer(self, rerun: Any) -> None:
+        """The last progress state (with `rerun`, the Re-run control, or None) and the
+        answer; exactly one answer, whatever fails."""
+
+    # ── the lifecycle ────────────────────────────────────────────────────
+
+    async def queued(self, stop: str, text: str) -> None:
+        self.stop = self.controls("stop", stop)
+        await self._show(f"{self.marks['waiting']} {text}")
+
+    async def start(self, stop: str) -> None:
+        self.stop = self.controls("stop", stop)
+        await self._show(f"{self.marks['waiting']} {WORKING}")
+
+    async def _show(self, text: str) -> None:
+        if self.progress is None:
+            self.progress = await self.post(text, self.stop)
+        else:
+            self.progress = await self.edit(self.progress, text, self.stop)
+
+    def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
+        self.view.apply(event)
+        self.pacer.poke()
+        if isinstance(event, ApprovalRequested):
+            return self._ask(event)
+        if isinstance(event, ApprovalDecided):
+            return self._decided(event)
+        return None
+
+    async def _ask(self, event: ApprovalRequested) -> None:
+        self.approvals[event.key] = (event, await self.ask(event))
+
+    async def _decided(self, event: ApprovalDecided) -> None:
+        found = self.approvals.pop(event.key, None)
+        if found is None:
+            return
+        asked, message = found
+        try:
+            await self.decided(message, asked, event)
+        except self.api_error:
+            log.warning("could not update the approval message", exc_info=True)
+
+    async def _draw(self) -> None:
+        if self.view.done or self.progress is None:
+            return
+        text = self.progress_text()
+        if text:
+            self.progress = await self.edit(self.progress, text, self.stop)
+
+    async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
+        await self.pacer.finish()
+        self.view.notices.extend(notices)
+        await self.answer(None if rerun is None else self.controls("rerun", rerun))
+
+    async def refused(self, text: str) -> None:
+        if self.progress is not None:
+            await self.edit(self.progress, text, None)
+        else:
+            await self.tell(text)
+
+    async def failed(self, text: str) -> None:
+        await self.say(f"{self.marks['failed']} {text}")
