@@ -14,6 +14,9 @@ real ones (tests/contract runs the same cases on the fake, Docker and Kubernetes
         result = await executor.session("k").run("print(1)")
 
 Code the script does not know gets `FakeBackend.default` (by default: an empty, ok run).
+It is one module past 400 lines because it is one concept, the runner's stand-in: the script,
+the fake sandbox that answers the protocol and the backend that starts it are read together
+(its /mnt/data is fake_files.py).
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ per sandbox pumps the attach stream into the event queue, which is bounded (see
 executor/kubernetes_stream.py). Its `stream()` swaps the request
 method of the client it is given while it connects, so streams use a client of their own,
 one connection set-up at a time.
+
+It is one module past 400 lines because it is one concept, a sandbox Pod's life as the
+executor sees it (start, attach, files, exit, recovery); what a Pod is lives in
+kubernetes_pod.py, the blocking client's calls in kubernetes_api.py.
 """
 
 from __future__ import annotations

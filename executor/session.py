@@ -89,8 +89,7 @@ class SessionManager:
         return self._live.get(key)
 
     async def open(self, key: str) -> Live:
-        live, _ = await self._session(key, None)
-        return live
+        return (await self._session(key, None))[0]
 
     async def run(
         self,
