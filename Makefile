@@ -24,11 +24,12 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-# The layer without Docker or a cluster: logic, the fake sandbox, the stand-in servers, the
-# Docker proxy's policy (and Azurite for the cases that keep workspaces in Blob Storage).
+# The layer without Docker or a cluster: logic, the fake sandbox (and the runner contract on
+# it), the stand-in servers, the Docker proxy's policy (and Azurite for the cases that keep
+# workspaces in Blob Storage).
 # tests/storage, also Docker-free, is Azurite's own layer: `make test` runs it.
 fast: venv azurite
-	$(BIN)/pytest -n 2 tests/fast tests/unit tests/proxy $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 -m "not docker and not kubernetes" tests/fast tests/unit tests/proxy tests/contract $(PYTEST_ARGS)
 
 build-image: venv engine
 	bash scripts/build-image.sh
