@@ -8,6 +8,7 @@ from collections.abc import Callable
 import docker
 import pytest
 
+from bot.sandbox_words import spoken
 from executor import SandboxBusy, Status
 from tests.integration.conftest import Pooled, live_sandboxes
 
@@ -85,7 +86,7 @@ async def test_an_idle_session_makes_room_when_every_sandbox_is_taken(pooled: Po
         second = await executor.session("second").run("y = 2\ny")
         assert second.status is Status.OK
         assert second.results[-1].text == "2"
-        again = await first.run("x")
+        again = spoken(await first.run("x"))
         assert again.session_restarted
         assert "idle while another conversation needed a sandbox" in again.message
         assert again.error is not None

@@ -118,7 +118,7 @@ async def test_code_that_ignores_the_time_limit_is_killed_and_the_next_run_says_
         )
         assert result.status is Status.TIMEOUT
         assert "it was stopped" in result.message
-        after = await session.run("'precious' in globals()")
+        after = spoken(await session.run("'precious' in globals()"))
         assert after.session_restarted
         assert after.results[-1].text == "False"
         assert "the previous run was stopped at the time limit" in after.message
