@@ -30,16 +30,17 @@ if worker := os.environ.get("PYTEST_XDIST_WORKER"):
 
 SERIAL_PATHS = (
     "tests/integration/test_engine_restart.py",  # restarts dockerd under everyone's sandboxes
-    "tests/platforms/test_load.py",  # 100 turns at once, an engine restart, memory bounds
+    # 100 turns at once with the bot's memory bounded, and an engine restart under turns.
+    "tests/platforms/test_load.py::test_a_hundred_mentions_at_once",
+    "tests/platforms/test_load.py::test_an_engine_restart",
 )
-"""Tests that take the whole engine or machine: marked `serial`, run after the parallel phase."""
+"""Tests (files, or test names within a file) that take the whole engine or machine: marked
+`serial`, run after the parallel phase."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = config.rootpath
     for item in items:
-        path = item.path.relative_to(root).as_posix()
-        if path.startswith(SERIAL_PATHS):
+        if item.nodeid.startswith(SERIAL_PATHS):
             item.add_marker(pytest.mark.serial)
 
 
