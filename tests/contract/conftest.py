@@ -6,7 +6,6 @@ a started sandbox, ready and warm, and leaves nothing behind."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Mapping
 
 import pytest
@@ -17,12 +16,11 @@ from executor.fake_backend import FakeBackend, FakeRun, stdout
 from executor.kubernetes_backend import KubernetesBackend
 from executor.protocol import Sandbox, SandboxBackend
 from executor.runner_client import RunnerClient
-from tests.integration.conftest import live_sandboxes
 from tests.kubernetes.conftest import admin, bot_kubeconfig, deployed, sandbox_pods, settings
+from tests.support.sandboxes import TEST_INSTANCE, live_sandboxes
 
 __all__ = ["admin", "bot_kubeconfig", "deployed"]  # the cluster's fixtures, used by name
 
-TEST_INSTANCE = os.environ.get("CELLMATE_TEST_INSTANCE", "tests")
 ENV_NAME = "CONTRACT_COLOR"
 FAKE_SCRIPT: Mapping[str, FakeRun] = {
     "print(6 * 7)": FakeRun(outputs=[stdout("42\n")]),

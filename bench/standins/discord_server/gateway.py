@@ -179,12 +179,19 @@ class Gateway(ServerState):
             await conn.ws.close(code=4001, message=b"Unknown opcode.")
         self._touch()
 
-    async def _identify(self, conn: Connection, data: JSON) -> None:
+    async def _authenticates(self, conn: Connection, data: JSON) -> bool:
+        """Whether an IDENTIFY or RESUME may go on; if not, the connection is closed as
+        Discord closes it."""
         if conn.session is not None:
             await conn.ws.close(code=4005, message=b"Already authenticated.")
-            return
+            return False
         if data.get("token") != TOKEN:
             await conn.ws.close(code=4004, message=b"Authentication failed.")
+            return False
+        return True
+
+    async def _identify(self, conn: Connection, data: JSON) -> None:
+        if not await self._authenticates(conn, data):
             return
         intents = data.get("intents")
         if not isinstance(intents, int) or intents < 0:
@@ -225,11 +232,7 @@ class Gateway(ServerState):
             self._ready_sent = True
 
     async def _resume(self, conn: Connection, data: JSON) -> None:
-        if conn.session is not None:
-            await conn.ws.close(code=4005, message=b"Already authenticated.")
-            return
-        if data.get("token") != TOKEN:
-            await conn.ws.close(code=4004, message=b"Authentication failed.")
+        if not await self._authenticates(conn, data):
             return
         session = self._session
         if session is None or session.invalid or data.get("session_id") != session.id:
