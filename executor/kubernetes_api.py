@@ -17,6 +17,7 @@ from kubernetes.stream import stream as k8s_stream
 from urllib3.exceptions import HTTPError
 from websocket import ABNF
 
+from executor.backoff import Backoff
 from executor.errors import EngineUnavailable, SandboxError
 from executor.kubernetes_pod import KubernetesSettings
 from executor.stdio import STDOUT
@@ -116,3 +117,24 @@ async def cluster_call(call: Callable[..., T], *args: Any) -> T:
         raise SandboxError(f"the cluster refused: {exc.status} {exc.reason}") from exc
     except HTTPError as exc:
         raise EngineUnavailable(f"The Kubernetes API does not answer: {exc}") from exc
+
+
+CONFLICT_RETRY = Backoff(attempts=5, first_s=0.2)
+"""A create the API server answers with 409 while the namespace's ResourceQuota is updated
+by another create at the same moment (its usage is written with an optimistic lock)."""
+
+
+async def create_call(call: Callable[..., T], *args: Any) -> T:
+    """`cluster_call` for a create of a uniquely named object: a 409 Conflict can only be the
+    quota's lock, so it is tried again after a short wait."""
+    for wait in CONFLICT_RETRY.waits():
+        await asyncio.sleep(wait)
+        try:
+            return await asyncio.to_thread(call, *args)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise SandboxError(f"the cluster refused: {exc.status} {exc.reason}") from exc
+            conflict = exc
+        except HTTPError as exc:
+            raise EngineUnavailable(f"The Kubernetes API does not answer: {exc}") from exc
+    raise SandboxError(f"the cluster refused: {conflict.status} {conflict.reason}") from conflict

@@ -47,6 +47,7 @@ from executor.kubernetes_api import (
     close_stream,
     cluster_call,
     connect,
+    create_call,
     delete_pod,
     frames,
     open_stream,
@@ -396,7 +397,7 @@ class KubernetesBackend:
         name = f"cellmate-{uuid.uuid4().hex[:16]}"
         manifest = pod_manifest(self.image, name, limits, self.labels, self.settings)
         try:
-            await cluster_call(api.create_namespaced_pod, self.namespace, manifest)
+            await create_call(api.create_namespaced_pod, self.namespace, manifest)
         except SandboxError as exc:
             raise SandboxError(f"the cluster refused to create a sandbox Pod: {exc}") from exc
         sandbox: KubernetesSandbox | None = None
