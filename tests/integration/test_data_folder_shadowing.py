@@ -34,6 +34,8 @@ SHADOWS = {
     "pickle.py": _marker("pickle"),
     "zmq/__init__.py": _marker("zmq"),
     "ipykernel_launcher.py": _marker("ipykernel_launcher"),
+    "ipykernel/__init__.py": _marker("ipykernel"),
+    "kernel_launch.py": _marker("kernel_launch"),
     "sitecustomize.py": _marker("sitecustomize"),
     "usercustomize.py": _marker("usercustomize"),
     "cellmate.pth": "import os; " + _marker("pth"),

@@ -10,12 +10,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import zmq
+import zmq.asyncio
+from jupyter_client.asynchronous import AsyncKernelClient
 from nbclient import NotebookClient
 
 from executor import wire
 
 STDERR_TAIL_BYTES = 16 * 1024
 STDERR_REPORT_CHARS = 4000
+IOPUB_QUEUE = 50_000
+"""Messages the runner's end of the kernel's output channel holds: as deep as the kernel's
+end (`kernel_launch.IOPUB_QUEUE`), for the same reason."""
 
 
 class CappedClient(NotebookClient):  # type: ignore[misc]
@@ -67,6 +73,19 @@ class CappedClient(NotebookClient):  # type: ignore[misc]
         if out is not None:
             self.emit(wire.Output(id=self.run_id, cell=cell_index, output=out))
         return out
+
+
+class DeepQueueKernelClient(AsyncKernelClient):  # type: ignore[misc]
+    """The kernel client whose sockets queue `IOPUB_QUEUE` messages. The queue is filled by
+    ZMQ's own I/O thread, which keeps reading while the runner's Python is busy; a flood
+    past it costs the sandbox's own memory, which its limit caps."""
+
+    def _context_default(self) -> zmq.asyncio.Context:
+        context = super()._context_default()
+        # Defaults for every socket made after this, before it connects: a queue's depth
+        # is fixed when the connection is made.
+        context.setsockopt(zmq.RCVHWM, IOPUB_QUEUE)
+        return context
 
 
 class NoKey(Exception):

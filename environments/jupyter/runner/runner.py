@@ -21,7 +21,7 @@ import nbformat
 from nbclient.exceptions import CellExecutionError, DeadKernelError
 
 from executor import wire
-from runner.client import CappedClient, NoKey, StderrTail
+from runner.client import CappedClient, DeepQueueKernelClient, NoKey, StderrTail
 from runner.files import DATA_DIR, files_op, read_at_most, snapshot
 from runner.kernel_scripts import (
     DATA_OFF,
@@ -51,6 +51,7 @@ from runner.system import (
     stopped,
 )
 
+KERNEL_LAUNCH = Path(__file__).with_name("kernel_launch.py")
 PREVIEW_TIMEOUT_S = 30
 WORKSPACE_TIMEOUT_S = 120
 STDERR_TAIL_BYTES = 16 * 1024
@@ -124,9 +125,12 @@ class Runner:
         started = time.monotonic()
         prepare_writable_dirs()
         self.client.km = self.client.create_kernel_manager()
+        self.client.km.client_factory = DeepQueueKernelClient
         spec = self.client.km.kernel_spec
-        # `python -P -s -m ipykernel_launcher ...`: see DATA_OFF.
-        spec.argv = [spec.argv[0], "-P", "-s", *spec.argv[1:]]
+        # `python -P -s .../kernel_launch.py -f ...` (see DATA_OFF) for `python -m
+        # ipykernel_launcher -f ...`.
+        launcher = spec.argv.index("ipykernel_launcher")
+        spec.argv = [spec.argv[0], "-P", "-s", str(KERNEL_LAUNCH), *spec.argv[launcher + 1 :]]
         await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
         await self.client.async_start_new_kernel_client()
         await self.client.kc.execute_interactive(
