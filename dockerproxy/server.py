@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from dockerproxy import bodies, jsonbody
+from dockerproxy import bodies, jsonbody, networks
 from dockerproxy.errors import RequestRefused
 from dockerproxy.policy import MiB, Policy
 from dockerproxy.routes import Kind, Plan, plan
@@ -100,7 +100,7 @@ class DockerProxy:
             except TimeoutError:
                 return
             upstream_reader, upstream = await self._connect()
-            content_type = {"container": "application/json", "volume": "application/json"}
+            content_type = dict.fromkeys(("container", "volume", "network"), "application/json")
             upstream.write(
                 request_head(
                     route.method,
@@ -158,7 +158,18 @@ class DockerProxy:
         raw = await reader.readexactly(request.length)
         if route.body == "volume":
             return _encode(bodies.volume(jsonbody.decode(raw), self.policy))
+        if route.body == "network":
+            return _encode(networks.create_body(jsonbody.decode(raw), self.policy))
         built = bodies.container(jsonbody.decode(raw), self.policy)
+        if built.network is not None:
+            # The network as the engine has it: labelled for this instance, and made as the
+            # sandbox network is; the container joins it by id, with the proxy's variables.
+            found = await self._sandbox("networks", built.network)
+            info = networks.check_network(found, self.policy)
+            built.body["HostConfig"]["NetworkMode"] = info.id
+            built.body["Env"] += networks.egress_environment(
+                built.egress_env or {}, info, self.policy
+            )
         # The data volume must be one of the sandboxes' own tmpfs volumes.
         volume = await self._sandbox("volumes", built.volume)
         mount = built.body["HostConfig"]["Mounts"][0]
@@ -181,6 +192,9 @@ class DockerProxy:
         found = await self._lookup(f"/{kind}/{name}" + ("/json" if kind == "containers" else ""))
         if found is None:
             raise RequestRefused(f"no such {kind[:-1]}: {name}")
+        if kind == "networks" and found.get("Name") != name and found.get("Id") != name:
+            # The engine also finds networks by id prefix: only the full name or id is served.
+            raise RequestRefused(f"no such network: {name}")
         holder = (found.get("Config") or {}) if kind == "containers" else found
         labels = holder.get("Labels") or {}
         if any(labels.get(key) != value for key, value in self.policy.labels.items()):
@@ -271,7 +285,7 @@ class DockerProxy:
 
 
 def _key(kind: Kind, found: dict[str, Any]) -> str:
-    return str(found["Id" if kind == "containers" else "Name"])
+    return str(found["Name" if kind == "volumes" else "Id"])
 
 
 def _encode(body: dict[str, Any]) -> bytes:
