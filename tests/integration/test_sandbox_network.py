@@ -22,9 +22,12 @@ import docker
 import docker.errors
 import pytest
 
+from bench.standins.ports import free_port
+from dockerproxy import DockerProxy, Policy
 from executor import Executor, SandboxLimits, Status, default_tag
 from executor.docker_backend import DockerBackend
 from executor.egress import PACKAGES_DIR, NetworkInfo, bridge_name, network_name
+from executor.errors import SandboxError
 from tests.integration.conftest import NO_POOL
 from tests.support.network import reach_code
 from tests.support.sandboxes import TEST_INSTANCE
@@ -278,3 +281,50 @@ async def test_off_has_no_packages_place(runtime: str) -> None:
             "    print('refused', e.errno)"
         )
     assert result.stdout.startswith("refused"), result.stdout
+
+
+@asynccontextmanager
+async def docker_api_proxy(policy: Policy) -> AsyncIterator[str]:
+    """The Docker API proxy in front of the engine, as DOCKER_HOST."""
+    proxy = DockerProxy("/var/run/docker.sock", policy)
+    port = free_port()
+    server = await proxy.start("127.0.0.1", port)
+    try:
+        yield f"tcp://127.0.0.1:{port}"
+    finally:
+        server.close()
+        await server.wait_closed()
+        await proxy.close()
+
+
+async def test_the_docker_api_proxy_lets_sandboxes_join_only_when_told(
+    runtime: str, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup = DockerBackend(default_tag(), instance=TEST_INSTANCE)
+    async with door(setup, docker_client) as opened:
+        limits = SandboxLimits(
+            runtime=runtime,  # type: ignore[arg-type]
+            egress="allowlist",
+            proxy_port=opened.proxy[1],
+            timeout_s=30,
+        )
+        allowed = Policy(
+            instance=TEST_INSTANCE, egress_network=True, egress_proxy_port=opened.proxy[1]
+        )
+        async with docker_api_proxy(allowed) as url:
+            monkeypatch.setenv("DOCKER_HOST", url)
+            async with Executor(
+                default_tag(), limits=limits, instance=TEST_INSTANCE, pool=NO_POOL
+            ) as executor:
+                fetched = await executor.run_notebook(FETCH)
+        async with docker_api_proxy(Policy(instance=TEST_INSTANCE)) as url:
+            monkeypatch.setenv("DOCKER_HOST", url)
+            async with Executor(
+                default_tag(), limits=limits, instance=TEST_INSTANCE, pool=NO_POOL
+            ) as executor:
+                with pytest.raises(SandboxError) as refused:
+                    await executor.run_notebook(FETCH)
+        await setup.close()
+    assert fetched.status is Status.OK, fetched.message
+    assert fetched.stdout.strip() == ANSWER.decode()
+    assert "no sandbox network" in str(refused.value)
