@@ -255,11 +255,12 @@ class DockerProxy:
         """What the executor reads of /info: the runtimes it may use, and the version."""
         found = await self._lookup("/info") or {}
         runtimes = found.get("Runtimes") or {}
+        usable = set(self.policy.runtimes)
+        if self.policy.egress_network and "runsc" in usable:
+            usable.add("runsc-net")  # gVisor with a network stack, for the sandbox network
         return {
             "ServerVersion": found.get("ServerVersion", ""),
-            "Runtimes": {
-                name: {"path": name} for name in sorted(runtimes) if name in self.policy.runtimes
-            },
+            "Runtimes": {name: {"path": name} for name in sorted(runtimes) if name in usable},
         }
 
     async def _lookup(self, path: str) -> dict[str, Any] | None:

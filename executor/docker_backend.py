@@ -247,9 +247,11 @@ class DockerBackend:
                     volume.remove(force=True)
             remove_plain_volumes(client)
             # The sandbox network goes too once no container uses it (made again on demand).
-            for network in client.networks.list(filters={"label": selector}):
-                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                    network.remove()
+            # A Docker API proxy that allows no sandbox network refuses even the list.
+            with contextlib.suppress(docker.errors.APIError):
+                for network in client.networks.list(filters={"label": selector}):
+                    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                        network.remove()
             return len(containers)
 
         return await asyncio.to_thread(sweep)
