@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -47,13 +48,32 @@ class Door:
     network: NetworkInfo
     proxy: tuple[str, int]
     others: list[tuple[str, int]]
+    link_local: tuple[str, int] | None = None
+    """The bridge's IPv6 link-local address on the host, listened on, if it has one."""
     requests: list[bytes] = field(default_factory=list)
     reached: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+
+
+def _link_local(interface: str) -> str | None:
+    """The interface's IPv6 link-local address on this host (from /proc/net/if_inet6)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            digits, _, _, scope, _, name = line.split()
+            if name == interface and scope == "20":
+                return ":".join(digits[i : i + 4] for i in range(0, 32, 4))
+    return None
 
 
 def _docker0_gateway(client: docker.DockerClient) -> str:
     config = client.api.inspect_network("bridge")["IPAM"]["Config"]
     return str(next(c["Gateway"] for c in config if "." in c.get("Gateway", "")))
+
+
+def _ipv6_socket(address: tuple[str, int, int, int]) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    sock.bind(address)
+    sock.listen()
+    return sock
 
 
 async def guard(action: str, port: int) -> None:
@@ -99,6 +119,15 @@ async def door(backend: DockerBackend, client: docker.DockerClient) -> AsyncIter
             slot.append((host, int(server.sockets[0].getsockname()[1])))
             addresses.append(slot[0])
         found = Door(info, addresses[0], addresses[1:])
+        if (address := _link_local(bridge_name(TEST_INSTANCE))) is not None:
+            slot = []
+            scope = socket.if_nametoindex(bridge_name(TEST_INSTANCE))
+            server = await asyncio.start_server(
+                serving(slot), sock=_ipv6_socket((address, 0, 0, scope))
+            )
+            servers.append(server)
+            slot.append((address, int(server.sockets[0].getsockname()[1])))
+            found.link_local = slot[0]
         await guard("add", found.proxy[1])
         guarded = True
         yield found
@@ -186,13 +215,14 @@ for p in (22, 80, 2375, 8080, port + 1):
         out[f'tcp {p}'] = 'connected'
     except OSError as e:
         out[f'tcp {p}'] = errno.errorcode.get(e.errno or 0, str(e))
-try:
-    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-    s.settimeout(2)
-    s.connect(('ff02::1', 22, 0, socket.if_nametoindex('eth0')))
-    out['ipv6'] = 'connected'
-except OSError as e:
-    out['ipv6'] = errno.errorcode.get(e.errno or 0, str(e))
+if LINK_LOCAL:
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        s.settimeout(2)
+        s.connect((*LINK_LOCAL, 0, socket.if_nametoindex('eth0')))
+        out['ipv6'] = 'connected'
+    except OSError as e:
+        out['ipv6'] = errno.errorcode.get(e.errno or 0, str(e))
 print(json.dumps(out))
 """
 
@@ -202,6 +232,7 @@ async def test_no_other_door_of_the_host_opens(
 ) -> None:
     async with allowlist_executor(runtime, docker_client) as (executor, opened):
         code = AROUND.replace("GATEWAY", repr(list(opened.proxy)))
+        code = code.replace("LINK_LOCAL", repr(opened.link_local))
         result = await executor.run_notebook(code)
     assert result.status is Status.OK, result.message
     assert "connected" not in json.loads(result.stdout).values(), result.stdout
