@@ -140,8 +140,9 @@ class DockerBackend:
         """The instance's sandbox network (made on first use by `ensure`), whose
         `proxy_address` is where the egress proxy listens."""
         client = await self.client()
-        if self._egress is None or self._egress.proxy_port != proxy_port:
+        if self._egress is None:
             self._egress = EgressNetwork(client, self.instance, self.labels, proxy_port)
+        self._egress.proxy_port = proxy_port
         return self._egress
 
     async def _network(self, client: docker.DockerClient, limits: SandboxLimits) -> NetworkInfo:
@@ -246,10 +247,15 @@ class DockerBackend:
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     volume.remove(force=True)
             remove_plain_volumes(client)
-            # The sandbox network goes too once no container uses it (made again on demand).
-            # A Docker API proxy that allows no sandbox network refuses even the list.
+            # A sandbox network left by an earlier process goes too once no container uses it
+            # (made again on demand); the one this backend made stays, since the egress
+            # proxy listens on its gateway. A Docker API proxy that allows no sandbox network
+            # refuses even the list.
+            in_use = self._egress.known if self._egress is not None else None
             with contextlib.suppress(docker.errors.APIError):
                 for network in client.networks.list(filters={"label": selector}):
+                    if in_use is not None and network.id == in_use.id:
+                        continue
                     with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                         network.remove()
             return len(containers)

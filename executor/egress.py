@@ -169,6 +169,11 @@ class EgressNetwork:
     def name(self) -> str:
         return network_name(self.instance)
 
+    @property
+    def known(self) -> NetworkInfo | None:
+        """The network as last made or found here (None before the first `ensure`)."""
+        return self._known
+
     async def ensure(self) -> NetworkInfo:
         """The network, made if it is missing (or was swept since it was last seen)."""
         async with self._lock:
