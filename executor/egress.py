@@ -18,7 +18,9 @@ Who provides what: this module makes the network and says where the proxy must l
 (`EgressNetwork.proxy_address`, `EgressNetwork.listen`); the proxy and its policy are the
 egress proxy's own. Under gVisor the sandbox needs a network stack of its own, which the
 default `runsc` registration (`--network=none`) does not give: allowlist sandboxes run on the
-engine runtime `runsc-net` (`--network=sandbox`), see `engine_runtime`.
+engine runtime `runsc-net` (`--network=host`, gVisor's sockets in the container's own network
+namespace; scripts/ensure-docker.sh registers it and says why not `sandbox`), see
+`engine_runtime`.
 """
 
 from __future__ import annotations

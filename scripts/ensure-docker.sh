@@ -9,8 +9,13 @@ log() { echo "[cellmate] $*" >&2; }
 engine_answers() { timeout 10 docker info >/dev/null 2>&1; }
 
 # gVisor's runtimes: `runsc` without any network (the default sandboxes have none), and
-# `runsc-net` with gVisor's own network stack (--network=sandbox), which only sandboxes on the
-# allowlist network use: their container's interface leads only to the egress proxy.
+# `runsc-net`, which only sandboxes on the allowlist network use: their container's interface
+# leads only to the egress proxy. It is --network=host: gVisor's socket calls go to the host
+# kernel inside the container's own network namespace (the engine's routes and rules apply).
+# gVisor's own stack (--network=sandbox) would keep the host's network code further away, but
+# the pinned runsc refuses it on recent kernels ("cannot run with network enabled in root
+# network namespace": its check for the root namespace misfires); with a runsc that accepts
+# it, set CELLMATE_RUNSC_NETWORK=sandbox.
 register_runtimes() {
   python3 - <<'PY'
 import json, os, pathlib
@@ -22,7 +27,10 @@ if not runsc:
 runtimes = config.setdefault("runtimes", {})
 wanted = {
     "runsc": {"path": runsc, "runtimeArgs": ["--network=none"]},
-    "runsc-net": {"path": runsc, "runtimeArgs": ["--network=sandbox"]},
+    "runsc-net": {
+        "path": runsc,
+        "runtimeArgs": [f"--network={os.environ.get('CELLMATE_RUNSC_NETWORK') or 'host'}"],
+    },
 }
 changed = [name for name, runtime in wanted.items() if runtimes.get(name) != runtime]
 if changed:
