@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from dockerproxy import bodies, jsonbody, networks
-from dockerproxy.errors import RequestRefused
+from dockerproxy.errors import NetworkMissing, RequestRefused
 from dockerproxy.policy import MiB, Policy
 from dockerproxy.routes import Kind, Plan, plan
 from dockerproxy.tarstream import Rebuilt, TarCaps, rebuild
@@ -95,7 +95,8 @@ class DockerProxy:
                 caps = await self._tar_caps(found) if route.body == "tar" else None
             except RequestRefused as exc:
                 log.warning("refused a request: %s", exc)
-                await answer(writer, 403, {"message": f"cellmate docker-proxy: {exc}"})
+                status = 404 if isinstance(exc, NetworkMissing) else 403
+                await answer(writer, status, {"message": f"cellmate docker-proxy: {exc}"})
                 return
             except TimeoutError:
                 return
@@ -190,11 +191,13 @@ class DockerProxy:
         this proxy's instance (the engine found it by id, name or id prefix: the caller goes
         on with its full id, never the name again)."""
         found = await self._lookup(f"/{kind}/{name}" + ("/json" if kind == "containers" else ""))
+        if kind == "networks" and (
+            found is None or (found.get("Name") != name and found.get("Id") != name)
+        ):
+            # The engine also finds networks by id prefix: only the full name or id is served.
+            raise NetworkMissing(f"no such network: {name}")
         if found is None:
             raise RequestRefused(f"no such {kind[:-1]}: {name}")
-        if kind == "networks" and found.get("Name") != name and found.get("Id") != name:
-            # The engine also finds networks by id prefix: only the full name or id is served.
-            raise RequestRefused(f"no such network: {name}")
         holder = (found.get("Config") or {}) if kind == "containers" else found
         labels = holder.get("Labels") or {}
         if any(labels.get(key) != value for key, value in self.policy.labels.items()):

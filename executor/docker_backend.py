@@ -247,20 +247,25 @@ class DockerBackend:
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     volume.remove(force=True)
             remove_plain_volumes(client)
-            # A sandbox network left by an earlier process goes too once no container uses it
-            # (made again on demand); the one this backend made stays, since the egress
-            # proxy listens on its gateway. A Docker API proxy that allows no sandbox network
-            # refuses even the list.
-            in_use = self._egress.known if self._egress is not None else None
-            with contextlib.suppress(docker.errors.APIError):
-                for network in client.networks.list(filters={"label": selector}):
-                    if in_use is not None and network.id == in_use.id:
-                        continue
-                    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                        network.remove()
+            # The sandbox network stays: the egress proxy listens on its gateway, and a
+            # network made again would have another one. It is removed by remove_network().
             return len(containers)
 
         return await asyncio.to_thread(sweep)
+
+    async def remove_network(self) -> None:
+        """Remove the instance's sandbox network (when the bot and its egress proxy stop for
+        good); the engine refuses while a sandbox is still on it."""
+        client = await self.client()
+        selector = [f"{k}={v}" for k, v in self.labels.items()]
+
+        def remove() -> None:
+            for network in client.networks.list(filters={"label": selector}):
+                with contextlib.suppress(docker.errors.NotFound):
+                    network.remove()
+
+        await asyncio.to_thread(remove)
+        self._egress = None
 
     async def close(self) -> None:
         if self._client is not None:

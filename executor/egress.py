@@ -1,16 +1,20 @@
 """The sandbox network of `CELLMATE_NETWORK=allowlist` on Docker: a door, not a hole.
 
     sandbox --(its only interface)--> internal bridge of the instance --> gateway = the host
-                                      (no NAT, no default route)         └ egress proxy there
+                                      (no NAT, nothing forwarded)       └ egress proxy there
 
 In `allowlist` mode every sandbox of an instance sits on one Docker network of that instance:
-a bridge made `internal` (the engine gives it no route out and no masquerading), without
-traffic between its containers (`enable_icc=false`), labelled like the instance's sandboxes
-so that the same sweeps remove it. The only address a sandbox can reach there is the
-bridge's gateway, which is the host; the egress proxy listens on that address, and the
-sandbox's environment points HTTP(S)_PROXY and pip at it (`sandbox_environment`). The bridge
-is named `cellmate-<6 hex>`, so that one static host rule on the interfaces `cellmate-+`
-(scripts/ensure-docker.sh) can refuse every other port of the host on it.
+a bridge made `internal` (the engine forwards nothing off it and masquerades nothing),
+without traffic between its containers (`enable_icc=false`), labelled like the instance's
+sandboxes. Sweeps of leftover sandboxes leave it (the proxy listens on its gateway, and a
+network made again would get another); `DockerBackend.remove_network` removes it.
+
+The only next hop a sandbox has there is the bridge's gateway, which is the host (Docker
+20.10 still writes a default route via it; later engines write none). The egress proxy listens
+on that address, and the sandbox's environment points HTTP(S)_PROXY and pip at it
+(`sandbox_environment`). Every other port of the host would answer too: the bridge is named
+`cellmate-<6 hex>` so that one static host rule on the interfaces `cellmate-+`
+(scripts/guard-sandbox-network.sh, which scripts/ensure-docker.sh installs) refuses them all.
 
 In `off` mode (the default) nothing here is used: sandboxes have network mode `none`.
 
