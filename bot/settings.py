@@ -1,7 +1,9 @@
 """Settings from the environment and `.env`; the only module that reads either.
 
 Sandbox limits are `CELLMATE_SANDBOX_<FIELD>` for every field of `SandboxLimits`
-(e.g. `CELLMATE_SANDBOX_MEMORY_MB=2048`, `CELLMATE_SANDBOX_RUNTIME=runsc`); the pool and
+(e.g. `CELLMATE_SANDBOX_MEMORY_MB=2048`, `CELLMATE_SANDBOX_RUNTIME=runsc`), except the
+network's (`CELLMATE_NETWORK=off|allowlist`, `CELLMATE_PIP_INDEX_URL`,
+`CELLMATE_NETWORK_PROXY_PORT`); the pool and
 sessions are `CELLMATE_POOL_<FIELD>` for every field of `PoolSettings`; artifacts are
 `CELLMATE_STORAGE_<FIELD>`, and Azure Blob uses the `AZURE_*` names operators already know.
 
@@ -69,6 +71,12 @@ SLACK_NAMES = {
     "signing_secret": "SLACK_SIGNING_SECRET",
     "api_url": "SLACK_API_URL",
 }
+NETWORK_NAMES = {
+    "egress": "CELLMATE_NETWORK",
+    "pip_index_url": "CELLMATE_PIP_INDEX_URL",
+    "proxy_port": "CELLMATE_NETWORK_PROXY_PORT",
+}
+"""The sandbox network's settings, named for the deployment rather than the sandbox."""
 T = TypeVar("T")
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
@@ -346,7 +354,7 @@ def load_settings(
         "CELLMATE_",
         values,
         sections={
-            "sandbox": _section(SandboxLimits, SANDBOX_PREFIX, values),
+            "sandbox": _section(SandboxLimits, SANDBOX_PREFIX, values, named=NETWORK_NAMES),
             "pool": _section(PoolSettings, POOL_PREFIX, values),
             "kubernetes": _section(KubernetesSettings, KUBERNETES_PREFIX, values),
             "storage": _section(StorageSettings, STORAGE_PREFIX, values),

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dockerproxy import jsonbody as j
+from dockerproxy import networks
 from dockerproxy.errors import RequestRefused
 from dockerproxy.policy import INSTANCE_LABEL, SANDBOX_LABEL, MiB, Policy
+from executor.egress import NETWORK_RUNTIMES, PACKAGES_DIR
 from executor.seccomp import profile_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -24,6 +26,8 @@ LABEL_KEY = re.compile(r"cellmate\.[a-z0-9_.-]{1,64}")
 LABEL_VALUE = re.compile(r"[A-Za-z0-9_.:@+=-]{0,128}")
 ENV_NAME = re.compile(r"(?:OMP|OPENBLAS|MKL)_NUM_THREADS|CELLMATE_[A-Z0-9_]{1,64}")
 ENV_VALUE = re.compile(r"[A-Za-z0-9_.:,=+-]{0,256}")
+EGRESS_ENV_VALUE = re.compile(r"[A-Za-z0-9_.:,=+/~-]{0,512}")
+"""Values of the egress variables (URLs, paths); each is compared with the proxy's own."""
 SIZE = re.compile(r"(?P<number>[1-9][0-9]{0,9})(?P<unit>[kmg]?)")
 DATA_DIR = "/mnt/data"
 TMP_DIR = "/tmp"  # noqa: S108 (a tmpfs inside the container, never a host path)
@@ -35,6 +39,10 @@ class ContainerBody:
     body: dict[str, Any]
     volume: str
     """The volume mounted at /mnt/data: the caller checks that it is a sandbox's."""
+    network: str | None = None
+    """The sandbox network the container asks to join: the caller checks it is the
+    instance's (`networks.check_network`) and writes its variables (`egress_env`)."""
+    egress_env: dict[str, str] | None = None
 
 
 def container(struct: j.Struct, policy: Policy) -> ContainerBody:
@@ -55,7 +63,7 @@ def container(struct: j.Struct, policy: Policy) -> ContainerBody:
         "AttachStdin": j.boolean(struct.take("AttachStdin"), "AttachStdin", False),
         "AttachStdout": j.boolean(struct.take("AttachStdout"), "AttachStdout", False),
         "AttachStderr": j.boolean(struct.take("AttachStderr"), "AttachStderr", False),
-        "Env": _environment(struct.take("Env")),
+        "Env": [],
         "Labels": labels(struct.take("Labels"), "Labels", policy),
     }
     if j.boolean(struct.take("Tty"), "Tty", False):
@@ -63,21 +71,31 @@ def container(struct: j.Struct, policy: Policy) -> ContainerBody:
     working_dir = struct.take("WorkingDir")
     if working_dir not in (None, "", DATA_DIR):
         raise RequestRefused(f"WorkingDir must be {DATA_DIR}")
+    plain, egress_env = _environment(struct.take("Env"))
+    body["Env"] = plain
     network_disabled = j.boolean(struct.take("NetworkDisabled"), "NetworkDisabled", False)
     # The image's own entry point (the runner) is the only program a sandbox starts with.
     for name in ("Cmd", "Entrypoint", "Domainname", "ExposedPorts", "Volumes", "MacAddress"):
         j.absent(struct.take(name), name)
     for name in ("StopSignal", "Healthcheck", "StopTimeout", "Runtime", "NetworkingConfig"):
         j.absent(struct.take(name), name)
-    host, volume = _host_config(j.struct(struct.take("HostConfig"), "HostConfig"), policy)
+    host, volume, joined = _host_config(j.struct(struct.take("HostConfig"), "HostConfig"), policy)
     struct.done()
+    if joined is None and egress_env:
+        raise RequestRefused(
+            f"the variables {', '.join(sorted(egress_env))} are only for sandboxes on the "
+            "sandbox network"
+        )
+    if joined is not None and network_disabled:
+        raise RequestRefused("a sandbox on the sandbox network cannot have its network disabled")
     if network_disabled or host["NetworkMode"] == "none":
         body["NetworkDisabled"] = True
     body["HostConfig"] = host
-    return ContainerBody(body, volume)
+    return ContainerBody(body, volume, joined, egress_env if joined is not None else None)
 
 
-def _host_config(host: j.Struct, policy: Policy) -> tuple[dict[str, Any], str]:
+def _host_config(host: j.Struct, policy: Policy) -> tuple[dict[str, Any], str, str | None]:
+    """The HostConfig the engine gets, the data volume, and the sandbox network asked for."""
     if j.boolean(host.take("Privileged"), "HostConfig.Privileged", False):
         raise RequestRefused("privileged containers are not allowed")
     if not j.boolean(host.take("ReadonlyRootfs"), "HostConfig.ReadonlyRootfs", False):
@@ -94,17 +112,33 @@ def _host_config(host: j.Struct, policy: Policy) -> tuple[dict[str, Any], str]:
     if swap != memory:
         raise RequestRefused("HostConfig.MemorySwap must equal HostConfig.Memory (no swap)")
     network = host.take("NetworkMode")
+    joined: str | None = None
     if network in (None, "", "none"):
         network = "none"
     elif network in ("bridge", "default") and policy.allow_network:
         network = "bridge"
+    elif network == networks.network_name(policy.instance) and policy.egress_network:
+        # Checked against what the engine shows of it, and replaced by its id, by the caller.
+        joined = network
     else:
         raise RequestRefused(
             f"network mode {network!r} is not allowed"
-            + ("" if policy.allow_network else " (the operator allows no network: use none)")
+            + ("" if policy.allow_network else " (the operator allows no network: use none")
+            + (
+                f" or the sandbox network {networks.network_name(policy.instance)})"
+                if policy.egress_network
+                else ")"
+            )
         )
     runtime = host.take("Runtime") or "runc"
-    if runtime not in policy.runtimes:
+    networked = {v: k for k, v in NETWORK_RUNTIMES.items() if k != v}
+    if runtime in networked:
+        # gVisor with a network stack of its own: only on the sandbox network.
+        if joined is None or networked[runtime] not in policy.runtimes:
+            raise RequestRefused(
+                f"runtime {runtime!r} is only for sandboxes on the sandbox network"
+            )
+    elif runtime not in policy.runtimes:
         raise RequestRefused(
             f"runtime {runtime!r} is not allowed ({', '.join(sorted(policy.runtimes))})"
         )
@@ -133,12 +167,12 @@ def _host_config(host: j.Struct, policy: Policy) -> tuple[dict[str, Any], str]:
         "Init": j.boolean(host.take("Init"), "HostConfig.Init", True),
         "Ulimits": _ulimits(host.take("Ulimits"), policy),
         "LogConfig": _log_config(host.take("LogConfig"), policy),
-        "Tmpfs": _tmpfs(host.take("Tmpfs"), policy),
+        "Tmpfs": _tmpfs(host.take("Tmpfs"), policy, packages=joined is not None),
     }
     volume = _data_mount(host.take("Mounts"))
     built["Mounts"] = [{"Type": "volume", "Source": volume, "Target": DATA_DIR, "ReadOnly": False}]
     host.done()
-    return built, volume
+    return built, volume, joined
 
 
 def _image(value: Any, policy: Policy) -> str:
@@ -149,18 +183,24 @@ def _image(value: Any, policy: Policy) -> str:
     return value
 
 
-def _environment(value: Any) -> list[str]:
+def _environment(value: Any) -> tuple[list[str], dict[str, str]]:
+    """The plain variables, rebuilt, and the egress ones (checked against the sandbox
+    network by `networks.egress_environment`)."""
     kept: list[str] = []
+    egress: dict[str, str] = {}
     seen: set[str] = set()
     for entry in j.strings(value, "Env"):
         name, equals, setting = entry.partition("=")
-        if not equals or not ENV_NAME.fullmatch(name) or not ENV_VALUE.fullmatch(setting):
+        if equals and name in networks.EGRESS_ENV and EGRESS_ENV_VALUE.fullmatch(setting):
+            egress[name] = setting
+        elif not equals or not ENV_NAME.fullmatch(name) or not ENV_VALUE.fullmatch(setting):
             raise RequestRefused(f"the environment variable {name!r} is not allowed in a sandbox")
         if name in seen:
             raise RequestRefused(f"the environment variable {name!r} is set twice")
         seen.add(name)
-        kept.append(f"{name}={setting}")
-    return kept
+        if name not in egress:
+            kept.append(f"{name}={setting}")
+    return kept, egress
 
 
 def security_options() -> list[str]:
@@ -259,10 +299,21 @@ def _log_config(value: Any, policy: Policy) -> dict[str, Any]:
     return {"Type": "none", "Config": {}}
 
 
-def _tmpfs(value: Any, policy: Policy) -> dict[str, str]:
+def _tmpfs(value: Any, policy: Policy, packages: bool) -> dict[str, str]:
+    """The scratch folder, noexec; and on the sandbox network the place pip installs to,
+    which allows execution (compiled extensions load from it)."""
     mounts = j.string_map(value, "HostConfig.Tmpfs")
+    built: dict[str, str] = {}
+    if packages and PACKAGES_DIR in mounts:
+        options = mounts.pop(PACKAGES_DIR)
+        size = next((o[5:] for o in options.split(",") if o.startswith("size=")), "512m")
+        size_mb = _megabytes(size, f"the {PACKAGES_DIR} size", policy.max_packages_mb)
+        built[PACKAGES_DIR] = networks.packages_tmpfs(options, policy, size_mb)
     if set(mounts) - {TMP_DIR}:
-        raise RequestRefused(f"a tmpfs may be mounted only at {TMP_DIR}")
+        raise RequestRefused(
+            f"a tmpfs may be mounted only at {TMP_DIR}"
+            + (f" and {PACKAGES_DIR}" if packages else "")
+        )
     size_mb = 64
     for option in filter(None, mounts.get(TMP_DIR, "").split(",")):
         key, _, setting = option.partition("=")
@@ -270,7 +321,7 @@ def _tmpfs(value: Any, policy: Policy) -> dict[str, str]:
             size_mb = _megabytes(setting, "the /tmp size", policy.max_tmp_mb)
         elif option not in ("rw", "nosuid", "nodev", "noexec", "mode=1777"):
             raise RequestRefused(f"the tmpfs option {option!r} is not allowed")
-    return {TMP_DIR: f"rw,nosuid,nodev,noexec,size={size_mb}m,mode=1777"}
+    return {TMP_DIR: f"rw,nosuid,nodev,noexec,size={size_mb}m,mode=1777", **built}
 
 
 def _data_mount(value: Any) -> str:

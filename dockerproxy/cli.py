@@ -51,6 +51,18 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let sandboxes use the bridge network (off: network none only)",
     )
+    found.add_argument(
+        "--allow-egress-network",
+        action="store_true",
+        help="let sandboxes join their instance's sandbox network, whose only open address "
+        "is the egress proxy (the bot's CELLMATE_NETWORK=allowlist)",
+    )
+    found.add_argument(
+        "--egress-proxy-port",
+        type=int,
+        default=default.egress_proxy_port,
+        help="the egress proxy's port on that network (the bot's CELLMATE_NETWORK_PROXY_PORT)",
+    )
     found.add_argument("--max-memory-mb", type=int, default=default.max_memory_mb)
     found.add_argument("--max-cpus", type=float, default=default.max_cpus)
     found.add_argument("--max-pids", type=int, default=default.max_pids)
@@ -79,6 +91,8 @@ def policy_from(args: argparse.Namespace) -> Policy:
         gid=int(user["gid"]),
         runtimes=frozenset(args.runtime or ("runc", "runsc")),
         allow_network=args.allow_network,
+        egress_network=args.allow_egress_network,
+        egress_proxy_port=args.egress_proxy_port,
         max_memory_mb=args.max_memory_mb,
         max_cpus=args.max_cpus,
         max_pids=args.max_pids,
@@ -106,7 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.upstream,
             policy.user,
             ", ".join(sorted(policy.runtimes)),
-            "bridge allowed" if policy.allow_network else "none",
+            "bridge allowed"
+            if policy.allow_network
+            else "the sandbox network allowed"
+            if policy.egress_network
+            else "none",
         )
         try:
             async with server:

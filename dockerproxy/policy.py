@@ -26,6 +26,13 @@ class Policy:
     runtimes: frozenset[str] = field(default_factory=lambda: frozenset({"runc", "runsc"}))
     allow_network: bool = False
     """Bridge networking for sandboxes; off unless the operator also enables it for the bot."""
+    egress_network: bool = False
+    """The instance's sandbox network (CELLMATE_NETWORK=allowlist): sandboxes may join it,
+    and the executor may make it, exactly as executor/egress.py describes it."""
+    egress_proxy_port: int = 3128
+    """The egress proxy's port on that network's gateway (the bot's
+    CELLMATE_NETWORK_PROXY_PORT)."""
+    max_packages_mb: int = 4096
     max_memory_mb: int = 16 * 1024
     max_cpus: float = 8.0
     max_pids: int = 4096

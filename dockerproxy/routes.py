@@ -3,9 +3,11 @@
 Only what the executor does is here: ping and version, the runtimes from /info, the sandbox
 image, lists of the instance's sandboxes, creating sandbox containers and their tmpfs volumes,
 and start, attach, archive, pause, kill, wait, inspect and remove on objects that carry the
-sandbox label and the proxy's instance label. The query of each is rebuilt from the parameters
-the executor uses; everything else is refused. Logs are never served: a sandbox's output is its
-users' data and the protocol stream, and the engine keeps none of it (log driver none).
+sandbox label and the proxy's instance label; with `--allow-egress-network`, the instance's
+sandbox network too (made, listed, inspected, removed; see networks.py). The query of each is
+rebuilt from the parameters the executor uses; everything else is refused. Logs are never
+served: a sandbox's output is its users' data and the protocol stream, and the engine keeps
+none of it (log driver none).
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ from dataclasses import dataclass, field
 from posixpath import normpath
 from typing import Literal
 
+from dockerproxy import networks
 from dockerproxy.bodies import DATA_DIR, LABEL_KEY, LABEL_VALUE, NAME
 from dockerproxy.errors import RequestRefused
 from dockerproxy.policy import Policy
 from dockerproxy.wire import Request
 
-Kind = Literal["containers", "volumes"]
-Body = Literal["none", "container", "volume", "tar"]
+Kind = Literal["containers", "volumes", "networks"]
+Body = Literal["none", "container", "volume", "network", "tar"]
 OBJECT = re.compile(rf"/(?P<kind>containers|volumes)/(?P<name>{NAME.pattern})(?P<rest>/[a-z]+)?")
+NETWORK = re.compile(rf"/networks/(?P<name>{NAME.pattern})")
 IMAGE = re.compile(r"/images/(?P<name>[^/]+)/json")
 SIGNALS = {"KILL", "SIGKILL", "9", "TERM", "SIGTERM", "15", "INT", "SIGINT", "2"}
 WAIT_CONDITIONS = {"not-running", "next-exit", "removed"}
@@ -90,6 +94,25 @@ def plan(request: Request, policy: Policy) -> Plan:
                 raise RequestRefused(f"the container name {allowed['name']!r} is not allowed")
             rebuilt["name"] = allowed["name"]
         return Plan(method, path, rebuilt, body="container")
+    if path.startswith("/networks") and not policy.egress_network:
+        raise RequestRefused(f"{method} {path}: {networks.NO_EGRESS}")
+    if (method, path) == ("GET", "/networks"):
+        allowed = _params(query, {"filters"})
+        return _bodyless(
+            request,
+            Plan(method, path, {"filters": _label_filter(allowed.get("filters"), policy)}),
+        )
+    if (method, path) == ("POST", "/networks/create"):
+        _params(query, set())
+        return Plan(method, path, body="network")
+    if network := NETWORK.fullmatch(path):
+        if method not in ("GET", "DELETE"):
+            raise RequestRefused(f"{method} {path} is not something the executor does")
+        # Inspection's verbose and scope only add swarm details; they are not passed on.
+        _params(query, {"verbose", "scope"} if method == "GET" else set())
+        return _bodyless(
+            request, Plan(method, "/networks/{id}", target=("networks", network["name"]))
+        )
     if (method, path) == ("POST", "/volumes/create"):
         _params(query, set())
         return Plan(method, path, body="volume")

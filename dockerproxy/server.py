@@ -20,8 +20,8 @@ from typing import Any
 
 import aiohttp
 
-from dockerproxy import bodies, jsonbody
-from dockerproxy.errors import RequestRefused
+from dockerproxy import bodies, jsonbody, networks
+from dockerproxy.errors import NetworkMissing, RequestRefused
 from dockerproxy.policy import MiB, Policy
 from dockerproxy.routes import Kind, Plan, plan
 from dockerproxy.tarstream import Rebuilt, TarCaps, rebuild
@@ -95,12 +95,13 @@ class DockerProxy:
                 caps = await self._tar_caps(found) if route.body == "tar" else None
             except RequestRefused as exc:
                 log.warning("refused a request: %s", exc)
-                await answer(writer, 403, {"message": f"cellmate docker-proxy: {exc}"})
+                status = 404 if isinstance(exc, NetworkMissing) else 403
+                await answer(writer, status, {"message": f"cellmate docker-proxy: {exc}"})
                 return
             except TimeoutError:
                 return
             upstream_reader, upstream = await self._connect()
-            content_type = {"container": "application/json", "volume": "application/json"}
+            content_type = dict.fromkeys(("container", "volume", "network"), "application/json")
             upstream.write(
                 request_head(
                     route.method,
@@ -158,7 +159,18 @@ class DockerProxy:
         raw = await reader.readexactly(request.length)
         if route.body == "volume":
             return _encode(bodies.volume(jsonbody.decode(raw), self.policy))
+        if route.body == "network":
+            return _encode(networks.create_body(jsonbody.decode(raw), self.policy))
         built = bodies.container(jsonbody.decode(raw), self.policy)
+        if built.network is not None:
+            # The network as the engine has it: labelled for this instance, and made as the
+            # sandbox network is; the container joins it by id, with the proxy's variables.
+            found = await self._sandbox("networks", built.network)
+            info = networks.check_network(found, self.policy)
+            built.body["HostConfig"]["NetworkMode"] = info.id
+            built.body["Env"] += networks.egress_environment(
+                built.egress_env or {}, info, self.policy
+            )
         # The data volume must be one of the sandboxes' own tmpfs volumes.
         volume = await self._sandbox("volumes", built.volume)
         mount = built.body["HostConfig"]["Mounts"][0]
@@ -179,6 +191,11 @@ class DockerProxy:
         this proxy's instance (the engine found it by id, name or id prefix: the caller goes
         on with its full id, never the name again)."""
         found = await self._lookup(f"/{kind}/{name}" + ("/json" if kind == "containers" else ""))
+        if kind == "networks" and (
+            found is None or (found.get("Name") != name and found.get("Id") != name)
+        ):
+            # The engine also finds networks by id prefix: only the full name or id is served.
+            raise NetworkMissing(f"no such network: {name}")
         if found is None:
             raise RequestRefused(f"no such {kind[:-1]}: {name}")
         holder = (found.get("Config") or {}) if kind == "containers" else found
@@ -241,11 +258,12 @@ class DockerProxy:
         """What the executor reads of /info: the runtimes it may use, and the version."""
         found = await self._lookup("/info") or {}
         runtimes = found.get("Runtimes") or {}
+        usable = set(self.policy.runtimes)
+        if self.policy.egress_network and "runsc" in usable:
+            usable.add("runsc-net")  # gVisor with a network stack, for the sandbox network
         return {
             "ServerVersion": found.get("ServerVersion", ""),
-            "Runtimes": {
-                name: {"path": name} for name in sorted(runtimes) if name in self.policy.runtimes
-            },
+            "Runtimes": {name: {"path": name} for name in sorted(runtimes) if name in usable},
         }
 
     async def _lookup(self, path: str) -> dict[str, Any] | None:
@@ -271,7 +289,7 @@ class DockerProxy:
 
 
 def _key(kind: Kind, found: dict[str, Any]) -> str:
-    return str(found["Id" if kind == "containers" else "Name"])
+    return str(found["Name" if kind == "volumes" else "Id"])
 
 
 def _encode(body: dict[str, Any]) -> bytes:

@@ -9,6 +9,9 @@ The host chooses each sandbox's key and writes it to the runner's stdin (`hello`
 any user code exists; the sandbox's stdout, the protocol stream, is never stored (log driver
 `none`), so neither the key nor anything a user's code prints stays on the engine's disk.
 
+In `CELLMATE_NETWORK=allowlist` mode sandboxes join the instance's sandbox network, made on
+the first start (`egress.EgressNetwork`), whose gateway is where the egress proxy listens.
+
 This module starts and sweeps sandboxes; one sandbox is `docker_sandbox.DockerSandbox`, and
 what each asks the engine for is in `docker_specs.py`.
 """
@@ -38,6 +41,7 @@ from executor.docker_specs import (
     remove_plain_volumes,
     sandbox_specs,
 )
+from executor.egress import EgressNetwork, NetworkInfo, engine_runtime
 from executor.errors import EngineUnavailable, ImageNotFound, SandboxError
 from executor.limits import SandboxLimits
 
@@ -106,6 +110,8 @@ class DockerBackend:
         self.image = image
         self.instance = instance
         self._client: docker.DockerClient | None = None
+        self._egress: EgressNetwork | None = None
+        self._checked_runtimes: set[str] = set()
 
     @property
     def labels(self) -> dict[str, str]:
@@ -130,6 +136,24 @@ class DockerBackend:
 
         await asyncio.to_thread(inspect)
 
+    async def egress_network(self, proxy_port: int) -> EgressNetwork:
+        """The instance's sandbox network (made on first use by `ensure`), whose
+        `proxy_address` is where the egress proxy listens."""
+        client = await self.client()
+        if self._egress is None:
+            self._egress = EgressNetwork(client, self.instance, self.labels, proxy_port)
+        self._egress.proxy_port = proxy_port
+        return self._egress
+
+    async def _network(self, client: docker.DockerClient, limits: SandboxLimits) -> NetworkInfo:
+        """The sandbox network for an allowlist sandbox, and its runtime checked once (the
+        gVisor one with a network is registered apart from the default `runsc`)."""
+        runtime = engine_runtime(limits.runtime, limits.egress)
+        if runtime not in self._checked_runtimes:
+            await asyncio.to_thread(lambda: check_runtime(client.info(), runtime))
+            self._checked_runtimes.add(runtime)
+        return await (await self.egress_network(limits.proxy_port)).ensure()
+
     async def start(self, limits: SandboxLimits, input_tar: bytes | None) -> DockerSandbox:
         client = await self.client()
         for attempt in range(1, START_ATTEMPTS + 1):
@@ -145,9 +169,12 @@ class DockerBackend:
         self, client: docker.DockerClient, limits: SandboxLimits, input_tar: bytes | None
     ) -> DockerSandbox:
         name = f"cellmate-{uuid.uuid4().hex[:16]}"
+        network = await self._network(client, limits) if limits.egress == "allowlist" else None
         # The thread goes on making the container when the caller is cancelled (a pool that
         # closes): the clean-up waits for it, so nothing it makes afterwards is left behind.
-        creating = asyncio.ensure_future(asyncio.to_thread(self._create, client, name, limits))
+        creating = asyncio.ensure_future(
+            asyncio.to_thread(self._create, client, name, limits, network)
+        )
         try:
             container, raw = await asyncio.shield(creating)
         except BaseException:
@@ -173,9 +200,13 @@ class DockerBackend:
         return sandbox
 
     def _create(
-        self, client: docker.DockerClient, name: str, limits: SandboxLimits
+        self,
+        client: docker.DockerClient,
+        name: str,
+        limits: SandboxLimits,
+        network: NetworkInfo | None,
     ) -> tuple[Container, socket.socket]:
-        volume, container_args = sandbox_specs(self.image, name, limits, self.labels)
+        volume, container_args = sandbox_specs(self.image, name, limits, self.labels, network)
         client.volumes.create(**volume)
         try:
             container = client.containers.create(**container_args)
@@ -216,9 +247,25 @@ class DockerBackend:
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     volume.remove(force=True)
             remove_plain_volumes(client)
+            # The sandbox network stays: the egress proxy listens on its gateway, and a
+            # network made again would have another one. It is removed by remove_network().
             return len(containers)
 
         return await asyncio.to_thread(sweep)
+
+    async def remove_network(self) -> None:
+        """Remove the instance's sandbox network (when the bot and its egress proxy stop for
+        good); the engine refuses while a sandbox is still on it."""
+        client = await self.client()
+        selector = [f"{k}={v}" for k, v in self.labels.items()]
+
+        def remove() -> None:
+            for network in client.networks.list(filters={"label": selector}):
+                with contextlib.suppress(docker.errors.NotFound):
+                    network.remove()
+
+        await asyncio.to_thread(remove)
+        self._egress = None
 
     async def close(self) -> None:
         if self._client is not None:

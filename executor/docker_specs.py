@@ -15,6 +15,7 @@ import docker
 import docker.errors
 from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
+from executor.egress import PACKAGES_DIR, NetworkInfo, engine_runtime, sandbox_environment
 from executor.errors import SandboxError
 from executor.limits import SandboxLimits
 from executor.seccomp import profile_json
@@ -84,10 +85,17 @@ def remove_plain_volumes(client: docker.DockerClient) -> int:
 
 
 def sandbox_specs(
-    image: str, name: str, limits: SandboxLimits, labels: Mapping[str, str]
+    image: str,
+    name: str,
+    limits: SandboxLimits,
+    labels: Mapping[str, str],
+    network: NetworkInfo | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The arguments of `volumes.create` and `containers.create` for one sandbox: everything
-    the engine is asked for, in one place (the Docker API proxy's tests start from these)."""
+    the engine is asked for, in one place (the Docker API proxy's tests start from these).
+    `network`: the instance's sandbox network, which allowlist mode needs (egress.py)."""
+    if (limits.egress == "allowlist") != (network is not None):
+        raise ValueError("a sandbox network is given exactly when the network mode is allowlist")
     volume: dict[str, Any] = {
         "name": name,
         "driver": "local",
@@ -113,7 +121,7 @@ def sandbox_specs(
         # The runner is the sandbox's init: an init of its own would hold the event stream's
         # descriptors where the user's code, running as the same user, could write to them.
         "init": False,
-        "runtime": limits.runtime,
+        "runtime": engine_runtime(limits.runtime, limits.egress),
         # Only these variables exist inside; nothing of the bot's environment.
         "environment": {
             "OMP_NUM_THREADS": threads,
@@ -123,7 +131,7 @@ def sandbox_specs(
             # The host brings the key in the first line on stdin (see stdio.py).
             "CELLMATE_RUNNER_AWAIT_HELLO": "1",
         },
-        "network_mode": "bridge" if limits.network else "none",
+        "network_mode": _network_mode(limits, network),
         "read_only": True,
         # Scratch space inside the container only; never a host path.
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={limits.tmp_mb}m,mode=1777"},  # noqa: S108
@@ -161,4 +169,20 @@ def sandbox_specs(
         # Under memory pressure on the host, sandboxes go before the bot or the engine.
         "oom_score_adj": 500,
     }
+    if network is not None:
+        container["environment"].update(
+            sandbox_environment((network.gateway, limits.proxy_port), limits.pip_index_url)
+        )
+        # Packages pip installs: exec-allowed (compiled extensions load from here), owned by
+        # the sandbox user, capped in size, gone with the container.
+        container["tmpfs"][PACKAGES_DIR] = (
+            f"rw,nosuid,nodev,exec,size={limits.packages_mb}m,"
+            f"uid={limits.uid},gid={limits.gid},mode=0755"
+        )
     return volume, container
+
+
+def _network_mode(limits: SandboxLimits, network: NetworkInfo | None) -> str:
+    if network is not None:
+        return network.name
+    return "bridge" if limits.network else "none"

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from executor.egress import DEFAULT_PIP_INDEX_URL, DEFAULT_PROXY_PORT, NetworkMode, check_index_url
+
 Runtime = Literal["runc", "runsc"]
 PRELOADABLE = ("numpy", "pandas", "matplotlib")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -62,6 +64,17 @@ class SandboxLimits:
     open_files: int = 1024
     log_mb: int = 1
     network: bool = False
+    """The whole network (Docker's bridge, runc only): unsafe, every address the host reaches.
+    `egress="allowlist"` is the safe door."""
+    egress: NetworkMode = "off"
+    """CELLMATE_NETWORK: `off`, no network at all; `allowlist`, a network whose only
+    reachable address is the egress proxy (see executor/egress.py)."""
+    pip_index_url: str = DEFAULT_PIP_INDEX_URL
+    """CELLMATE_PIP_INDEX_URL: the index pip uses through the proxy in allowlist mode."""
+    proxy_port: int = DEFAULT_PROXY_PORT
+    """CELLMATE_NETWORK_PROXY_PORT: the egress proxy's port on the sandbox network."""
+    packages_mb: int = 512
+    """Size of the place `pip install` writes to in allowlist mode."""
     runtime: Runtime = "runc"
     uid: int = 61000
     """The user that code runs as, and that owns /mnt/data: one that no host account has."""
@@ -93,6 +106,10 @@ class SandboxLimits:
             self.open_files,
             self.log_mb,
             self.network,
+            self.egress,
+            self.pip_index_url if self.egress == "allowlist" else "",
+            self.proxy_port if self.egress == "allowlist" else 0,
+            self.packages_mb if self.egress == "allowlist" else 0,
             self.runtime,
             self.uid,
             self.gid,
@@ -118,6 +135,7 @@ class SandboxLimits:
             "output_bytes": self.output_bytes,
             "tmp_mb": self.tmp_mb,
             "data_mb": self.data_mb,
+            "packages_mb": self.packages_mb,
             "max_rich_results": self.max_rich_results,
             "uid": self.uid,
             "gid": self.gid,
@@ -142,8 +160,19 @@ class SandboxLimits:
                 )
         if self.runtime not in ("runc", "runsc"):
             raise ValueError(f"unknown container runtime {self.runtime!r} (use runc or runsc)")
+        if self.egress not in ("off", "allowlist"):
+            raise ValueError(f"unknown network mode {self.egress!r} (use off or allowlist)")
+        if self.network and self.egress == "allowlist":
+            raise ValueError(
+                "the whole network (network) and the allowlist network cannot both be on: "
+                "allowlist mode gives sandboxes the proxy only"
+            )
+        if not 0 < self.proxy_port < 65536:
+            raise ValueError(f"the egress proxy port must be 1-65535, got {self.proxy_port}")
+        check_index_url(self.pip_index_url)
         if self.network and self.runtime == "runsc":
             raise ValueError(
                 "network access is not available under runsc here: its runtime is registered "
-                "with --network=none; use runtime runc to enable the sandbox network"
+                "with --network=none; use runtime runc to enable the sandbox network, or the "
+                "allowlist network (CELLMATE_NETWORK=allowlist), which works under runsc"
             )

@@ -8,7 +8,57 @@ set -euo pipefail
 log() { echo "[cellmate] $*" >&2; }
 engine_answers() { timeout 10 docker info >/dev/null 2>&1; }
 
+# gVisor's runtimes: `runsc` without any network (the default sandboxes have none), and
+# `runsc-net`, which only sandboxes on the allowlist network use: their container's interface
+# leads only to the egress proxy. It is --network=host: gVisor's socket calls go to the host
+# kernel inside the container's own network namespace (the engine's routes and rules apply).
+# gVisor's own stack (--network=sandbox) would keep the host's network code further away, but
+# the pinned runsc refuses it on recent kernels ("cannot run with network enabled in root
+# network namespace": its check for the root namespace misfires); with a runsc that accepts
+# it, set CELLMATE_RUNSC_NETWORK=sandbox.
+register_runtimes() {
+  python3 - <<'PY'
+import json, os, pathlib
+path = pathlib.Path("/etc/docker/daemon.json")
+config = json.loads(path.read_text()) if path.exists() and path.read_text().strip() else {}
+runsc = os.environ.get("CELLMATE_RUNSC") or config.get("runtimes", {}).get("runsc", {}).get("path")
+if not runsc:
+    raise SystemExit("[cellmate] no runsc to register")
+runtimes = config.setdefault("runtimes", {})
+wanted = {
+    "runsc": {"path": runsc, "runtimeArgs": ["--network=none"]},
+    "runsc-net": {
+        "path": runsc,
+        "runtimeArgs": [f"--network={os.environ.get('CELLMATE_RUNSC_NETWORK') or 'host'}"],
+    },
+}
+changed = [name for name, runtime in wanted.items() if runtimes.get(name) != runtime]
+if changed:
+    runtimes.update(wanted)
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    print(f"[cellmate] registered runtime(s) {', '.join(changed)} ({runsc}) in {path}")
+PY
+}
+
 if command -v docker >/dev/null 2>&1 && engine_answers; then
+  # A working engine is used as it is, except that allowlist mode needs the networked gVisor
+  # runtime: with CELLMATE_NETWORK=allowlist, a local engine of ours (root, runsc registered)
+  # gets runsc-net, loaded with SIGHUP (the engine reloads its runtimes without a restart,
+  # and running containers are not touched), and the host rules that keep the network to
+  # the proxy's port.
+  if [ "${CELLMATE_NETWORK:-off}" = allowlist ] && [ "$(id -u)" = 0 ] && [ -z "${DOCKER_HOST:-}" ] \
+     && docker info --format '{{json .Runtimes}}' | grep -q '"runsc"'; then
+    if ! docker info --format '{{json .Runtimes}}' | grep -q '"runsc-net"'; then
+      register_runtimes
+      pkill -HUP -x dockerd
+      for _ in $(seq 1 30); do
+        docker info --format '{{json .Runtimes}}' | grep -q '"runsc-net"' && break
+        sleep 1
+      done
+      log "runtimes: $(docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}')"
+    fi
+    "$(dirname "$0")/guard-sandbox-network.sh" add "${CELLMATE_NETWORK_PROXY_PORT:-3128}"
+  fi
   exit 0
 fi
 
@@ -68,21 +118,10 @@ else
   export CELLMATE_RUNSC="$(command -v runsc)"
 fi
 
-# gVisor cannot create its own network stack inside the root network namespace of this kind of
-# machine, so the registered runtime always runs without network (sandboxes are offline anyway).
+# The default runtime `runsc` has no network at all (sandboxes are offline by default);
+# `runsc-net` is for the allowlist network only (see register_runtimes above).
 mkdir -p /etc/docker
-python3 - <<'PY'
-import json, os, pathlib
-path = pathlib.Path("/etc/docker/daemon.json")
-config = json.loads(path.read_text()) if path.exists() and path.read_text().strip() else {}
-runsc = os.environ["CELLMATE_RUNSC"]
-runtimes = config.setdefault("runtimes", {})
-wanted = {"path": runsc, "runtimeArgs": ["--network=none"]}
-if runtimes.get("runsc") != wanted:
-    runtimes["runsc"] = wanted
-    path.write_text(json.dumps(config, indent=2) + "\n")
-    print(f"[cellmate] registered runtime 'runsc' ({runsc}) in /etc/docker/daemon.json")
-PY
+register_runtimes
 
 if pgrep -x dockerd >/dev/null 2>&1; then
   log "dockerd is running but does not answer; restarting it to load the runtime configuration."

@@ -13,6 +13,7 @@ from docker.models.containers import _create_container_args  # type: ignore[attr
 from dockerproxy import Policy
 from executor import SandboxLimits
 from executor.docker_specs import INSTANCE_LABEL, SANDBOX_LABEL, sandbox_specs
+from executor.egress import NetworkInfo
 from executor.seccomp import profile_json
 
 IMAGE = "cellmate-sandbox:0123456789ab"
@@ -23,10 +24,12 @@ GO_FOLDS = str.maketrans({"\u212a": "k", "\u017f": "s"})
 
 
 def executor_bodies(
-    limits: SandboxLimits, name: str = "cellmate-0123456789abcdef"
+    limits: SandboxLimits,
+    name: str = "cellmate-0123456789abcdef",
+    network: NetworkInfo | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The JSON bodies docker-py sends for the executor's volume and container create."""
-    volume, container = sandbox_specs(IMAGE, name, limits, LABELS)
+    volume, container = sandbox_specs(IMAGE, name, limits, LABELS, network)
     api = docker.APIClient(base_url="tcp://127.0.0.1:9", version="1.41")
     kwargs = {**container, "version": "1.41", "command": None}
     args = _create_container_args(kwargs)

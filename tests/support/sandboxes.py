@@ -17,6 +17,7 @@ def live_sandboxes(client: docker.DockerClient, instance: str = TEST_INSTANCE) -
     selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={instance}"]
     names = [c.name for c in client.containers.list(all=True, filters={"label": selector})]
     names += [v.name for v in client.volumes.list(filters={"label": selector})]
+    names += [n.name for n in client.networks.list(filters={"label": selector})]
     return [str(n) for n in names]
 
 

@@ -131,6 +131,7 @@ def test_env_example_lists_every_setting_and_loads() -> None:
     from bot.settings import (
         DISCORD_PREFIX,
         KUBERNETES_PREFIX,
+        NETWORK_NAMES,
         POOL_PREFIX,
         QUOTA_PREFIX,
         SANDBOX_PREFIX,
@@ -159,6 +160,9 @@ def test_env_example_lists_every_setting_and_loads() -> None:
         for item in dataclasses.fields(section):
             if item.name in ("token", "api_url", "bot_token", "app_token", "signing_secret"):
                 continue  # the platforms' own names, checked below
+            if section is SandboxLimits and item.name in NETWORK_NAMES:
+                assert NETWORK_NAMES[item.name] in text, item.name
+                continue
             assert prefix + item.name.upper() in text, item.name
     for name in (
         "CELLMATE_SANDBOX_IMAGE",
