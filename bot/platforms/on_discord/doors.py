@@ -45,7 +45,8 @@ def doorbell(bot: discord.Client) -> Doorbell:
             user = await bot.fetch_user(int(key.channel))
             target: Any = user.dm_channel or await user.create_dm()
         else:
-            where = int(key.thread or key.channel)
+            # A one-off run has no thread of its own: its card goes to the channel.
+            where = int(key.channel if key.is_one_off or not key.thread else key.thread)
             target = bot.get_channel(where) or await bot.fetch_channel(where)
         await target.send(card_text(card), view=card_view(card.key))
 

@@ -37,8 +37,10 @@ def register_doors(app: AsyncApp, front: SlackFront) -> None:
     async def ring(card: DoorCard) -> None:
         key = card.conversation
         text, shown = card_message(card)
+        # A one-off run has no thread of its own: its card goes to the channel.
+        thread = None if key.is_one_off else key.thread or None
         await front.client.chat_postMessage(
-            channel=key.channel, thread_ts=key.thread or None, text=text, blocks=shown
+            channel=key.channel, thread_ts=thread, text=text, blocks=shown
         )
 
     front.conversations.doorbells["slack"] = ring
@@ -90,6 +92,6 @@ def _pressed(front: SlackFront, choice: DoorChoice) -> Any:
         )
         if answer.rerun is not None:
             key = card.conversation
-            await front.start_run(answer.rerun, person, key, key.thread or None)
+            await front.start_run(answer.rerun, person, key, None if key.is_one_off else key.thread)
 
     return press
