@@ -98,7 +98,7 @@ async def start_bot(
     discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(str(gateway))
 
 
-async def _network(bot: Bot, user: int = OWNER, **options: str) -> str:
+async def _network(bot: Bot, user: int = OWNER, **options: object) -> str:
     done = await bot.server.slash("network", options, user=user)
     return await interaction_reply(bot, done)
 
@@ -131,7 +131,9 @@ async def _card(bot: Bot, channel: int, count: int = 1) -> Message:
 async def _decided(bot: Bot, card: Message, outcome: str) -> Message:
     found = await bot.server.wait_for(
         lambda: (
-            bot.server.messages[card.id] if outcome in bot.server.messages[card.id].content else None
+            bot.server.messages[card.id]
+            if outcome in bot.server.messages[card.id].content
+            else None
         )
     )
     assert isinstance(found, Message)
@@ -141,9 +143,11 @@ async def _decided(bot: Bot, card: Message, outcome: str) -> Message:
 
 async def _shown(bot: Bot, channel: int, text: str, count: int = 1) -> None:
     await bot.server.wait_for(
-        lambda: sum(text in m.content for m in bot.server.channel_messages(channel, by_bot=True))
-        >= count
-        or None
+        lambda: (
+            sum(text in m.content for m in bot.server.channel_messages(channel, by_bot=True))
+            >= count
+            or None
+        )
     )
 
 

@@ -27,7 +27,9 @@ class Proxy:
         """(conversation id, host, port) of every refused request."""
         self._cards: set[asyncio.Task[object]] = set()
 
-    def script(self, fallback: Callable[[str], FakeRun | None] = lambda code: None) -> Callable[[str], FakeRun | None]:
+    def script(
+        self, fallback: Callable[[str], FakeRun | None] = lambda code: None
+    ) -> Callable[[str], FakeRun | None]:
         def run(code: str) -> FakeRun | None:
             found = FETCH.fullmatch(code.strip())
             if found is None or self.conversations is None:
