@@ -381,7 +381,7 @@ def _section(
     hints = typing.get_type_hints(kind)
     given: dict[str, Any] = dict(sections or {})
     for item in dataclasses.fields(kind):  # type: ignore[arg-type]
-        if item.name in given:
+        if item.name in given or not item.init:  # fields derived from the others
             continue
         name = (named or {}).get(item.name) or prefix + item.name.upper()
         raw = values.get(name, "").strip()
