@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from dotenv import dotenv_values
 
+from bot.conversations.network import NetworkSettings
 from bot.conversations.policy import PolicySettings
 from bot.conversations.quotas import QuotaSettings
 from executor.backends import build_backend
@@ -43,6 +44,7 @@ QUOTA_PREFIX = "CELLMATE_QUOTA_"
 POLICY_PREFIX = "CELLMATE_POLICY_"
 KUBERNETES_PREFIX = "CELLMATE_KUBERNETES_"
 WORKSPACE_PREFIX = "CELLMATE_WORKSPACE_"
+NETWORK_PREFIX = "CELLMATE_NETWORK_"
 MODEL_NAMES = {
     "api_key": "OPENAI_API_KEY",
     "base_url": "OPENAI_BASE_URL",
@@ -276,6 +278,8 @@ class Settings:
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
     policy: PolicySettings = field(default_factory=PolicySettings)
     """Approval of the model's code: the default policy, who approves, how long it waits."""
+    network: NetworkSettings = field(default_factory=NetworkSettings)
+    """CELLMATE_NETWORK (off or allowlist) and the operator's hosts: what sandboxes reach."""
     admins: tuple[str, ...] = ()
     """User ids (Discord or Slack) who may see /usage."""
     shutdown_grace_s: float = 30.0
@@ -365,6 +369,9 @@ def load_settings(
             "slack": _section(SlackSettings, SLACK_PREFIX, values, named=SLACK_NAMES),
             "quotas": _section(QuotaSettings, QUOTA_PREFIX, values),
             "policy": _section(PolicySettings, POLICY_PREFIX, values),
+            "network": _section(
+                NetworkSettings, NETWORK_PREFIX, values, named={"mode": "CELLMATE_NETWORK"}
+            ),
         },
     )
 
@@ -382,7 +389,7 @@ def _section(
     hints = typing.get_type_hints(kind)
     given: dict[str, Any] = dict(sections or {})
     for item in dataclasses.fields(kind):  # type: ignore[arg-type]
-        if item.name in given:
+        if item.name in given or not item.init:  # fields derived from the others
             continue
         name = (named or {}).get(item.name) or prefix + item.name.upper()
         raw = values.get(name, "").strip()

@@ -6,7 +6,8 @@
                        each person's line (one turn at a time, later ones queued),
                        running turns (Stop, Re-run), reset, export, files,
                        each place's code policy, approvals and usage (moderation,
-                       policy, approval), the people and doors (people, access)
+                       policy, approval), the people and doors (people, access),
+                       the network's grants and closed-door cards (network, doors)
                                           │
                                         Agent ──> executor, storage
 

@@ -5,13 +5,15 @@ A front end translates a platform event into a call with a `Person` (who, from w
 the platform's word on whether they moderate), a `ConversationKey` and a `Reply`, and renders
 the reply's events. Admission (the platform's allowlist, quotas, draining), the one-turn-
 at-a-time line of each person, the running turns, and who may act on a conversation are here;
-decisions on waiting code, the code policy and usage are its `Moderation` part.
+decisions on waiting code, the code policy and usage are its `Moderation` part, and the
+network's grants, cards and traffic its `Doors` part.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,8 +28,9 @@ from bot.conversations.approval import (
     Emit,
     Pending,
 )
+from bot.conversations.doors import Doorbell, DoorCard, Doors
 from bot.conversations.keys import ConversationKey
-from bot.conversations.moderation import Moderation
+from bot.conversations.network import NetworkGrants
 from bot.conversations.people import Admission, Person
 from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
@@ -62,13 +65,14 @@ class FileListing:
         return "Saved workspace (it comes back with the next message here):"
 
 
-class Conversations(Moderation):
+class Conversations(Doors):
     def __init__(
         self,
         agent: Agent,
         admins: frozenset[str] = frozenset(),
         quotas: Quotas | None = None,
         policies: Policies | None = None,
+        network: NetworkGrants | None = None,
     ) -> None:
         self.agent = agent
         self.quotas = quotas
@@ -81,6 +85,11 @@ class Conversations(Moderation):
         self.participants = Participants()
         self.pending: dict[str, Pending] = {}
         """Code waiting for approval, by the key of its Run, Edit and Cancel controls."""
+        self.network = network
+        """Network grants and traffic; None (or CELLMATE_NETWORK=off): no network."""
+        self.doorbells: dict[str, Doorbell] = {}
+        self.door_cards: dict[str, DoorCard] = {}
+        self.last_runs: OrderedDict[str, str] = OrderedDict()
 
     # ── turns ────────────────────────────────────────────────────────────
 
@@ -117,6 +126,7 @@ class Conversations(Moderation):
                     await reply.start(entry.key)
                     emit = self._metered(reply, person.user, message.server, entry.turn)
                     self._keep_off(entry.turn, key, message.text)
+                    emit = self.watch_runs(key, entry.turn, emit)
                     approver = None
                     if self.policies is not None:
                         approver = entry.turn.approve = Approver(
@@ -146,6 +156,7 @@ class Conversations(Moderation):
             log.exception("turn failed in %s", key.id)
             await _safely(reply.failed(f"Something went wrong while answering: {exc}"))
         finally:
+            self.turn_over(key)
             if key.is_one_off:  # a one-off run's session ends with its turn
                 await self.agent.reset(key.id)
 

@@ -14,6 +14,7 @@ from aiohttp import web
 from bot.agent import Agent, AgentLimits
 from bot.agent.history import History
 from bot.conversations import Conversations
+from bot.conversations.network import NetworkGrants
 from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.metrics import Metrics
@@ -57,6 +58,8 @@ async def services(
     history = History(settings.data_dir / "history.sqlite3")
     quotas = Quotas(settings.data_dir / "usage.sqlite3", settings.quotas)
     policies = Policies(settings.data_dir / "policies.sqlite3", settings.policy)
+    # Grants are kept with the channel's /policy, in the same file.
+    network = NetworkGrants(settings.data_dir / "policies.sqlite3", settings.network)
     metrics = Metrics()
     client = build_model_client(settings.model)
     try:
@@ -96,7 +99,11 @@ async def services(
             )
             metrics.watch(executor)
             conversations = Conversations(
-                agent, admins=frozenset(settings.admins), quotas=quotas, policies=policies
+                agent,
+                admins=frozenset(settings.admins),
+                quotas=quotas,
+                policies=policies,
+                network=network,
             )
             yield Services(agent, storage, settings, conversations, metrics)
     finally:
@@ -104,6 +111,7 @@ async def services(
         history.close()
         quotas.close()
         policies.close()
+        network.close()
         if client is not None:
             await client.close()
 

@@ -4,9 +4,11 @@ In a terminal it reads one message per line (a line starting with ``` reads on t
 fence), shows the code being run and its output as it streams, and Ctrl-C stops the running
 turn. From a pipe it reads messages separated by blank lines (a blank line inside a fenced
 block does not end a message), answers each in turn, and exits at the end of input.
-Commands: /reset, /files, /restore, /export, /attach PATH, /policy [MODE], /quit.
+Commands: /reset, /files, /restore, /export, /attach PATH, /policy [MODE], /network ..., /quit.
 Where the policy is approve, the model's code is shown first and runs only after y (or e, to
-edit it: lines up to one holding only a dot run instead); n declines it.
+edit it: lines up to one holding only a dot run instead); n declines it. When code hits a
+closed network door, the door is named at once and, once the turn ends, the console asks
+whether to allow it once (o), in the console (c) or not (n); an allow runs the code again.
 
 A turn's events are printed by the console's reply, `console_reply.Renderer`.
 """
@@ -42,6 +44,8 @@ from bot.conversations.approval import (
     restoring_of,
     shown_names,
 )
+from bot.conversations.doors import DoorCard, DoorChoice
+from bot.conversations.network import parse_network
 from bot.conversations.policy import parse_command
 from bot.events import ApprovalRequested
 from bot.platforms.console_reply import Renderer
@@ -64,9 +68,20 @@ Read = Callable[[str], Awaitable[str | None]]
 """Shows a prompt and reads one line of input (None at the end of input)."""
 APPROVAL_PROMPT = "Run this code? [y]es/[n]o/[e]dit "
 RESTORE_PROMPT = "Load them? [y]es/[n]o "
+DOOR_PROMPT = "Allow it? [o]nce/[c]hannel/[n]o "
+DOOR_WORDS = {
+    "o": DoorChoice.ONCE,
+    "once": DoorChoice.ONCE,
+    "c": DoorChoice.CHANNEL,
+    "channel": DoorChoice.CHANNEL,
+    "n": DoorChoice.DENY,
+    "no": DoorChoice.DENY,
+}
+NETWORK_USAGE = "Use /network, /network allow HOST[:PORT] [once|channel] or /network deny HOST."
 HELP = (
     "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /restore, "
-    "/export, /reset, /policy [auto|approve|off], /quit. Ctrl-C stops a running turn."
+    "/export, /reset, /policy [auto|approve|off], /network [allow|deny HOST], /quit. "
+    "Ctrl-C stops a running turn."
 )
 
 
@@ -80,6 +95,9 @@ class Console:
         self.door = Admission(AccessRules())
         self.read: Read | None = None
         """How to ask the person something while a turn runs (set by the input loop)."""
+        self.doors: list[DoorCard] = []
+        """Closed doors met by the code, asked about once its turn ends."""
+        conversations.doorbells["console"] = self._ring
 
     async def handle(self, text: str, interactive: bool) -> bool:
         """Handle one message or command; False once the user asked to quit.
@@ -120,6 +138,14 @@ class Console:
             await self._export()
         elif command == "/policy":
             self._say(await self._policy(argument))
+        elif command == "/network":
+            asked = parse_network(argument)
+            if asked is None:
+                self._say(NETWORK_USAGE)
+            else:
+                self._say(
+                    await self.conversations.network_command(self.door, ME, CONVERSATION, asked)
+                )
         elif command == "/attach":
             self._attach(argument.strip())
         elif text.strip():
@@ -131,7 +157,34 @@ class Console:
                 await self.conversations.turn(self.door, ME, CONVERSATION, message, self.renderer)
             finally:
                 self.renderer = None
+            rerun = await self._answer_doors()
+            if rerun is not None:
+                return await self._handle(f"```python\n{rerun}\n```", interactive)
         return True
+
+    async def _ring(self, card: DoorCard) -> None:
+        """A closed door is named at once; it is asked about when the turn has ended."""
+        self._say(f"🚪 {card.text}")
+        self.doors.append(card)
+
+    async def _answer_doors(self) -> str | None:
+        """Ask about each closed door the turn met; the code to run again, if any."""
+        rerun = None
+        while self.doors:
+            card = self.doors.pop(0)
+            self._say(f"🚪 {card.door} is closed.")
+            while (word := (await self._ask(DOOR_PROMPT) or "n").strip().lower()) not in DOOR_WORDS:
+                self._say("Answer o (allow for the next run), c (allow in the console) or n.")
+            try:
+                answer = await self.conversations.answer_door(
+                    self.door, ME, card.key, DOOR_WORDS[word]
+                )
+            except Refused as exc:
+                self._say(f"✗ {exc}")
+                continue
+            self._say(answer.outcome("you"))
+            rerun = answer.rerun or rerun
+        return rerun
 
     async def _policy(self, argument: str) -> str:
         asked = parse_command(argument)

@@ -16,7 +16,16 @@ APP = "\n".join(path.read_text() for path in sorted(MANIFEST.parent.glob("*.py")
 def test_manifest_declares_the_commands_shortcut_and_events_the_app_handles() -> None:
     manifest = yaml.safe_load(MANIFEST.read_text())
     commands = {c["command"] for c in manifest["features"]["slash_commands"]}
-    assert commands == {"/run", "/files", "/reset", "/restore", "/export", "/usage", "/policy"}
+    assert commands == {
+        "/run",
+        "/files",
+        "/reset",
+        "/restore",
+        "/export",
+        "/usage",
+        "/policy",
+        "/network",
+    }
     for command in commands:
         assert f'app.command("{command}")' in APP
     (shortcut,) = manifest["features"]["shortcuts"]

@@ -30,6 +30,7 @@ from bot.fences import direct_code
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
+from bot.platforms.on_discord.doors import DoorButton, doorbell, register_network
 from bot.platforms.on_discord.interactions import conversation_of, place_of, tell, thread_key
 from bot.platforms.on_discord.render import thread_name
 from bot.platforms.on_discord.reply import ChannelSurface, InteractionSurface, Reply, Surface
@@ -85,7 +86,9 @@ class CellmateDiscord(discord.Client):
         self.fetch = http_fetcher(file_hosts(settings), where="Discord's file servers")
         self.tree = app_commands.CommandTree(self)
         register_commands(self)
-        self.add_dynamic_items(TurnButton, ApprovalButton)
+        register_network(self)
+        self.add_dynamic_items(TurnButton, ApprovalButton, DoorButton)
+        conversations.doorbells["discord"] = doorbell(self)
         self.connected = asyncio.Event()
 
     async def setup_hook(self) -> None:

@@ -33,6 +33,7 @@ from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack.buttons import register_buttons
 from bot.platforms.on_slack.commands import register_commands
+from bot.platforms.on_slack.doors import register_doors
 from bot.platforms.on_slack.modals import RUN_MODAL, run_modal, submitted
 from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
@@ -119,6 +120,7 @@ class CellmateSlack:
         app.view(RUN_MODAL)(self._on_modal)
         register_commands(app, self)
         register_buttons(app, self)
+        register_doors(app, self)
 
     # ── messages ──────────────────────────────────────────────────────────
 

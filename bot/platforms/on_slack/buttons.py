@@ -24,7 +24,7 @@ def register_buttons(app: AsyncApp, front: SlackFront) -> None:
         await ack()
         action = body["actions"][0]
         verdict = Verdict.RUN if action.get("action_id") == approval.RUN else Verdict.CANCELLED
-        person = await _presser(front, body)
+        person = await presser(front, body)
         try:
             await front.conversations.decide(
                 front.door, person, str(action.get("value") or ""), verdict
@@ -72,7 +72,7 @@ def register_buttons(app: AsyncApp, front: SlackFront) -> None:
     async def stop(ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
         key = str(body["actions"][0].get("value") or "")
-        person = await _presser(front, body)
+        person = await presser(front, body)
         try:
             why_not = await front.conversations.stop(front.door, person, key)
         except Refused as exc:
@@ -83,7 +83,7 @@ def register_buttons(app: AsyncApp, front: SlackFront) -> None:
     @app.action("cm_rerun")
     async def rerun(ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
-        person = await _presser(front, body)
+        person = await presser(front, body)
         try:
             code, key = await front.conversations.rerun(
                 front.door, person, str(body["actions"][0].get("value") or "")
@@ -96,7 +96,7 @@ def register_buttons(app: AsyncApp, front: SlackFront) -> None:
         await front.start_run(code, person, key, root)
 
 
-async def _presser(front: SlackFront, body: dict[str, Any]) -> Person:
+async def presser(front: SlackFront, body: dict[str, Any]) -> Person:
     return await front.person(str(body["user"]["id"]), _team(body, front.team), _channel(body))
 
 
