@@ -17,29 +17,30 @@ through any name, or through a name that resolves differently at connect time.
     audit       per-owner counts and one JSON log line per request
 
     cellmate egress-proxy --listen 0.0.0.0:3128 --owners /etc/cellmate/owners.json
+
+Importing the package needs no mitmproxy: the bot uses its grants, owners and audit types.
+`egressproxy.server` (and `egressproxy.addon`) need it, where the proxy runs.
 """
 
-from egressproxy.addon import REFUSED_HEADER, EgressAddon
 from egressproxy.audit import Audit
 from egressproxy.decide import Verdict, admit, decide
 from egressproxy.grants import BadDoor, Door, Grants, Perimeter, PrivateDoor
 from egressproxy.owners import FileOwners, Owners, StaticOwners
 from egressproxy.resolve import Resolver, StaticResolver, SystemResolver
-from egressproxy.server import EgressProxy, ProxyFailed
+
+REFUSED_HEADER = "X-Cellmate-Refused"
+"""On every refusal the proxy answers (403): `host:port`, for the runner and the bot."""
 
 __all__ = [
     "REFUSED_HEADER",
     "Audit",
     "BadDoor",
     "Door",
-    "EgressAddon",
-    "EgressProxy",
     "FileOwners",
     "Grants",
     "Owners",
     "Perimeter",
     "PrivateDoor",
-    "ProxyFailed",
     "Resolver",
     "StaticOwners",
     "StaticResolver",

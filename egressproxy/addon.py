@@ -26,6 +26,7 @@ from mitmproxy.proxy import layers, server_hooks
 from mitmproxy.proxy.layer import NextLayer
 from mitmproxy.proxy.mode_specs import RegularMode
 
+from egressproxy import REFUSED_HEADER
 from egressproxy.audit import UNKNOWN, Audit, Exchange
 from egressproxy.decide import Verdict, admit, decide
 from egressproxy.grants import Grants, Perimeter
@@ -34,8 +35,6 @@ from egressproxy.resolve import Resolver
 
 log = logging.getLogger(__name__)
 
-REFUSED_HEADER = "X-Cellmate-Refused"
-"""On every refusal: `host:port`, for the runner and the bot to recognise a closed door."""
 OWNERS_TIMEOUT_S = 5.0
 HOP_BY_HOP = ("proxy-authorization", "proxy-connection")
 """Meant for the proxy: never passed on to the host."""

@@ -32,11 +32,24 @@ def normal_host(host: str) -> str:
     text = host.strip().lower()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
-    return text[:-1] if text.endswith(".") and not text.endswith("..") else text
+    text = text[:-1] if text.endswith(".") and not text.endswith("..") else text
+    if not text.isascii():
+        # An international name is compared (and resolved) in its ASCII form, as DNS has it.
+        try:
+            text = text.encode("idna").decode("ascii")
+        except UnicodeError:
+            return text  # not a name: `is_name` refuses it
+    return text
 
 
 def is_name(host: str) -> bool:
-    return len(host) <= 253 and bool(NAME.fullmatch(host)) and not looks_numeric(host)
+    """A DNS name; one that ends in an all-digit label is none (no top-level domain is)."""
+    return (
+        len(host) <= 253
+        and bool(NAME.fullmatch(host))
+        and not looks_numeric(host)
+        and not host.rsplit(".", 1)[-1].isdigit()
+    )
 
 
 def split_host_port(text: str) -> tuple[str, int | None]:
