@@ -57,7 +57,8 @@ class EgressProxy:
         opts = options.Options()
         master = Master(opts)
         server = proxyserver.Proxyserver()
-        master.addons.add(core.Core(), server, next_layer.NextLayer(), self.addon)
+        # The egress addon first: it chooses a tunnel's layer before mitmproxy's default would.
+        master.addons.add(core.Core(), server, self.addon, next_layer.NextLayer())
         opts.update(
             mode=["regular"],
             listen_host=host,
