@@ -14,7 +14,6 @@ from pathlib import Path
 
 from egressproxy.addresses import parse_address
 from egressproxy.grants import BadDoor, Perimeter
-from egressproxy.grants import split_host_port as split
 from egressproxy.owners import FileOwners
 from egressproxy.server import EgressProxy, ProxyFailed
 
@@ -62,12 +61,11 @@ def perimeter_from(args: argparse.Namespace, listen_host: str) -> Perimeter:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    try:
-        host, port = split(args.listen)
-    except BadDoor:
-        host, port = "", None
-    if not host or port is None:
-        raise SystemExit("cellmate egress-proxy: --listen must be HOST:PORT")
+    host, _, port_text = args.listen.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise SystemExit("cellmate egress-proxy: --listen must be HOST:PORT (PORT 0: any free)")
+    port = int(port_text)
     perimeter = perimeter_from(args, host)
     if not args.owners.is_file():
         raise SystemExit(f"cellmate egress-proxy: no owners file at {args.owners}")
