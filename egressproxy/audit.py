@@ -1,7 +1,8 @@
 """Every request, allowed or refused, counted per owner and logged as one JSON line.
 
 The bot reads `Audit` for `/usage` and its metrics: per owner, per `host:port` and verdict,
-how many requests and how many bytes went up (to the host) and came down. Logs carry the
+how many requests and how many bytes went up (to the host) and came down: the bodies of a
+plain HTTP request and its answer, every byte each way through a CONNECT tunnel. Logs carry the
 owner, the sandbox's address, host, port, verdict, reason and byte counts: never a path,
 query, header or body, which may hold a secret.
 """
