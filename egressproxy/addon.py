@@ -36,6 +36,7 @@ from egressproxy.resolve import Resolver
 log = logging.getLogger(__name__)
 
 OWNERS_TIMEOUT_S = 5.0
+LOOKUP_TIMEOUT_S = 10.0
 HOP_BY_HOP = ("proxy-authorization", "proxy-connection")
 """Meant for the proxy: never passed on to the host."""
 
@@ -105,7 +106,12 @@ class EgressAddon:
             owner = grants.owner
             verdict = admit(grants, request.host, request.port, self.perimeter)
             if verdict.allowed and verdict.lookup is not None:
-                resolved = await self.resolver.resolve(verdict.lookup, request.port)
+                try:
+                    async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                        resolved = await self.resolver.resolve(verdict.lookup, request.port)
+                except Exception as exc:  # a lookup that fails is a name with no address
+                    log.warning("could not resolve %s: %s", verdict.lookup, type(exc).__name__)
+                    resolved = []
                 verdict = decide(grants, request.host, request.port, resolved, self.perimeter)
         exchange = self.audit.open(
             owner, client, verdict.host, verdict.port, verdict.allowed, kind, verdict.reason
