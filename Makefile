@@ -26,10 +26,10 @@ unit: venv
 
 # The layer without Docker or a cluster: logic, the fake sandbox (and the runner contract on
 # it), the stand-in servers, the Docker proxy's policy (and Azurite for the cases that keep
-# workspaces in Blob Storage).
+# workspaces in Blob Storage), and the egress proxy (root: its tests make network namespaces).
 # tests/storage, also Docker-free, is Azurite's own layer: `make test` runs it.
 fast: venv azurite
-	$(BIN)/pytest -n 2 -m "not docker and not kubernetes" tests/fast tests/unit tests/proxy tests/contract $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 -m "not docker and not kubernetes" tests/fast tests/unit tests/proxy tests/egress tests/contract $(PYTEST_ARGS)
 
 build-image: venv engine
 	bash scripts/build-image.sh
@@ -56,9 +56,14 @@ compose:
 
 venv: $(VENV)/.installed
 
+# The egress proxy's mitmproxy (the `egress` extra) pins h11<=0.14 and the OpenAI client needs
+# h11>=0.16: the proxy runs in its own process and image, but its tests share this
+# environment, with h11 0.16 (whose readers mitmproxy's HTTP/1 layer uses unchanged).
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check 'mitmproxy==11.0.2'
+	$(BIN)/pip install --quiet --disable-pip-version-check 'h11==0.16.0'
 	touch $@
 
 bench: build-image

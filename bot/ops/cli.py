@@ -37,6 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments[:1] == ["docker-proxy"]:
         # A process of its own trust role: it reads none of the bot's settings or secrets.
         return docker_proxy_main(arguments[1:])
+    if arguments[:1] == ["egress-proxy"]:
+        # Imported here: mitmproxy is installed where the proxy runs, not with the bot.
+        from egressproxy.cli import main as egress_proxy_main
+
+        return egress_proxy_main(arguments[1:])
     parser = _parser()
     args = parser.parse_args(arguments)
     try:
@@ -137,6 +142,12 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     proxy.add_argument("proxy_args", nargs=argparse.REMAINDER)
+    egress = commands.add_parser(
+        "egress-proxy",
+        help="the sandboxes' only way out in allowlist mode (--help for its options)",
+        add_help=False,
+    )
+    egress.add_argument("proxy_args", nargs=argparse.REMAINDER)
 
     build = commands.add_parser("build-image", help="build the sandbox image if its inputs changed")
     build.add_argument(

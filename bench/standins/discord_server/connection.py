@@ -14,7 +14,7 @@ from .world import JSON
 try:
     import zstandard  # type: ignore[import-not-found, unused-ignore]
 except ImportError:  # discord.py then asks for zlib-stream, which is always available
-    zstandard = None
+    zstandard = None  # type: ignore[assignment, unused-ignore]
 
 
 @dataclass

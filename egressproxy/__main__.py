@@ -1,0 +1,5 @@
+import sys
+
+from egressproxy.cli import main
+
+sys.exit(main())

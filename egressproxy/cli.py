@@ -1,0 +1,97 @@
+"""`cellmate egress-proxy`: the egress proxy as a process, with the operator's perimeter as
+options and the sandboxes' grants from a file (the bot serves them itself when it runs the
+proxy in its own deployment)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+from egressproxy.addresses import parse_address
+from egressproxy.grants import BadDoor, Perimeter
+from egressproxy.owners import FileOwners
+from egressproxy.server import EgressProxy, ProxyFailed
+
+log = logging.getLogger("egressproxy")
+
+
+def parser() -> argparse.ArgumentParser:
+    found = argparse.ArgumentParser(
+        prog="cellmate egress-proxy",
+        description="The only way out for Cellmate sandboxes: HTTP and CONNECT, door by door.",
+    )
+    found.add_argument("--listen", default="127.0.0.1:3128", help="HOST:PORT to listen on")
+    found.add_argument(
+        "--owners",
+        type=Path,
+        required=True,
+        help="JSON file: sandbox address -> owner and doors (read again when it changes)",
+    )
+    found.add_argument(
+        "--private-allowed",
+        default="",
+        metavar="HOST:PORT,...",
+        help="private HOST:PORTs open to every sandbox (CELLMATE_NETWORK_PRIVATE_ALLOWED)",
+    )
+    found.add_argument(
+        "--refuse",
+        default="",
+        metavar="CIDR,...",
+        help="addresses never reached, named or not: the bot's HTTP port, the Docker API "
+        "proxy, the Kubernetes API (the proxy's own listening address is added)",
+    )
+    return found
+
+
+def perimeter_from(args: argparse.Namespace, listen_host: str) -> Perimeter:
+    refused = args.refuse
+    own = parse_address(listen_host)
+    if own is not None and not own.is_unspecified:
+        refused = f"{refused},{ipaddress.ip_network(own)}"
+    try:
+        return Perimeter.parse(args.private_allowed, refused)
+    except BadDoor as exc:
+        raise SystemExit(f"cellmate egress-proxy: {exc}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    host, _, port_text = args.listen.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise SystemExit("cellmate egress-proxy: --listen must be HOST:PORT (PORT 0: any free)")
+    port = int(port_text)
+    perimeter = perimeter_from(args, host)
+    if not args.owners.is_file():
+        raise SystemExit(f"cellmate egress-proxy: no owners file at {args.owners}")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # mitmproxy's own connection chatter is for debugging it; the audit log is what counts.
+    logging.getLogger("mitmproxy").setLevel(logging.WARNING)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        async with EgressProxy(FileOwners(args.owners), perimeter=perimeter) as proxy:
+            bound = await proxy.start(host, port)
+            log.info(
+                "serving Cellmate sandboxes' egress on %s:%s (owners: %s; private doors: %s)",
+                *bound,
+                args.owners,
+                args.private_allowed or "none",
+            )
+            await stop.wait()
+
+    try:
+        asyncio.run(run())
+    except ProxyFailed as exc:
+        raise SystemExit(f"cellmate egress-proxy: {exc}") from None
+    except KeyboardInterrupt:
+        return 130
+    return 0
