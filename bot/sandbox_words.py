@@ -77,6 +77,24 @@ def spoken(result: ExecutionResult) -> ExecutionResult:
     return dataclasses.replace(result, message=message, workspace=workspace)
 
 
+CLOSED_DOOR = "is not open to this channel"
+"""How the egress proxy's reason ends when no grant opens a door."""
+
+
+def with_refusals(result: ExecutionResult, refused: Sequence[str]) -> ExecutionResult:
+    """A run's result whose message ends with what the network refused it (the proxy's
+    reasons), so the person and the model both know, and the model stops retrying."""
+    if not refused:
+        return result
+    lines = [f"The network refused this run: {'; '.join(refused)}."]
+    if any(reason.endswith(CLOSED_DOOR) for reason in refused):
+        lines.append(
+            "An admin or moderator can open it from the card in this thread or with "
+            "/network allow HOST; retrying will not help until then."
+        )
+    return dataclasses.replace(result, message=" ".join([result.message, *lines]).strip())
+
+
 def ended(why: Ended) -> str:
     """Why the previous session ended, as `This is a new session (...)` says it."""
     if why.reason is Ending.IDLE:

@@ -9,12 +9,14 @@ import asyncio
 import ipaddress
 import logging
 import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from egressproxy.addresses import parse_address
 from egressproxy.grants import BadDoor, Perimeter
-from egressproxy.owners import FileOwners
+from egressproxy.owners import FileOwners, Owners
+from egressproxy.parent import ParentOwners, TellParent, stdin_reader
 from egressproxy.server import EgressProxy, ProxyFailed
 
 log = logging.getLogger("egressproxy")
@@ -26,11 +28,17 @@ def parser() -> argparse.ArgumentParser:
         description="The only way out for Cellmate sandboxes: HTTP and CONNECT, door by door.",
     )
     found.add_argument("--listen", default="127.0.0.1:3128", help="HOST:PORT to listen on")
-    found.add_argument(
+    owners = found.add_mutually_exclusive_group(required=True)
+    owners.add_argument(
         "--owners",
         type=Path,
-        required=True,
         help="JSON file: sandbox address -> owner and doors (read again when it changes)",
+    )
+    owners.add_argument(
+        "--parent",
+        action="store_true",
+        help="ask the process that started this one, over stdin and stdout (the bot does "
+        "this); every request is told to it there too, and the proxy stops when stdin ends",
     )
     found.add_argument(
         "--private-allowed",
@@ -67,26 +75,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("cellmate egress-proxy: --listen must be HOST:PORT (PORT 0: any free)")
     port = int(port_text)
     perimeter = perimeter_from(args, host)
-    if not args.owners.is_file():
+    if args.owners is not None and not args.owners.is_file():
         raise SystemExit(f"cellmate egress-proxy: no owners file at {args.owners}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # mitmproxy's own connection chatter is for debugging it; the audit log is what counts.
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
+
+    parent = ParentOwners(sys.stdout) if args.parent else None
+    if parent is not None:
+        # The parent reads the audit's lines as data; nothing else goes to stdout.
+        audit_log = logging.getLogger("egressproxy.audit")
+        audit_log.addHandler(TellParent(parent))
+        audit_log.propagate = False
 
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        async with EgressProxy(FileOwners(args.owners), perimeter=perimeter) as proxy:
+        owners: Owners = parent if parent is not None else FileOwners(args.owners)
+        async with EgressProxy(owners, perimeter=perimeter) as proxy:
             bound = await proxy.start(host, port)
             log.info(
                 "serving Cellmate sandboxes' egress on %s:%s (owners: %s; private doors: %s)",
                 *bound,
-                args.owners,
+                "the parent process" if parent is not None else args.owners,
                 args.private_allowed or "none",
             )
-            await stop.wait()
+            if parent is None:
+                await stop.wait()
+                return
+            parent.tell({"event": "listening", "host": bound[0], "port": bound[1]})
+            reading = asyncio.create_task(parent.read(await stdin_reader()))
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (reading, stopping):
+                task.cancel()
 
     try:
         asyncio.run(run())

@@ -187,6 +187,8 @@ class DockerBackend:
             reader, writer = await asyncio.open_connection(sock=raw, limit=UNREAD_BYTES)
             sandbox = DockerSandbox(client, container, name, reader, writer, os.urandom(32))
             await asyncio.to_thread(container.start)
+            if network is not None:
+                sandbox.address = await asyncio.to_thread(network_address, container, network)
             await sandbox.hello()
             # A tmpfs volume only holds data while it is mounted, that is while the container
             # runs; so files go in after the start (the runner needs none to get ready). No
@@ -271,3 +273,13 @@ class DockerBackend:
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
             self._client = None
+
+
+def network_address(container: Container, network: NetworkInfo) -> str:
+    """The address the engine gave a started sandbox on its network: the egress proxy sees
+    its requests come from it, and asks the bot who owns it."""
+    container.reload()
+    found = container.attrs["NetworkSettings"]["Networks"][network.name]["IPAddress"]
+    if not found:
+        raise SandboxError(f"the sandbox got no address on {network.name}")
+    return str(found)

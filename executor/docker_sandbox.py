@@ -49,6 +49,8 @@ class DockerSandbox:
         self._writer = writer
         self._destroyed = False
         self._frozen = False
+        self.address: str | None = None
+        """Its address on the instance's sandbox network (allowlist mode), once started."""
 
     @property
     def id(self) -> str:

@@ -153,6 +153,11 @@ class Executor:
             await self.backend.check(limits.runtime)
         return await run_notebook(self.pool, _cells(cells), limits, files, on_output, stop)
 
+    def owner_of(self, address: str) -> str | None:
+        """Which session's sandbox has `address` on the sandbox network: the egress proxy
+        asks, to know whose doors a request goes through."""
+        return self.sessions.owner_of(address)
+
     def session(self, key: str) -> Session:
         """The session for `key` (a conversation); it starts on its first use."""
         return Session(self.sessions, key)

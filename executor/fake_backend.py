@@ -121,6 +121,8 @@ class FakeSandbox:
         """Environment variables set in the fake kernel."""
         self.notices = 0
         self.tree = FakeTree(self.files)
+        self.address: str | None = None
+        """None, or what a test says the sandbox's network address is."""
 
     @property
     def id(self) -> str:

@@ -136,6 +136,11 @@ class KubernetesSandbox:
         return self._name
 
     @property
+    def address(self) -> str | None:
+        # Allowlist mode runs on Docker only so far: a Pod has no egress proxy to ask.
+        return None
+
+    @property
     def alive(self) -> bool:
         # The pump ends with the attach stream: a Pod that went while nobody was reading
         # its events is not alive either.

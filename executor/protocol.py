@@ -32,6 +32,11 @@ class Sandbox(Protocol):
     def alive(self) -> bool:
         """False once the runner's output has ended (the sandbox is gone)."""
 
+    @property
+    def address(self) -> str | None:
+        """The sandbox's address on the sandbox network, which is how the egress proxy knows
+        it (None: it has no network)."""
+
     async def put_files(self, tar: bytes) -> None:
         """Extract a tar of plain files into /mnt/data."""
 

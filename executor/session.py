@@ -88,6 +88,14 @@ class SessionManager:
     def live(self, key: str) -> Live | None:
         return self._live.get(key)
 
+    def owner_of(self, address: str) -> str | None:
+        """The key of the session whose sandbox has `address` on the sandbox network (None:
+        no session's, such as a sandbox still waiting in the pool)."""
+        for key, live in self._live.items():
+            if live.lease.sandbox.address == address:
+                return key
+        return None
+
     async def open(self, key: str) -> Live:
         return (await self._session(key, None))[0]
 

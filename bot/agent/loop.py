@@ -48,7 +48,7 @@ from bot.events import (
 )
 from bot.fences import as_run, direct_code
 from bot.metrics import Metrics
-from bot.sandbox_words import spoken
+from bot.sandbox_words import spoken, with_refusals
 from bot.text import names_line
 from executor import ExecutionResult, Executor, ExecutorError, OutputEvent
 from executor.session import Restore
@@ -147,6 +147,8 @@ class Agent:
         self.intake_limits = intake_limits or IntakeLimits()
         self.fetch = fetch
         self.metrics = metrics
+        self.refusals: Callable[[str], list[str]] | None = None
+        """What the egress proxy refused a conversation since last asked (allowlist mode)."""
         self._locks: dict[str, asyncio.Lock] = {}
         self.counter = Counter.for_model(model)
         self.completions = (
@@ -394,12 +396,16 @@ class Agent:
 
         turn.may_run()
         logs.run_id.set(uuid.uuid4().hex[:12])
+        if self.refusals is not None:
+            self.refusals(conversation)  # what came before this run is not this run's
         # A Stop pressed while the sandbox is still starting applies to this run as well.
         result = spoken(
             await self.executor.session(conversation).run(
                 code, on_output=forward, stop=turn.stop_requested, restore=restore
             )
         )
+        if self.refusals is not None:
+            result = with_refusals(result, self.refusals(conversation))
         seconds = result.duration_ms / 1000
         log.info("run finished: %s in %.2f s", result.status.value, seconds)
         if self.metrics is not None:

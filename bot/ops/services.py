@@ -18,6 +18,7 @@ from bot.conversations.network import NetworkGrants
 from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.metrics import Metrics
+from bot.ops.egress_link import start_egress
 from bot.ops.http import Checks, create_app, start_server
 from bot.ops.model_setup import build_model_client
 from bot.ops.storage_setup import build_storage, link_secret
@@ -105,7 +106,20 @@ async def services(
                 policies=policies,
                 network=network,
             )
-            yield Services(agent, storage, settings, conversations, metrics)
+            link = None
+            if settings.sandbox.egress == "allowlist":
+                link = await start_egress(
+                    executor,
+                    conversations,
+                    settings.sandbox.proxy_port,
+                    ",".join(settings.network.private_allowed),
+                )
+                agent.refusals = link.take_notes
+            try:
+                yield Services(agent, storage, settings, conversations, metrics)
+            finally:
+                if link is not None:
+                    await link.close()
     finally:
         await storage.close()
         history.close()

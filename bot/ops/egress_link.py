@@ -1,0 +1,230 @@
+"""The egress proxy as the bot's child process (`CELLMATE_NETWORK=allowlist`, Docker).
+
+    sandbox ──HTTP/CONNECT──> egress proxy (a process of its own: mitmproxy)
+                                 │ stdout: "who owns 172.30.0.5?"   ▲ stdin: its doors
+                                 ▼                                  │
+                              EgressLink ── executor.owner_of(address) → the conversation
+                                         ── conversations.network_grants(conversation)
+                                 ◀── every request told: counted for /usage; a closed door
+                                     becomes a card for the thread's approvers and a note
+                                     on the run's result (which the model reads too)
+
+The proxy listens on the sandbox network's gateway, the only address a sandbox can reach;
+it knows a sandbox by its address there, so nothing inside the sandbox is a credential. The
+two talk over the child's pipes (see egressproxy.parent): no port, nothing to guess. When the
+bot goes, the proxy's stdin ends and it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+from collections import defaultdict
+from typing import Any, Protocol
+
+from bot.conversations.keys import ConversationKey
+from bot.conversations.network import Verdict
+from bot.sandbox_words import CLOSED_DOOR
+from executor import Executor
+from executor.docker_backend import DockerBackend
+from executor.network_grants import Grants, Layer
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+LINE_LIMIT = 1 << 20
+NOTES_KEPT = 20
+
+
+class EgressUnavailable(RuntimeError):
+    """The egress proxy did not start; the message says why."""
+
+
+class DoorKeeper(Protocol):
+    """The conversation service, as the link sees it (`bot.conversations.doors.Doors`)."""
+
+    def network_grants(self, key: ConversationKey) -> Grants: ...
+
+    async def door_closed(
+        self, key: ConversationKey, host: str, port: int, run: str | None = None
+    ) -> object: ...
+
+    def network_traffic(
+        self,
+        key: ConversationKey,
+        host: str,
+        port: int,
+        verdict: Verdict,
+        requests: int = 1,
+        sent: int = 0,
+    ) -> None: ...
+
+
+def doors_answer(number: int, grants: Grants | None) -> dict[str, Any]:
+    """The answer to the proxy's question `number`: the owner and its doors by layer."""
+    if grants is None:
+        return {"answer": number, "owner": None}
+    layers: dict[str, list[str]] = {layer.value: [] for layer in Layer}
+    for grant in grants.grants:
+        layers[grant.layer.value].append(str(grant.pattern))
+    return {"answer": number, "owner": grants.conversation, **layers}
+
+
+class EgressLink:
+    """Starts the proxy on `listen`, answers its questions, and hears what it did."""
+
+    def __init__(self, executor: Executor, doors: DoorKeeper, private_allowed: str = "") -> None:
+        self.executor = executor
+        self.doors = doors
+        self.private_allowed = private_allowed
+        self.address: tuple[str, int] | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._cards: set[asyncio.Task[object]] = set()
+        self._notes: defaultdict[str, list[str]] = defaultdict(list)
+        self._closing = False
+
+    async def start(self, listen: tuple[str, int]) -> tuple[str, int]:
+        host, port = listen
+        command = [sys.executable, "-m", "egressproxy", "--parent", "--listen", f"{host}:{port}"]
+        if self.private_allowed:
+            command += ["--private-allowed", self.private_allowed]
+        self._process = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=LINE_LIMIT,
+        )
+        try:
+            self.address = await asyncio.wait_for(self._listening(), START_TIMEOUT_S)
+        except (TimeoutError, EgressUnavailable) as exc:
+            await self.close()
+            raise EgressUnavailable(
+                f"the egress proxy did not start on {host}:{port} ({exc or 'timed out'}); "
+                "its own lines above say why"
+            ) from None
+        self._reader = asyncio.create_task(self._read(), name="egress proxy link")
+        log.info("egress proxy listening on %s:%s for the sandboxes", *self.address)
+        return self.address
+
+    async def _listening(self) -> tuple[str, int]:
+        assert self._process is not None
+        assert self._process.stdout is not None
+        while line := await self._process.stdout.readline():
+            message = _message(line)
+            if message.get("event") == "listening":
+                return str(message["host"]), int(message["port"])
+        raise EgressUnavailable("it exited")
+
+    async def _read(self) -> None:
+        process = self._process
+        assert process is not None
+        assert process.stdout is not None
+        while line := await process.stdout.readline():
+            message = _message(line)
+            try:
+                if "ask" in message:
+                    await self._answer(int(message["ask"]), str(message["address"]))
+                elif message.get("event") == "egress":
+                    self.heard(message)
+            except Exception:  # one bad line must not end the link
+                log.exception("could not handle a line from the egress proxy")
+        await process.wait()
+        if not self._closing:
+            log.error(
+                "the egress proxy stopped (exit %s): sandboxes reach nothing now",
+                process.returncode,
+            )
+
+    async def _answer(self, number: int, address: str) -> None:
+        owner = self.executor.owner_of(address)
+        grants = None if owner is None else self.doors.network_grants(ConversationKey.parse(owner))
+        assert self._process is not None
+        assert self._process.stdin is not None
+        self._process.stdin.write((json.dumps(doors_answer(number, grants)) + "\n").encode())
+        await self._process.stdin.drain()
+
+    def heard(self, message: dict[str, Any]) -> None:
+        """One request the proxy decided: counted, and a closed door shown."""
+        owner = str(message.get("owner", ""))
+        try:
+            key = ConversationKey.parse(owner)
+        except ValueError:
+            return  # a sandbox no conversation owns (one in the pool): nobody to tell
+        host, port = str(message["host"]), int(message["port"])
+        allowed = message.get("verdict") == "allowed"
+        self.doors.network_traffic(
+            key,
+            host,
+            port,
+            "allowed" if allowed else "refused",
+            1,
+            int(message.get("bytes_up", 0)) + int(message.get("bytes_down", 0)),
+        )
+        if allowed:
+            return
+        reason = str(message.get("reason", f"{host}:{port} was refused"))
+        notes = self._notes[key.id]
+        if reason not in notes and len(notes) < NOTES_KEPT:
+            notes.append(reason)
+        if reason.endswith(CLOSED_DOOR):
+            card = asyncio.ensure_future(self.doors.door_closed(key, host, port))
+            self._cards.add(card)
+            card.add_done_callback(self._card_posted)
+
+    def _card_posted(self, card: asyncio.Future[object]) -> None:
+        self._cards.discard(card)
+        if not card.cancelled() and card.exception() is not None:
+            log.warning("could not post a network card: %s", card.exception())
+
+    def take_notes(self, conversation: str) -> list[str]:
+        """What the proxy refused to `conversation` since this was last asked, each once."""
+        return self._notes.pop(conversation, [])
+
+    async def close(self) -> None:
+        self._closing = True
+        process = self._process
+        if process is not None:
+            if process.stdin is not None:
+                process.stdin.close()  # the proxy stops when its stdin ends
+            try:
+                await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        for card in list(self._cards):
+            card.cancel()
+        self._process = None
+
+
+def _message(line: bytes) -> dict[str, Any]:
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+async def start_egress(
+    executor: Executor, doors: DoorKeeper, proxy_port: int, private_allowed: str
+) -> EgressLink:
+    """The egress proxy for `executor`'s sandboxes, listening where they can reach it."""
+    backend = executor.backend
+    if not isinstance(backend, DockerBackend):
+        raise EgressUnavailable(
+            "CELLMATE_NETWORK=allowlist works with the Docker backend so far; on Kubernetes "
+            "keep CELLMATE_NETWORK=off"
+        )
+    network = await backend.egress_network(proxy_port)
+    link = EgressLink(executor, doors, private_allowed)
+    await link.start(await network.proxy_address())
+    return link
