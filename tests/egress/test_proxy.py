@@ -17,6 +17,7 @@ import pytest
 from egressproxy import REFUSED_HEADER, Audit, Door, Grants, StaticOwners, StaticResolver
 from egressproxy.audit import UNKNOWN
 from egressproxy.server import EgressProxy
+from tests.support import netns
 from tests.support.netns import RESPONSE_SIZE, Listener, Namespace, listening_in, namespace
 
 pytestmark = pytest.mark.netns
@@ -343,8 +344,6 @@ async def settled(read: Callable[[], dict[str, int]], expected: dict[str, int]) 
 
 @pytest.fixture(autouse=True)
 def _no_leftover_namespaces() -> Iterator[None]:
+    since = len(netns.MADE)
     yield
-    import subprocess
-
-    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    assert "cm-egress-" not in left.stdout
+    assert netns.left_behind(since) == []

@@ -70,6 +70,19 @@ asyncio.run(main())
 """
 
 
+MADE: list[str] = []
+"""The namespaces this process made, in order: a test checks that its own are gone (others
+run in parallel)."""
+
+
+def left_behind(since: int) -> list[str]:
+    """The namespaces made here since `len(MADE)` was `since` that still exist."""
+    listed = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.split()
+    return [name for name in MADE[since:] if name in listed]
+
+
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
 
@@ -116,6 +129,7 @@ async def namespace() -> AsyncIterator[Namespace]:
     free = [b for b in range(4, 252, 4) if f"{BLOCK}.{b + 1}/" not in taken]
     base = random.choice(free)  # noqa: S311 - spreads concurrent runs, no secret
     host_address, address = f"{BLOCK}.{base + 1}", f"{BLOCK}.{base + 2}"
+    MADE.append(name)
     try:
         _ip("netns", "add", name)
         _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
