@@ -140,6 +140,9 @@ fi
 for _ in $(seq 1 60); do
   if engine_answers; then
     log "Docker engine is up: $(docker info --format '{{.ServerVersion}}, storage {{.Driver}}, runtimes: {{range $k, $v := .Runtimes}}{{$k}} {{end}}')"
+    if [ "${CELLMATE_NETWORK:-off}" = allowlist ]; then
+      "$(dirname "$0")/guard-sandbox-network.sh" add "${CELLMATE_NETWORK_PROXY_PORT:-3128}"
+    fi
     exit 0
   fi
   sleep 1

@@ -52,3 +52,6 @@ rules iptables
 if command -v ip6tables >/dev/null 2>&1; then
   rules ip6tables
 fi
+if [ "$action" = add ]; then
+  echo "[cellmate] host rules: packets from the sandbox bridges ($interfaces) reach only port $port of this host (the egress proxy)" >&2
+fi
