@@ -34,6 +34,7 @@ import hashlib
 import ipaddress
 import re
 import socket
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -101,7 +102,12 @@ def sandbox_environment(address: tuple[str, int], pip_index_url: str) -> dict[st
     that programs read, pip's index, and where packages go and are imported from. No
     credential: the proxy knows a sandbox by its address on the network."""
     proxy = proxy_url(address)
+    index = urllib.parse.urlsplit(check_index_url(pip_index_url))
+    # pip ignores a plain-HTTP index unless told it is trusted: the operator's choice of one
+    # (a mirror inside the company) says so.
+    trusted = {"PIP_TRUSTED_HOST": index.netloc} if index.scheme == "http" else {}
     return {
+        **trusted,
         "HTTP_PROXY": proxy,
         "HTTPS_PROXY": proxy,
         "http_proxy": proxy,

@@ -240,7 +240,8 @@ class Agent:
     ) -> None:
         assert self.client is not None
         earlier: list[dict[str, Any]] = []
-        system = system_prompt(self.executor.limits.network)
+        limits = self.executor.limits
+        system = system_prompt(limits.network, doors=limits.egress == "allowlist")
         user = {"role": "user", "content": _user_content(message.text, files, previews)}
         new: list[dict[str, Any]] = [user]
         shown: list[dict[str, Any]] = []

@@ -24,12 +24,23 @@ PYTHON_TOOL: dict[str, Any] = {
 }
 
 
-def system_prompt(network: bool) -> str:
-    reach = (
-        "The sandbox can reach the network."
-        if network
-        else "The sandbox has no network access: do not try to download or pip install anything."
-    )
+DOORS = (
+    "The sandbox reaches the network only through doors this channel's admins open: a host "
+    "that is not open answers 403 with the reason, and the run's note says so; then tell "
+    "the user which host you need (they can approve it) instead of retrying. When the "
+    "package index is open, `%pip install NAME` works in a cell (packages last for the "
+    "session)."
+)
+
+
+def system_prompt(network: bool, doors: bool = False) -> str:
+    """`network`: the whole network (the unsafe switch); `doors`: the allowlist network."""
+    if doors:
+        reach = DOORS
+    elif network:
+        reach = "The sandbox can reach the network."
+    else:
+        reach = "The sandbox has no network access: do not try to download or pip install anything."
     return (
         "You are Cellmate, a code interpreter in a team chat. Use the `python` tool to compute, "
         "analyse data and draw charts rather than guessing.\n"

@@ -1,0 +1,118 @@
+"""`%pip install` in a sandbox on the allowlist network, under runc and runsc: from a package
+index inside a network namespace the test creates, through the egress proxy, a pure-Python
+wheel and one with a compiled extension install into the sandbox's packages place and import;
+with the index's door closed, the proxy refuses pip (and tells the bot) and nothing is
+installed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+
+from bot.conversations.keys import ConversationKey
+from bot.ops.egress_link import start_egress
+from executor import Executor, SandboxLimits, Status, default_tag
+from executor.docker_backend import DockerBackend
+from executor.egress import DEFAULT_PROXY_PORT, bridge_name, network_name
+from executor.network_grants import Grant, Grants, Layer, parse_pattern
+from tests.integration.conftest import NO_POOL
+from tests.support.netns import namespace
+from tests.support.package_index import COMPILED, PURE, Index, serving_index
+from tests.support.sandboxes import TEST_INSTANCE
+
+pytestmark = [pytest.mark.docker, pytest.mark.netns]
+
+GUARD = Path(__file__).resolve().parents[2] / "scripts" / "guard-sandbox-network.sh"
+CONVERSATION = ConversationKey("console", "", "", "packages")
+
+INSTALL = f"%pip install --no-color --progress-bar off {PURE} {COMPILED}"
+IMPORT = "import cmdemo_pure, cmdemo_fast\nprint(cmdemo_pure.VALUE, cmdemo_fast.answer())"
+
+
+class Doors:
+    """The conversation layer's grants as the link asks them: `open` is what is open."""
+
+    def __init__(self) -> None:
+        self.open: tuple[str, ...] = ()
+        self.refused: list[tuple[str, int]] = []
+
+    def network_grants(self, key: ConversationKey) -> Grants:
+        patterns = (Grant(parse_pattern(door), Layer.OPERATOR) for door in self.open)
+        return Grants(key.id, tuple(patterns))
+
+    async def door_closed(
+        self, key: ConversationKey, host: str, port: int, run: str | None = None
+    ) -> object:
+        self.refused.append((host, port))
+        return None
+
+    def network_traffic(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+@asynccontextmanager
+async def index_and_executor(
+    runtime: str, tmp_path: Path
+) -> AsyncIterator[tuple[Index, Executor, Doors]]:
+    bridge = bridge_name(TEST_INSTANCE)
+    async with namespace() as space, serving_index(space, tmp_path / "index") as index:
+        limits = SandboxLimits(
+            runtime=runtime,  # type: ignore[arg-type]
+            egress="allowlist",
+            pip_index_url=index.url,
+            timeout_s=120,
+        )
+        backend = DockerBackend(default_tag(), instance=TEST_INSTANCE)
+        guard = [str(GUARD), "add", str(DEFAULT_PROXY_PORT), bridge]
+        try:
+            await asyncio.to_thread(subprocess.run, guard, check=True)
+            async with Executor(
+                default_tag(), limits=limits, backend=backend, instance=TEST_INSTANCE, pool=NO_POOL
+            ) as executor:
+                doors = Doors()
+                link = await start_egress(executor, doors, DEFAULT_PROXY_PORT, "")
+                try:
+                    yield index, executor, doors
+                finally:
+                    await link.close()
+        finally:
+            await asyncio.to_thread(subprocess.run, [str(GUARD), "remove", "0", bridge], check=True)
+            client = docker.from_env()
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_network(network_name(TEST_INSTANCE))
+            client.close()
+
+
+async def test_pip_installs_a_pure_and_a_compiled_wheel_through_the_door(
+    runtime: str, tmp_path: Path
+) -> None:
+    async with index_and_executor(runtime, tmp_path) as (index, executor, doors):
+        session = executor.session(CONVERSATION.id)
+        doors.open = (index.door,)
+        installed = await session.run(INSTALL)
+        assert installed.status is Status.OK, installed.stdout + installed.stderr
+        assert "Successfully installed cmdemo-fast-1.0 cmdemo-pure-1.0" in installed.stdout
+        imported = await session.run(IMPORT)
+        assert imported.status is Status.OK, imported.stderr
+        assert imported.stdout == "pure python, from the index 42\n"
+        assert doors.refused == []
+
+
+async def test_pip_gets_the_refusal_when_the_index_is_closed(runtime: str, tmp_path: Path) -> None:
+    async with index_and_executor(runtime, tmp_path) as (index, executor, doors):
+        session = executor.session(CONVERSATION.id)
+        refused = await session.run(INSTALL.replace("install", "install --retries 0 --timeout 10"))
+        # pip reads a refused index page as an empty one; the run's note (bot side) says why.
+        assert "No matching distribution found for cmdemo-pure" in refused.stdout
+        assert (index.address, index.port) in doors.refused
+        missing = await session.run(IMPORT)
+        assert missing.status is Status.ERROR
+        assert "No module named 'cmdemo_pure'" in missing.stderr + str(missing.error)
