@@ -7,8 +7,10 @@ model). Nothing secret is printed."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import subprocess
 from collections.abc import Awaitable, Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 import docker
 
@@ -22,6 +24,7 @@ from bot.settings import Settings
 from executor import EngineUnavailable, ExecutorError
 from executor.backends import build_backend
 from executor.docker_backend import RuntimeMissing, check_runtime, connect
+from executor.egress import engine_runtime
 from executor.kubernetes_backend import KubernetesBackend
 
 TIMEOUT_S = 15.0
@@ -184,9 +187,70 @@ async def _docker(settings: Settings) -> list[Finding]:
                     "CELLMATE_SANDBOX_RUNTIME=runc",
                 )
             )
+        if settings.sandbox.egress == "allowlist":
+            found += await _doors(settings, info)
         return found
     finally:
         client.close()
+
+
+async def _doors(settings: Settings, info: dict[str, Any]) -> list[Finding]:
+    """What `CELLMATE_NETWORK=allowlist` needs on this host: the networked gVisor runtime
+    (under runsc), mitmproxy where the bot runs the proxy, and the host rules that keep the
+    sandbox bridges to the proxy's port."""
+    found: list[Finding] = []
+    runtime = engine_runtime(settings.sandbox.runtime, "allowlist")
+    if runtime != settings.sandbox.runtime:
+        try:
+            check_runtime(info, runtime)
+            found.append(Finding("network", True, f"{runtime} is registered for allowlist mode"))
+        except RuntimeMissing:
+            found.append(
+                Finding(
+                    "network",
+                    False,
+                    f"{runtime} (gVisor with a network, for allowlist mode) is not registered",
+                    "run scripts/ensure-docker.sh with CELLMATE_NETWORK=allowlist",
+                )
+            )
+    if importlib.util.find_spec("mitmproxy") is None:
+        found.append(
+            Finding(
+                "proxy",
+                False,
+                "mitmproxy is not installed: the egress proxy cannot start",
+                "pip install 'cellmate[egress]' (mitmproxy 11.0.2)",
+            )
+        )
+    else:
+        found.append(Finding("proxy", True, "mitmproxy is installed; the bot starts the proxy"))
+    port = settings.sandbox.proxy_port
+    guarded = await asyncio.to_thread(_host_rules_in_place)
+    found.append(
+        Finding("host rules", True, f"sandbox bridges reach only port {port} of this host")
+        if guarded
+        else Finding(
+            "host rules",
+            False,
+            "no host rules keep the sandbox bridges to the proxy's port (or they cannot be "
+            "read: run as root)",
+            f"run scripts/guard-sandbox-network.sh add {port} as root",
+        )
+    )
+    return found
+
+
+def _host_rules_in_place() -> bool:
+    try:
+        done = subprocess.run(
+            ["iptables", "-w", "-C", "INPUT", "-i", "cellmate-+", "-j", "CM-cellmate-ALL"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 async def _storage(settings: Settings) -> list[Finding]:

@@ -4,6 +4,7 @@ the scripted model: all good, then wrong tokens and a missing image."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -89,3 +90,25 @@ async def test_doctor_says_what_is_wrong_and_how_to_fix_it(
     assert "cellmate build-image" in out
     assert "! model" in out or "✓ model" in out  # not configured is allowed
     assert "problem(s)" in out
+
+
+def _host_rules_in_place() -> bool:
+    rule = ["iptables", "-w", "-C", "INPUT", "-i", "cellmate-+", "-j", "CM-cellmate-ALL"]
+    return subprocess.run(rule, capture_output=True, check=False).returncode == 0
+
+
+async def test_doctor_checks_what_network_doors_need(tmp_path: Path) -> None:
+    code, out = await doctor(
+        tmp_path, CELLMATE_NETWORK="allowlist", CELLMATE_SANDBOX_RUNTIME="runsc"
+    )
+    lines = out.splitlines()
+    assert "✓ network     runsc-net is registered for allowlist mode" in lines, out
+    assert "✓ proxy       mitmproxy is installed; the bot starts the proxy" in lines, out
+    # The machine-wide rules are the operator's to install (tests keep to their own bridges):
+    # the doctor says which state they are in, and how to fix a missing one.
+    if _host_rules_in_place():
+        assert "✓ host rules  sandbox bridges reach only port 3128 of this host" in lines, out
+    else:
+        assert any(line.startswith("✗ host rules  no host rules keep") for line in lines), out
+        assert "run scripts/guard-sandbox-network.sh add 3128 as root" in out
+        assert code == 1
