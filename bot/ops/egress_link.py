@@ -141,8 +141,12 @@ class EgressLink:
             )
 
     async def _answer(self, number: int, address: str) -> None:
+        grants = None
         owner = self.executor.owner_of(address)
-        grants = None if owner is None else self.doors.network_grants(ConversationKey.parse(owner))
+        with contextlib.suppress(ValueError):  # a session that is no conversation's: no doors
+            grants = (
+                None if owner is None else self.doors.network_grants(ConversationKey.parse(owner))
+            )
         assert self._process is not None
         assert self._process.stdin is not None
         self._process.stdin.write((json.dumps(doors_answer(number, grants)) + "\n").encode())

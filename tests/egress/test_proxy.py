@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from bench.standins import netns
+from bench.standins.netns import RESPONSE_SIZE, Listener, Namespace, listening_in, namespace
 from egressproxy import REFUSED_HEADER, Audit, Door, Grants, StaticOwners, StaticResolver
 from egressproxy.audit import UNKNOWN
 from egressproxy.server import EgressProxy
-from tests.support import netns
-from tests.support.netns import RESPONSE_SIZE, Listener, Namespace, listening_in, namespace
 
 pytestmark = pytest.mark.netns
 

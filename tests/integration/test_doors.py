@@ -21,6 +21,7 @@ import docker
 import docker.errors
 import pytest
 
+from bench.standins.netns import Listener, listening_in, namespace
 from bench.standins.openai_server import ScriptedModel
 from bot.agent import Agent
 from bot.conversations import Conversations
@@ -33,7 +34,6 @@ from executor.egress import DEFAULT_PROXY_PORT, bridge_name, network_name
 from tests.fast.test_console_turns import Chat
 from tests.integration.conftest import NO_POOL
 from tests.support.agents import clients, make_agent, model
-from tests.support.netns import Listener, listening_in, namespace
 from tests.support.sandboxes import TEST_INSTANCE
 
 __all__ = ["clients", "make_agent", "model"]

@@ -17,15 +17,15 @@ import docker
 import docker.errors
 import pytest
 
+from bench.standins.doors import FixedDoors
+from bench.standins.netns import namespace
+from bench.standins.package_index import COMPILED, PURE, Index, serving_index
 from bot.conversations.keys import ConversationKey
 from bot.ops.egress_link import start_egress
 from executor import Executor, SandboxLimits, Status, default_tag
 from executor.docker_backend import DockerBackend
 from executor.egress import DEFAULT_PROXY_PORT, bridge_name, network_name
-from executor.network_grants import Grant, Grants, Layer, parse_pattern
 from tests.integration.conftest import NO_POOL
-from tests.support.netns import namespace
-from tests.support.package_index import COMPILED, PURE, Index, serving_index
 from tests.support.sandboxes import TEST_INSTANCE
 
 pytestmark = [pytest.mark.docker, pytest.mark.netns]
@@ -37,31 +37,10 @@ INSTALL = f"%pip install --no-color --progress-bar off {PURE} {COMPILED}"
 IMPORT = "import cmdemo_pure, cmdemo_fast\nprint(cmdemo_pure.VALUE, cmdemo_fast.answer())"
 
 
-class Doors:
-    """The conversation layer's grants as the link asks them: `open` is what is open."""
-
-    def __init__(self) -> None:
-        self.open: tuple[str, ...] = ()
-        self.refused: list[tuple[str, int]] = []
-
-    def network_grants(self, key: ConversationKey) -> Grants:
-        patterns = (Grant(parse_pattern(door), Layer.OPERATOR) for door in self.open)
-        return Grants(key.id, tuple(patterns))
-
-    async def door_closed(
-        self, key: ConversationKey, host: str, port: int, run: str | None = None
-    ) -> object:
-        self.refused.append((host, port))
-        return None
-
-    def network_traffic(self, *args: object, **kwargs: object) -> None:
-        pass
-
-
 @asynccontextmanager
 async def index_and_executor(
     runtime: str, tmp_path: Path
-) -> AsyncIterator[tuple[Index, Executor, Doors]]:
+) -> AsyncIterator[tuple[Index, Executor, FixedDoors]]:
     bridge = bridge_name(TEST_INSTANCE)
     async with namespace() as space, serving_index(space, tmp_path / "index") as index:
         limits = SandboxLimits(
@@ -77,7 +56,7 @@ async def index_and_executor(
             async with Executor(
                 default_tag(), limits=limits, backend=backend, instance=TEST_INSTANCE, pool=NO_POOL
             ) as executor:
-                doors = Doors()
+                doors = FixedDoors()
                 link = await start_egress(executor, doors, DEFAULT_PROXY_PORT, "")
                 try:
                     yield index, executor, doors

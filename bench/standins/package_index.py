@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.netns import Namespace
+from bench.standins.netns import Namespace
 
 PURE = "cmdemo-pure"
 COMPILED = "cmdemo-fast"
