@@ -134,7 +134,7 @@ async def test_a_pod_deleted_from_outside_gives_a_new_session_that_says_so(
     # With no grace period the object goes at once, and the kubelet stops the container a
     # moment later: until then the session still answers, with its state.
     deadline = time.monotonic() + 60
-    result = await session.run("'precious' in globals()")
+    result = spoken(await session.run("'precious' in globals()"))
     while not result.session_restarted and time.monotonic() < deadline:
         assert result.status in (Status.OK, Status.KILLED), result
         await asyncio.sleep(0.5)
