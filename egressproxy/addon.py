@@ -32,6 +32,7 @@ from egressproxy.decide import Verdict, admit, decide
 from egressproxy.grants import Grants, Perimeter
 from egressproxy.owners import Owners
 from egressproxy.resolve import Resolver
+from egressproxy.secrets import Secrets
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,15 @@ class EgressAddon:
         resolver: Resolver,
         audit: Audit | None = None,
         perimeter: Perimeter | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self.owners = owners
         self.resolver = resolver
         self.audit = audit or Audit()
         self.perimeter = perimeter or Perimeter()
+        self.secrets = secrets or Secrets()
+        # A tunnel whose TLS the proxy terminates, to add these headers to its requests.
+        self._secret_tunnels: dict[str, tuple[tuple[str, str], ...]] = {}
         # (client connection, host, port as mitmproxy will connect) -> the checked address.
         self._pins: dict[tuple[str, str, int], Pin] = {}
         # A client connection that became a CONNECT tunnel -> its exchange.
@@ -131,13 +136,40 @@ class EgressAddon:
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.request.method == "CONNECT":
             return  # decided in http_connect
+        headers = self._secret_tunnels.get(flow.client_conn.id)
+        if headers is not None:
+            self._inside_secret_tunnel(flow, headers)
+            return
         for name in HOP_BY_HOP:
             flow.request.headers.pop(name, None)
         if await self._decide(flow, "http") is not None:
             # Stream both ways: nothing is held in memory, and every byte is counted.
             flow.request.stream = _counter(self.audit, flow.metadata["cellmate.exchange"], True)
 
+    def _inside_secret_tunnel(
+        self, flow: http.HTTPFlow, headers: tuple[tuple[str, str], ...]
+    ) -> None:
+        """A request inside a tunnel decided at its CONNECT, whose server connection is the
+        checked address of the host the secret is for: the secret's headers replace any the
+        sandbox sent, and only over TLS to that server."""
+        exchange = self._tunnels.get(flow.client_conn.id)
+        if exchange is None or not flow.server_conn.tls:
+            flow.response = http.Response.make(
+                403, "the proxy adds this host's credentials over TLS only\n"
+            )
+            return
+        for name in HOP_BY_HOP:
+            flow.request.headers.pop(name, None)
+        for name, value in headers:
+            flow.request.headers[name] = value
+        flow.metadata["cellmate.tunnel"] = exchange
+        flow.request.stream = _counter(self.audit, exchange, True)
+
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        tunnel = flow.metadata.get("cellmate.tunnel")
+        if isinstance(tunnel, Exchange) and flow.response is not None:
+            flow.response.stream = _counter(self.audit, tunnel, False)
+            return
         exchange = flow.metadata.get("cellmate.exchange")
         if isinstance(exchange, Exchange) and flow.response is not None:
             flow.response.stream = _counter(self.audit, exchange, False)
@@ -156,7 +188,13 @@ class EgressAddon:
 
     async def http_connect(self, flow: http.HTTPFlow) -> None:
         if await self._decide(flow, "connect") is not None:
-            self._tunnels[flow.client_conn.id] = flow.metadata["cellmate.exchange"]
+            exchange = flow.metadata["cellmate.exchange"]
+            self._tunnels[flow.client_conn.id] = exchange
+            headers = self.secrets.for_request(
+                exchange.key.owner, flow.request.host, flow.request.port
+            )
+            if headers:
+                self._secret_tunnels[flow.client_conn.id] = headers
 
     def next_layer(self, nextlayer: NextLayer) -> None:
         """Inside a CONNECT tunnel: raw TCP, with a flow whose bytes are counted. The first
@@ -166,6 +204,7 @@ class EgressAddon:
             nextlayer.layer is None
             and len(context.layers) > 1
             and isinstance(context.client.proxy_mode, RegularMode)
+            and context.client.id not in self._secret_tunnels
         ):
             nextlayer.layer = layers.TCPLayer(context)
 
@@ -203,6 +242,7 @@ class EgressAddon:
         data.server.address = (pin.address, int(address[1]))  # type: ignore[index]
 
     def client_disconnected(self, client: connection.Client) -> None:
+        self._secret_tunnels.pop(client.id, None)
         for key in [key for key in self._pins if key[0] == client.id]:
             del self._pins[key]
         if (exchange := self._tunnels.pop(client.id, None)) is not None:

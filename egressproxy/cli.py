@@ -17,6 +17,7 @@ from egressproxy.addresses import parse_address
 from egressproxy.grants import BadDoor, Perimeter
 from egressproxy.owners import FileOwners, Owners
 from egressproxy.parent import ParentOwners, TellParent, stdin_reader
+from egressproxy.secrets import Secrets
 from egressproxy.server import EgressProxy, ProxyFailed
 
 log = logging.getLogger("egressproxy")
@@ -53,6 +54,22 @@ def parser() -> argparse.ArgumentParser:
         help="addresses never reached, named or not: the bot's HTTP port, the Docker API "
         "proxy, the Kubernetes API (the proxy's own listening address is added)",
     )
+    found.add_argument(
+        "--secrets",
+        type=Path,
+        help="JSON file: headers the proxy adds for a host (see egressproxy.secrets)",
+    )
+    found.add_argument(
+        "--confdir",
+        type=Path,
+        help="where the CA lives that the proxy terminates TLS with for --secrets (made "
+        "there when missing; the sandboxes trust its certificate)",
+    )
+    found.add_argument(
+        "--upstream-ca",
+        type=Path,
+        help="PEM file of CA certificates the hosts' TLS is verified with, besides the usual",
+    )
     return found
 
 
@@ -81,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # mitmproxy's own connection chatter is for debugging it; the audit log is what counts.
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
 
+    try:
+        secrets = Secrets.load(args.secrets) if args.secrets is not None else None
+    except BadDoor as exc:
+        raise SystemExit(f"cellmate egress-proxy: {exc}") from None
     parent = ParentOwners(sys.stdout) if args.parent else None
     if parent is not None:
         # The parent reads the audit's lines as data; nothing else goes to stdout.
@@ -94,7 +115,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         owners: Owners = parent if parent is not None else FileOwners(args.owners)
-        async with EgressProxy(owners, perimeter=perimeter) as proxy:
+        async with EgressProxy(
+            owners,
+            perimeter=perimeter,
+            secrets=secrets,
+            confdir=args.confdir,
+            upstream_ca=args.upstream_ca,
+        ) as proxy:
             bound = await proxy.start(host, port)
             log.info(
                 "serving Cellmate sandboxes' egress on %s:%s (owners: %s; private doors: %s)",

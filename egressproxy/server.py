@@ -16,10 +16,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from pathlib import Path
 from types import TracebackType
 
 from mitmproxy import options
-from mitmproxy.addons import core, next_layer, proxyserver
+from mitmproxy.addons import core, next_layer, proxyserver, tlsconfig
 from mitmproxy.master import Master
 
 from egressproxy.addon import EgressAddon
@@ -27,6 +28,7 @@ from egressproxy.audit import Audit
 from egressproxy.grants import Perimeter
 from egressproxy.owners import Owners
 from egressproxy.resolve import Resolver, SystemResolver
+from egressproxy.secrets import Secrets
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +47,19 @@ class EgressProxy:
         resolver: Resolver | None = None,
         audit: Audit | None = None,
         perimeter: Perimeter | None = None,
+        secrets: Secrets | None = None,
+        confdir: Path | None = None,
+        upstream_ca: Path | None = None,
     ) -> None:
         self.audit = audit or Audit()
-        self.addon = EgressAddon(owners, resolver or SystemResolver(), self.audit, perimeter)
+        self.addon = EgressAddon(
+            owners, resolver or SystemResolver(), self.audit, perimeter, secrets
+        )
+        self.confdir = confdir
+        """Where the CA lives that the proxy terminates TLS with (for secrets); made there
+        when missing. None: mitmproxy's default (~/.mitmproxy)."""
+        self.upstream_ca = upstream_ca
+        """CA certificates the hosts' TLS is verified with, besides the usual ones."""
         self._master: Master | None = None
         self._server: proxyserver.Proxyserver | None = None
         self._task: asyncio.Task[None] | None = None
@@ -55,10 +67,17 @@ class EgressProxy:
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on `host:port` (0: any free port); returns the address it listens on."""
         opts = options.Options()
+        if self.confdir is not None:
+            opts.update(confdir=str(self.confdir))
+        if self.upstream_ca is not None:
+            opts.update(ssl_verify_upstream_trusted_ca=str(self.upstream_ca))
         master = Master(opts)
         server = proxyserver.Proxyserver()
         # The egress addon first: it chooses a tunnel's layer before mitmproxy's default would.
-        master.addons.add(core.Core(), server, self.addon, next_layer.NextLayer())
+        # tlsconfig: certificates for the TLS the proxy terminates (tunnels with secrets only).
+        master.addons.add(
+            core.Core(), server, self.addon, next_layer.NextLayer(), tlsconfig.TlsConfig()
+        )
         opts.update(
             mode=["regular"],
             listen_host=host,
