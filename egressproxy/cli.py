@@ -17,6 +17,7 @@ from egressproxy.addresses import parse_address
 from egressproxy.grants import BadDoor, Perimeter
 from egressproxy.owners import FileOwners, Owners
 from egressproxy.parent import ParentOwners, TellParent, stdin_reader
+from egressproxy.resolve import PinnedResolver, SystemResolver
 from egressproxy.secrets import Secrets
 from egressproxy.server import EgressProxy, ProxyFailed
 
@@ -70,7 +71,24 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         help="PEM file of CA certificates the hosts' TLS is verified with, besides the usual",
     )
+    found.add_argument(
+        "--resolve",
+        action="append",
+        default=[],
+        metavar="NAME=ADDRESS",
+        help="answer NAME with ADDRESS instead of asking DNS (repeatable); still checked",
+    )
     return found
+
+
+def pinned_names(entries: Sequence[str]) -> dict[str, list[str]]:
+    pinned: dict[str, list[str]] = {}
+    for entry in entries:
+        name, _, address = entry.partition("=")
+        if not name or parse_address(address) is None:
+            raise SystemExit(f"cellmate egress-proxy: --resolve wants NAME=ADDRESS, not {entry!r}")
+        pinned.setdefault(name.strip().lower(), []).append(address.strip())
+    return pinned
 
 
 def perimeter_from(args: argparse.Namespace, listen_host: str) -> Perimeter:
@@ -102,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         secrets = Secrets.load(args.secrets) if args.secrets is not None else None
     except BadDoor as exc:
         raise SystemExit(f"cellmate egress-proxy: {exc}") from None
+    pinned = pinned_names(args.resolve)
     parent = ParentOwners(sys.stdout) if args.parent else None
     if parent is not None:
         # The parent reads the audit's lines as data; nothing else goes to stdout.
@@ -117,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         owners: Owners = parent if parent is not None else FileOwners(args.owners)
         async with EgressProxy(
             owners,
+            PinnedResolver(pinned, SystemResolver()),
             perimeter=perimeter,
             secrets=secrets,
             confdir=args.confdir,

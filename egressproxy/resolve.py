@@ -56,3 +56,17 @@ class StaticResolver:
         if entry is None:
             return []
         return list(entry() if callable(entry) else entry)
+
+
+class PinnedResolver:
+    """Names the operator pins to addresses (`--resolve NAME=ADDRESS`, like curl's), and
+    the host's resolver for the rest. A pinned answer is checked like any other."""
+
+    def __init__(self, pinned: Mapping[str, Iterable[str]], rest: Resolver) -> None:
+        self.pinned = StaticResolver({name.lower(): list(found) for name, found in pinned.items()})
+        self.rest = rest
+
+    async def resolve(self, name: str, port: int) -> list[str]:
+        if name.lower() in self.pinned.table:
+            return await self.pinned.resolve(name.lower(), port)
+        return await self.rest.resolve(name, port)

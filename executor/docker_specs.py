@@ -171,7 +171,9 @@ def sandbox_specs(
     }
     if network is not None:
         container["environment"].update(
-            sandbox_environment((network.gateway, limits.proxy_port), limits.pip_index_url)
+            sandbox_environment(
+                (network.gateway, limits.proxy_port), limits.pip_index_url, limits.trusted_ca
+            )
         )
         # Packages pip installs: exec-allowed (compiled extensions load from here), owned by
         # the sandbox user, capped in size, gone with the container.

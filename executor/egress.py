@@ -57,6 +57,7 @@ characters, the kernel's limit), so that host rules can name them all as `cellma
 NETWORK_RUNTIMES = {"runc": "runc", "runsc": "runsc-net"}
 """The engine runtime an allowlist sandbox runs on, by the runtime the operator chose."""
 NO_PROXY = "localhost,127.0.0.1,::1"
+TRUSTED_CA_VARIABLE = "CELLMATE_TRUSTED_CA"
 URL = re.compile(r"https?://[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~/+-]*)?")
 """A package index URL: scheme, host, port and path; no credentials, query or fragment."""
 
@@ -97,7 +98,9 @@ def proxy_url(address: tuple[str, int]) -> str:
     return f"http://{host}:{port}"
 
 
-def sandbox_environment(address: tuple[str, int], pip_index_url: str) -> dict[str, str]:
+def sandbox_environment(
+    address: tuple[str, int], pip_index_url: str, trusted_ca: str = ""
+) -> dict[str, str]:
     """What a sandbox's environment holds in allowlist mode: the proxy, in both spellings
     that programs read, pip's index, and where packages go and are imported from. No
     credential: the proxy knows a sandbox by its address on the network."""
@@ -106,6 +109,10 @@ def sandbox_environment(address: tuple[str, int], pip_index_url: str) -> dict[st
     # pip ignores a plain-HTTP index unless told it is trusted: the operator's choice of one
     # (a mirror inside the company) says so.
     trusted = {"PIP_TRUSTED_HOST": index.netloc} if index.scheme == "http" else {}
+    if trusted_ca:
+        # The kernel adds it to the usual CAs in a bundle of its own when it starts, and
+        # points SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT and CURL_CA_BUNDLE at it.
+        trusted[TRUSTED_CA_VARIABLE] = trusted_ca
     return {
         **trusted,
         "HTTP_PROXY": proxy,

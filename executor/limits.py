@@ -75,6 +75,10 @@ class SandboxLimits:
     """CELLMATE_NETWORK_PROXY_PORT: the egress proxy's port on the sandbox network."""
     packages_mb: int = 512
     """Size of the place `pip install` writes to in allowlist mode."""
+    trusted_ca: str = ""
+    """A CA certificate (PEM) the sandbox trusts besides the usual ones, in allowlist mode:
+    the installation's own, with which the egress proxy terminates TLS to add a host's
+    secret. Public; its key stays with the proxy."""
     runtime: Runtime = "runc"
     uid: int = 61000
     """The user that code runs as, and that owns /mnt/data: one that no host account has."""
@@ -110,6 +114,7 @@ class SandboxLimits:
             self.pip_index_url if self.egress == "allowlist" else "",
             self.proxy_port if self.egress == "allowlist" else 0,
             self.packages_mb if self.egress == "allowlist" else 0,
+            self.trusted_ca if self.egress == "allowlist" else "",
             self.runtime,
             self.uid,
             self.gid,

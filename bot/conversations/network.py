@@ -77,6 +77,12 @@ class NetworkSettings:
     """Host patterns open to every conversation (e.g. pypi.org, files.pythonhosted.org)."""
     private_allowed: tuple[str, ...] = ()
     """Private HOST:PORTs (an on-prem database) that grants may name."""
+    secrets_file: str = ""
+    """A JSON file of headers the egress proxy adds for a host (see egressproxy.secrets);
+    read by the proxy only. Empty: no secrets, and no TLS is terminated."""
+    upstream_ca: str = ""
+    """A PEM file of CA certificates the proxy verifies hosts with, besides the usual ones
+    (an internal API's own CA)."""
     operator: tuple[HostPattern, ...] = field(init=False, default=())
     private: frozenset[tuple[str, int]] = field(init=False, default=frozenset())
 

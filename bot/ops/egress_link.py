@@ -23,10 +23,12 @@ import json
 import logging
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from bot.conversations.keys import ConversationKey
-from bot.conversations.network import Verdict
+from bot.conversations.network import NetworkSettings, Verdict
 from bot.sandbox_words import CLOSED_DOOR
 from executor import Executor
 from executor.docker_backend import DockerBackend
@@ -77,10 +79,18 @@ def doors_answer(number: int, grants: Grants | None) -> dict[str, Any]:
 class EgressLink:
     """Starts the proxy on `listen`, answers its questions, and hears what it did."""
 
-    def __init__(self, executor: Executor, doors: DoorKeeper, private_allowed: str = "") -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        doors: DoorKeeper,
+        private_allowed: str = "",
+        proxy_args: Sequence[str] = (),
+    ) -> None:
         self.executor = executor
         self.doors = doors
         self.private_allowed = private_allowed
+        self.proxy_args = tuple(proxy_args)
+        """More options for the proxy (secrets, its CA's folder, pinned names)."""
         self.address: tuple[str, int] | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -93,6 +103,7 @@ class EgressLink:
         command = [sys.executable, "-m", "egressproxy", "--parent", "--listen", f"{host}:{port}"]
         if self.private_allowed:
             command += ["--private-allowed", self.private_allowed]
+        command += self.proxy_args
         self._process = await asyncio.create_subprocess_exec(
             *command,
             stdin=asyncio.subprocess.PIPE,
@@ -218,8 +229,26 @@ def _message(line: bytes) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+def proxy_options(network: NetworkSettings, data_dir: Path) -> tuple[str, list[str]]:
+    """The sandboxes' extra CA (PEM, '' without secrets) and the proxy's options for the
+    operator's network settings: secrets mean TLS terminated with the installation's CA."""
+    if not network.secrets_file:
+        return "", []
+    from egressproxy.ca import installation_ca
+
+    confdir = data_dir / "egress-ca"
+    options = ["--secrets", network.secrets_file, "--confdir", str(confdir)]
+    if network.upstream_ca:
+        options += ["--upstream-ca", network.upstream_ca]
+    return installation_ca(confdir), options
+
+
 async def start_egress(
-    executor: Executor, doors: DoorKeeper, proxy_port: int, private_allowed: str
+    executor: Executor,
+    doors: DoorKeeper,
+    proxy_port: int,
+    private_allowed: str,
+    proxy_args: Sequence[str] = (),
 ) -> EgressLink:
     """The egress proxy for `executor`'s sandboxes, listening where they can reach it."""
     backend = executor.backend
@@ -229,6 +258,6 @@ async def start_egress(
             "keep CELLMATE_NETWORK=off"
         )
     network = await backend.egress_network(proxy_port)
-    link = EgressLink(executor, doors, private_allowed)
+    link = EgressLink(executor, doors, private_allowed, proxy_args)
     await link.start(await network.proxy_address())
     return link

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -18,7 +19,7 @@ from bot.conversations.network import NetworkGrants
 from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.metrics import Metrics
-from bot.ops.egress_link import start_egress
+from bot.ops.egress_link import proxy_options, start_egress
 from bot.ops.http import Checks, create_app, start_server
 from bot.ops.model_setup import build_model_client
 from bot.ops.storage_setup import build_storage, link_secret
@@ -63,10 +64,14 @@ async def services(
     network = NetworkGrants(settings.data_dir / "policies.sqlite3", settings.network)
     metrics = Metrics()
     client = build_model_client(settings.model)
+    limits, proxy_args = settings.sandbox, list[str]()
+    if limits.egress == "allowlist":
+        trusted_ca, proxy_args = proxy_options(settings.network, settings.data_dir)
+        limits = dataclasses.replace(limits, trusted_ca=trusted_ca)
     try:
         async with Executor(
             settings.image,
-            limits=settings.sandbox,
+            limits=limits,
             backend=settings.sandbox_backend(),
             instance=settings.instance,
             pool=pool or settings.pool,
@@ -113,6 +118,7 @@ async def services(
                     conversations,
                     settings.sandbox.proxy_port,
                     ",".join(settings.network.private_allowed),
+                    proxy_args,
                 )
                 agent.refusals = link.take_notes
             try:

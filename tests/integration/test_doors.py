@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -21,14 +22,18 @@ import docker
 import docker.errors
 import pytest
 
+from bench.standins.doors import FixedDoors
 from bench.standins.netns import Listener, listening_in, namespace
 from bench.standins.openai_server import ScriptedModel
+from bench.standins.tls_api import serving_api
 from bot.agent import Agent
 from bot.conversations import Conversations
+from bot.conversations.keys import ConversationKey
 from bot.conversations.network import NetworkGrants, NetworkSettings
 from bot.ops.egress_link import EgressLink, start_egress
 from bot.platforms.console import DOOR_PROMPT, Console
-from executor import Executor, SandboxLimits, default_tag
+from egressproxy.ca import installation_ca
+from executor import Executor, SandboxLimits, Status, default_tag
 from executor.docker_backend import DockerBackend
 from executor.egress import DEFAULT_PROXY_PORT, bridge_name, network_name
 from tests.fast.test_console_turns import Chat
@@ -92,11 +97,11 @@ def tunnel(host: str, port: int) -> str:
 
 
 @asynccontextmanager
-async def doors(runtime: str) -> AsyncIterator[Executor]:
+async def doors(runtime: str, **more: str) -> AsyncIterator[Executor]:
     """An allowlist executor of the test's instance, with the host rules that keep its bridge
     to the proxy's port; its network removed afterwards."""
     guard = [str(GUARD), "add", str(DEFAULT_PROXY_PORT), bridge_name(TEST_INSTANCE)]
-    limits = SandboxLimits(runtime=runtime, egress="allowlist", timeout_s=60)  # type: ignore[arg-type]
+    limits = SandboxLimits(runtime=runtime, egress="allowlist", timeout_s=60, **more)  # type: ignore[arg-type]
     backend = DockerBackend(default_tag(), instance=TEST_INSTANCE)
     try:
         await asyncio.to_thread(subprocess.run, guard, check=True)
@@ -232,3 +237,59 @@ async def test_loopback_is_refused_in_every_spelling_whatever_is_granted(
     assert "fetched 200" not in out
     assert DOOR_PROMPT not in out  # no grant could open these: nobody is asked
     assert hits == []
+
+
+USE_THE_API = """
+import os, pathlib, urllib.request
+with urllib.request.urlopen('https://API/data', timeout=20) as answer:
+    print('api says', answer.status, answer.read().decode())
+places = [pathlib.Path('/proc/self/environ'), *pathlib.Path('/tmp').rglob('*'),
+          *pathlib.Path('/mnt/data').rglob('*')]
+held = [str(p) for p in places if p.is_file() and b'SECRET' in p.read_bytes()]
+print('secret held:', held, any('SECRET' in v for v in os.environ.values()))
+"""
+API = "api.example.test"
+TOKEN = "Bearer s3cret-for-the-api"  # noqa: S105 - the test's own secret
+
+
+async def test_a_secret_reaches_its_api_from_its_channel_only_and_the_sandbox_never_holds_it(
+    runtime: str, tmp_path: Path
+) -> None:
+    channel = ConversationKey("slack", "T1", "C1", "")
+    mine, theirs = f"{channel.id}1700000000.1", "slack:T1:C2:1700000000.2"
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(
+        json.dumps(
+            [{"host": API, "channels": [channel.id[:-1]], "headers": {"Authorization": TOKEN}}]
+        )
+    )
+    confdir = tmp_path / "egress-ca"
+    async with namespace() as space, serving_api(space, tmp_path, [API]) as api:
+        limits = {"trusted_ca": installation_ca(confdir)}
+        async with doors(runtime, **limits) as executor:
+            link = await start_egress(
+                executor,
+                FixedDoors(API),
+                DEFAULT_PROXY_PORT,
+                "",
+                [
+                    "--secrets", str(secrets), "--confdir", str(confdir),
+                    "--upstream-ca", str(api.ca), "--resolve", f"{API}={space.address}",
+                ],
+            )  # fmt: skip
+            try:
+                code = USE_THE_API.replace("API", API).replace("SECRET", "s3cret")
+                used = await executor.session(mine).run(code)
+                other = await executor.session(theirs).run(code)
+            finally:
+                await link.close()
+        seen = await api.wait_for(1)
+    assert used.status is Status.OK, used.stderr
+    assert used.stdout == "api says 200 ok\nsecret held: [] False\n"
+    assert [s["authorization"] for s in seen] == [TOKEN]
+    # Another channel's tunnel is the API's own TLS, which sandboxes do not trust.
+    assert other.status is Status.ERROR
+    assert "CERTIFICATE_VERIFY_FAILED" in other.stderr + str(other.error)
+    assert len(api.seen) == 1
+    for result in (used, other):
+        assert "s3cret" not in result.stdout + result.stderr + result.message

@@ -44,6 +44,17 @@ def _cellmate_setup(mark, preload):
     # group SIGHUP (see settle).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     sys.path[:] = DATA_OFF
+    # The installation's CA (allowlist mode with secrets): trusted besides the usual ones, by
+    # Python's ssl, requests, pip and curl, in this kernel and what it starts.
+    extra = os.environ.pop("CELLMATE_TRUSTED_CA", "")
+    if extra:
+        usual = "/etc/ssl/certs/ca-certificates.crt"
+        bundle = "/tmp/cellmate-trust.pem"
+        with open(usual) as found, open(bundle, "w") as out:
+            out.write(found.read() + "\\n" + extra + "\\n")
+        os.chmod(bundle, 0o444)
+        for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE"):
+            os.environ[name] = bundle
     from IPython.core.formatters import BaseFormatter
     from traitlets import ObjectName
 
