@@ -389,8 +389,8 @@ def _section(
     hints = typing.get_type_hints(kind)
     given: dict[str, Any] = dict(sections or {})
     for item in dataclasses.fields(kind):  # type: ignore[arg-type]
-        if item.name in given or not item.init:  # fields derived from the others
-            continue
+        if item.name in given or not item.init or item.metadata.get("derived"):
+            continue  # fields derived from the others, or by the bot
         name = (named or {}).get(item.name) or prefix + item.name.upper()
         raw = values.get(name, "").strip()
         if raw:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from executor.egress import DEFAULT_PIP_INDEX_URL, DEFAULT_PROXY_PORT, NetworkMode, check_index_url
@@ -75,10 +75,10 @@ class SandboxLimits:
     """CELLMATE_NETWORK_PROXY_PORT: the egress proxy's port on the sandbox network."""
     packages_mb: int = 512
     """Size of the place `pip install` writes to in allowlist mode."""
-    trusted_ca: str = ""
-    """A CA certificate (PEM) the sandbox trusts besides the usual ones, in allowlist mode:
-    the installation's own, with which the egress proxy terminates TLS to add a host's
-    secret. Public; its key stays with the proxy."""
+    trusted_ca: str = field(default="", metadata={"derived": True})
+    """Not a setting (the bot derives it): a CA certificate (PEM) the sandbox trusts besides
+    the usual ones, in allowlist mode: the installation's own, with which the egress proxy
+    terminates TLS to add a host's secret. Public; its key stays with the proxy."""
     runtime: Runtime = "runc"
     uid: int = 61000
     """The user that code runs as, and that owns /mnt/data: one that no host account has."""
