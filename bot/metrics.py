@@ -51,6 +51,18 @@ class Metrics:
         self.refusals = Counter(
             "cellmate_refusals", "Turns refused before starting", ["reason"], registry=r
         )
+        self.egress_requests = Counter(
+            "cellmate_egress_requests",
+            "Requests sandboxes made through the egress proxy, by platform and verdict",
+            ["platform", "verdict"],
+            registry=r,
+        )
+        self.egress_bytes = Counter(
+            "cellmate_egress_bytes",
+            "Bytes through the egress proxy (both ways), by platform",
+            ["platform"],
+            registry=r,
+        )
 
     def watch(self, executor: Executor) -> None:
         """Report the executor's pool and queue at every scrape."""
@@ -80,6 +92,11 @@ class Metrics:
 
     def refused(self, reason: str) -> None:
         self.refusals.labels(reason).inc()
+
+    def egress(self, conversation: str, verdict: str, size: int) -> None:
+        platform = platform_of(conversation)
+        self.egress_requests.labels(platform, verdict).inc()
+        self.egress_bytes.labels(platform).inc(size)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

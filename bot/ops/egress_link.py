@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from bot.conversations.keys import ConversationKey
 from bot.conversations.network import NetworkSettings, Verdict
+from bot.metrics import Metrics
 from bot.sandbox_words import CLOSED_DOOR
 from executor import Executor
 from executor.docker_backend import DockerBackend
@@ -85,7 +86,9 @@ class EgressLink:
         doors: DoorKeeper,
         private_allowed: str = "",
         proxy_args: Sequence[str] = (),
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics
         self.executor = executor
         self.doors = doors
         self.private_allowed = private_allowed
@@ -172,14 +175,11 @@ class EgressLink:
             return  # a sandbox no conversation owns (one in the pool): nobody to tell
         host, port = str(message["host"]), int(message["port"])
         allowed = message.get("verdict") == "allowed"
-        self.doors.network_traffic(
-            key,
-            host,
-            port,
-            "allowed" if allowed else "refused",
-            1,
-            int(message.get("bytes_up", 0)) + int(message.get("bytes_down", 0)),
-        )
+        verdict: Verdict = "allowed" if allowed else "refused"
+        size = int(message.get("bytes_up", 0)) + int(message.get("bytes_down", 0))
+        self.doors.network_traffic(key, host, port, verdict, 1, size)
+        if self.metrics is not None:
+            self.metrics.egress(key.id, verdict, size)
         if allowed:
             return
         reason = str(message.get("reason", f"{host}:{port} was refused"))
@@ -249,6 +249,7 @@ async def start_egress(
     proxy_port: int,
     private_allowed: str,
     proxy_args: Sequence[str] = (),
+    metrics: Metrics | None = None,
 ) -> EgressLink:
     """The egress proxy for `executor`'s sandboxes, listening where they can reach it."""
     backend = executor.backend
@@ -258,6 +259,6 @@ async def start_egress(
             "keep CELLMATE_NETWORK=off"
         )
     network = await backend.egress_network(proxy_port)
-    link = EgressLink(executor, doors, private_allowed, proxy_args)
+    link = EgressLink(executor, doors, private_allowed, proxy_args, metrics)
     await link.start(await network.proxy_address())
     return link

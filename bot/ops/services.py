@@ -119,6 +119,7 @@ async def services(
                     settings.sandbox.proxy_port,
                     ",".join(settings.network.private_allowed),
                     proxy_args,
+                    metrics,
                 )
                 agent.refusals = link.take_notes
             try:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bot.conversations.keys import ConversationKey
+from bot.metrics import Metrics
 from bot.ops.egress_link import EgressLink, doors_answer
 from egressproxy.grants import Door
 from egressproxy.parent import ParentOwners
@@ -126,7 +127,8 @@ async def test_the_link_counts_requests_asks_about_closed_doors_and_notes_each_r
     None
 ):
     doors = Doors(Grants(OWNER.id))
-    link = EgressLink(Sessions({}), doors)  # type: ignore[arg-type]
+    metrics = Metrics()
+    link = EgressLink(Sessions({}), doors, metrics=metrics)  # type: ignore[arg-type]
     closed = "data.example.com:443 is not open to this channel"
     private = "10.0.0.5:80 is a private address"
     link.heard(_told(OWNER.id, "files.example.com", 443, "allowed", "open to this channel"))
@@ -141,6 +143,10 @@ async def test_the_link_counts_requests_asks_about_closed_doors_and_notes_each_r
     assert doors.cards == [(OWNER, "data.example.com", 443)] * 2
     assert link.take_notes(OWNER.id) == [closed, private]
     assert link.take_notes(OWNER.id) == []
+    scraped = metrics.exposition().decode()
+    assert 'cellmate_egress_requests_total{platform="discord",verdict="allowed"} 1.0' in scraped
+    assert 'cellmate_egress_requests_total{platform="discord",verdict="refused"} 3.0' in scraped
+    assert 'cellmate_egress_bytes_total{platform="discord"} 4040.0' in scraped
 
 
 async def test_the_proxy_process_asks_its_parent_and_stops_when_the_parent_goes() -> None:
