@@ -13,21 +13,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import docker
-import docker.errors
-
 from bench.executor_bench import Figures, machine
-from bench.standins.doors import FixedDoors
+from bench.standins.doors import FixedDoors, guarded_network
 from bench.standins.netns import listening_in, namespace
 from bench.standins.package_index import PURE, serving_index
 from bot.conversations.keys import ConversationKey
@@ -35,7 +30,6 @@ from bot.ops.egress_link import start_egress
 from bot.settings import load_settings
 from executor import Executor, PoolSettings, SandboxLimits, Status
 from executor.docker_backend import DockerBackend
-from executor.egress import bridge_name, network_name
 
 INSTANCE = "bench-doors"
 GUARD = Path(__file__).resolve().parents[1] / "scripts" / "guard-sandbox-network.sh"
@@ -87,10 +81,7 @@ async def timed_gets(executor: Executor, key: str, code: str) -> list[float]:
 
 @asynccontextmanager
 async def allowlist(limits: SandboxLimits, doors: FixedDoors) -> AsyncIterator[Executor]:
-    bridge = bridge_name(INSTANCE)
-    port = limits.proxy_port
-    await asyncio.to_thread(subprocess.run, [str(GUARD), "add", str(port), bridge], check=True)
-    try:
+    async with guarded_network(INSTANCE, limits.proxy_port):
         backend = DockerBackend(limits_image(), instance=INSTANCE)
         async with Executor(
             limits_image(),
@@ -99,17 +90,11 @@ async def allowlist(limits: SandboxLimits, doors: FixedDoors) -> AsyncIterator[E
             instance=INSTANCE,
             pool=PoolSettings(size=0, max_live=AT_ONCE + 2),
         ) as executor:
-            link = await start_egress(executor, doors, port, "")
+            link = await start_egress(executor, doors, limits.proxy_port, "")
             try:
                 yield executor
             finally:
                 await link.close()
-    finally:
-        await asyncio.to_thread(subprocess.run, [str(GUARD), "remove", "0", bridge], check=True)
-        client = docker.from_env()
-        with contextlib.suppress(docker.errors.NotFound):
-            client.api.remove_network(network_name(INSTANCE))
-        client.close()
 
 
 def limits_image() -> str:

@@ -7,11 +7,11 @@ import asyncio
 import io
 import json
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from bench.standins.doors import FixedDoors
 from bot.conversations.keys import ConversationKey
 from bot.metrics import Metrics
 from bot.ops.egress_link import EgressLink, doors_answer
@@ -73,35 +73,6 @@ async def test_no_owner_unanswered_and_bad_answers_open_nothing() -> None:
         await bad
 
 
-@dataclass
-class Doors:
-    """The conversation layer as the link meets it: grants kept, cards and traffic noted."""
-
-    grants: Grants
-    cards: list[tuple[ConversationKey, str, int]] = field(default_factory=list)
-    traffic: list[tuple[str, str, int, str, int]] = field(default_factory=list)
-
-    def network_grants(self, key: ConversationKey) -> Grants:
-        return self.grants
-
-    async def door_closed(
-        self, key: ConversationKey, host: str, port: int, run: str | None = None
-    ) -> object:
-        self.cards.append((key, host, port))
-        return None
-
-    def network_traffic(
-        self,
-        key: ConversationKey,
-        host: str,
-        port: int,
-        verdict: str,
-        requests: int = 1,
-        sent: int = 0,
-    ) -> None:
-        self.traffic.append((key.id, host, port, verdict, sent))
-
-
 class Sessions:
     def __init__(self, owners: dict[str, str]) -> None:
         self.owners = owners
@@ -126,7 +97,7 @@ def _told(owner: str, host: str, port: int, verdict: str, reason: str) -> dict[s
 async def test_the_link_counts_requests_asks_about_closed_doors_and_notes_each_refusal_once() -> (
     None
 ):
-    doors = Doors(Grants(OWNER.id))
+    doors = FixedDoors()
     metrics = Metrics()
     link = EgressLink(Sessions({}), doors, metrics=metrics)  # type: ignore[arg-type]
     closed = "data.example.com:443 is not open to this channel"
@@ -140,7 +111,7 @@ async def test_the_link_counts_requests_asks_about_closed_doors_and_notes_each_r
     assert [t[3] for t in doors.traffic] == ["allowed", "refused", "refused", "refused"]
     assert doors.traffic[0] == (OWNER.id, "files.example.com", 443, "allowed", 1010)
     # A card for the door a grant could open; none for a private address.
-    assert doors.cards == [(OWNER, "data.example.com", 443)] * 2
+    assert doors.refused == [("data.example.com", 443)] * 2
     assert link.take_notes(OWNER.id) == [closed, private]
     assert link.take_notes(OWNER.id) == []
     scraped = metrics.exposition().decode()

@@ -10,19 +10,15 @@ own loopback listener records no hit.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import docker
-import docker.errors
 import pytest
 
-from bench.standins.doors import FixedDoors
+from bench.standins.doors import FixedDoors, guarded_network
 from bench.standins.netns import Listener, listening_in, namespace
 from bench.standins.openai_server import ScriptedModel
 from bench.standins.tls_api import serving_api
@@ -35,7 +31,7 @@ from bot.platforms.console import DOOR_PROMPT, Console
 from egressproxy.ca import installation_ca
 from executor import Executor, SandboxLimits, Status, default_tag
 from executor.docker_backend import DockerBackend
-from executor.egress import DEFAULT_PROXY_PORT, bridge_name, network_name
+from executor.egress import DEFAULT_PROXY_PORT
 from tests.fast.test_console_turns import Chat
 from tests.integration.conftest import NO_POOL
 from tests.support.agents import clients, make_agent, model
@@ -100,23 +96,15 @@ def tunnel(host: str, port: int) -> str:
 async def doors(runtime: str, **more: str) -> AsyncIterator[Executor]:
     """An allowlist executor of the test's instance, with the host rules that keep its bridge
     to the proxy's port; its network removed afterwards."""
-    guard = [str(GUARD), "add", str(DEFAULT_PROXY_PORT), bridge_name(TEST_INSTANCE)]
     limits = SandboxLimits(runtime=runtime, egress="allowlist", timeout_s=60, **more)  # type: ignore[arg-type]
     backend = DockerBackend(default_tag(), instance=TEST_INSTANCE)
-    try:
-        await asyncio.to_thread(subprocess.run, guard, check=True)
-        async with Executor(
+    async with (
+        guarded_network(TEST_INSTANCE, DEFAULT_PROXY_PORT),
+        Executor(
             default_tag(), limits=limits, backend=backend, instance=TEST_INSTANCE, pool=NO_POOL
-        ) as executor:
-            yield executor
-    finally:
-        await asyncio.to_thread(
-            subprocess.run, [str(GUARD), "remove", "0", bridge_name(TEST_INSTANCE)], check=True
-        )
-        client = docker.from_env()
-        with contextlib.suppress(docker.errors.NotFound):
-            client.api.remove_network(network_name(TEST_INSTANCE))
-        client.close()
+        ) as executor,
+    ):
+        yield executor
 
 
 @pytest.fixture

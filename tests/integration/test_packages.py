@@ -6,25 +6,20 @@ installed."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import docker
-import docker.errors
 import pytest
 
-from bench.standins.doors import FixedDoors
+from bench.standins.doors import FixedDoors, guarded_network
 from bench.standins.netns import namespace
 from bench.standins.package_index import COMPILED, PURE, Index, serving_index
 from bot.conversations.keys import ConversationKey
 from bot.ops.egress_link import start_egress
 from executor import Executor, SandboxLimits, Status, default_tag
 from executor.docker_backend import DockerBackend
-from executor.egress import DEFAULT_PROXY_PORT, bridge_name, network_name
+from executor.egress import DEFAULT_PROXY_PORT
 from tests.integration.conftest import NO_POOL
 from tests.support.sandboxes import TEST_INSTANCE
 
@@ -41,7 +36,6 @@ IMPORT = "import cmdemo_pure, cmdemo_fast\nprint(cmdemo_pure.VALUE, cmdemo_fast.
 async def index_and_executor(
     runtime: str, tmp_path: Path
 ) -> AsyncIterator[tuple[Index, Executor, FixedDoors]]:
-    bridge = bridge_name(TEST_INSTANCE)
     async with namespace() as space, serving_index(space, tmp_path / "index") as index:
         limits = SandboxLimits(
             runtime=runtime,  # type: ignore[arg-type]
@@ -50,24 +44,18 @@ async def index_and_executor(
             timeout_s=120,
         )
         backend = DockerBackend(default_tag(), instance=TEST_INSTANCE)
-        guard = [str(GUARD), "add", str(DEFAULT_PROXY_PORT), bridge]
-        try:
-            await asyncio.to_thread(subprocess.run, guard, check=True)
-            async with Executor(
+        async with (
+            guarded_network(TEST_INSTANCE, DEFAULT_PROXY_PORT),
+            Executor(
                 default_tag(), limits=limits, backend=backend, instance=TEST_INSTANCE, pool=NO_POOL
-            ) as executor:
-                doors = FixedDoors()
-                link = await start_egress(executor, doors, DEFAULT_PROXY_PORT, "")
-                try:
-                    yield index, executor, doors
-                finally:
-                    await link.close()
-        finally:
-            await asyncio.to_thread(subprocess.run, [str(GUARD), "remove", "0", bridge], check=True)
-            client = docker.from_env()
-            with contextlib.suppress(docker.errors.NotFound):
-                client.api.remove_network(network_name(TEST_INSTANCE))
-            client.close()
+            ) as executor,
+        ):
+            doors = FixedDoors()
+            link = await start_egress(executor, doors, DEFAULT_PROXY_PORT, "")
+            try:
+                yield index, executor, doors
+            finally:
+                await link.close()
 
 
 async def test_pip_installs_a_pure_and_a_compiled_wheel_through_the_door(
