@@ -69,6 +69,8 @@ from executor.runner_client import RunnerClient
 from executor.stdio import STDERR, STDOUT, RunnerStream
 
 log = logging.getLogger(__name__)
+
+PUT_ATTEMPTS = 2
 T = TypeVar("T")
 
 SANDBOX_LABEL = "cellmate.sandbox"
@@ -209,11 +211,20 @@ class KubernetesSandbox:
         ]
 
         def put() -> None:
-            out, err = self._exec(command, encoded)
-            if out.strip() != b"done":
-                raise SandboxError(
-                    f"could not put files into the sandbox: {err.decode(errors='replace')[:300]}"
-                )
+            for _ in range(PUT_ATTEMPTS):
+                out, err = self._exec(command, encoded)
+                if out.strip() == b"done":
+                    return
+                if err.strip():
+                    break
+                # Neither "done" nor a complaint: the exec stream ended early (an API server
+                # under load). Extracting the same files again is harmless: try once more.
+            raise SandboxError(
+                f"could not put files into the sandbox: {err.decode(errors='replace')[:300]}"
+                if err.strip()
+                else "could not put files into the sandbox: the cluster's exec stream ended "
+                "before the files were written"
+            )
 
         await cluster_call(put)
 
