@@ -33,6 +33,7 @@ from bot.metrics import Metrics
 from bot.sandbox_words import CLOSED_DOOR
 from executor import Executor
 from executor.docker_backend import DockerBackend
+from executor.errors import ExecutorError
 from executor.network_grants import Grants, Layer
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,9 @@ LINE_LIMIT = 1 << 20
 NOTES_KEPT = 20
 
 
-class EgressUnavailable(RuntimeError):
-    """The egress proxy did not start; the message says why."""
+class EgressUnavailable(ExecutorError):
+    """The egress proxy did not start (or cannot, with this backend); the message says why,
+    and the command line prints it as it prints the executor's failures."""
 
 
 class DoorKeeper(Protocol):
