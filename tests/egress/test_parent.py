@@ -14,7 +14,7 @@ import pytest
 from bench.standins.doors import FixedDoors
 from bot.conversations.keys import ConversationKey
 from bot.metrics import Metrics
-from bot.ops.egress_link import EgressLink, doors_answer
+from bot.ops.egress_link import EgressLink, EgressUnavailable, doors_answer, start_egress
 from egressproxy.grants import Door
 from egressproxy.parent import ParentOwners
 from executor.network_grants import Grant, Grants, Layer, parse_pattern
@@ -158,3 +158,12 @@ async def test_the_proxy_process_asks_its_parent_and_stops_when_the_parent_goes(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_allowlist_mode_refuses_to_start_on_a_backend_without_the_sandbox_network() -> None:
+    from executor import Executor, PoolSettings
+    from executor.fake_backend import FakeBackend
+
+    async with Executor("unused", backend=FakeBackend(), pool=PoolSettings(size=0)) as executor:
+        with pytest.raises(EgressUnavailable, match="works with the Docker backend so far"):
+            await start_egress(executor, FixedDoors(), 3128, "")
