@@ -148,11 +148,13 @@ class DockerBackend:
     async def _network(self, client: docker.DockerClient, limits: SandboxLimits) -> NetworkInfo:
         """The sandbox network for an allowlist sandbox, and its runtime checked once (the
         gVisor one with a network is registered apart from the default `runsc`)."""
+        # The network first: where there is none, that is the reason to tell.
+        network = await (await self.egress_network(limits.proxy_port)).ensure()
         runtime = engine_runtime(limits.runtime, limits.egress)
         if runtime not in self._checked_runtimes:
             await asyncio.to_thread(lambda: check_runtime(client.info(), runtime))
             self._checked_runtimes.add(runtime)
-        return await (await self.egress_network(limits.proxy_port)).ensure()
+        return network
 
     async def start(self, limits: SandboxLimits, input_tar: bytes | None) -> DockerSandbox:
         client = await self.client()

@@ -42,6 +42,8 @@ from typing import Any, Literal
 import docker
 import docker.errors
 
+from executor.errors import SandboxError
+
 NetworkMode = Literal["off", "allowlist"]
 NETWORK_MODES: tuple[NetworkMode, ...] = ("off", "allowlist")
 DEFAULT_PIP_INDEX_URL = "https://pypi.org/simple"
@@ -194,9 +196,21 @@ class EgressNetwork:
         return self._known
 
     async def ensure(self) -> NetworkInfo:
-        """The network, made if it is missing (or was swept since it was last seen)."""
+        """The network, made if it is missing (or was swept since it was last seen). A
+        SandboxError says why there is none (an engine or a Docker API proxy that refuses)."""
         async with self._lock:
-            self._known = await asyncio.to_thread(self._ensure)
+            try:
+                self._known = await asyncio.to_thread(self._ensure)
+            except docker.errors.APIError as exc:
+                refused = exc.status_code == 403
+                raise SandboxError(
+                    (
+                        "no sandbox network: the engine refused it"
+                        if refused
+                        else "could not make the sandbox network"
+                    )
+                    + f" ({exc.explanation or exc})"
+                ) from exc
             return self._known
 
     def _ensure(self) -> NetworkInfo:
