@@ -161,3 +161,17 @@ def test_a_secrets_file_is_checked_and_never_quotes_the_secret() -> None:
     assert found.for_request("discord:1:2:3", API, 443) == (("X-Api-Key", "k"),)
     assert found.for_request("discord:1:2:3", API, 8443) == ()
     assert found.for_request("discord:1:2:3", OTHER, 443) == ()
+
+
+async def test_a_request_inside_the_secret_tunnel_cannot_name_another_host(tmp_path: Path) -> None:
+    """Absolute-form and a foreign Host inside the terminated tunnel: the secret's header
+    never travels to the other name (its connection was never decided, so it is refused)."""
+    async with proxy_and_api(tmp_path) as (proxy, api, folder, _):
+        context = client_context(folder, api)
+        await https_get(proxy, API, f"https://{OTHER}/absolute", context)
+        await https_get(proxy, API, "/plain", context)
+        seen = await api.wait_for(1)
+    for request in seen:
+        if request["authorization"] == TOKEN:
+            assert request["host"] == API, request
+    assert all(OTHER not in (r["host"] or "") for r in seen if r["authorization"])
