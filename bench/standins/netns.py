@@ -23,6 +23,8 @@ from typing import Any
 
 BLOCK = "192.88.99"
 WAIT_S = 10.0
+START_S = 15.0
+"""How long a script in the namespace may take to print its first line."""
 RESPONSE_SIZE = 1000
 """The listener's answer body: a known size, for the byte counts."""
 
@@ -148,39 +150,47 @@ async def namespace() -> AsyncIterator[Namespace]:
 
 
 @asynccontextmanager
-async def listening_in(space: Namespace) -> AsyncIterator[Listener]:
-    """The HTTP listener inside `space`, recording every request, for the duration."""
+async def recording_in(
+    space: Namespace,
+    script: str,
+    args: list[str],
+    seen: list[dict[str, Any]],
+    arrived: asyncio.Event,
+) -> AsyncIterator[bytes]:
+    """Python `script` (with `args`) run inside `space`; yields the first line it prints,
+    then adds every later line (JSON) to `seen`, setting `arrived`; stopped at the end."""
     process = await asyncio.create_subprocess_exec(
-        "ip",
-        "netns",
-        "exec",
-        space.name,
-        sys.executable,
-        "-c",
-        LISTENER,
-        space.address,
-        str(RESPONSE_SIZE),
+        "ip", "netns", "exec", space.name, sys.executable, "-c", script, *args,
         stdout=asyncio.subprocess.PIPE,
-    )
+    )  # fmt: skip
     reading: asyncio.Task[None] | None = None
     try:
         assert process.stdout is not None
-        first = await asyncio.wait_for(process.stdout.readline(), 15)
-        assert first.startswith(b"PORT "), first
-        listener = Listener(space.address, int(first.split()[1]))
+        first = await asyncio.wait_for(process.stdout.readline(), START_S)
 
         async def read(stream: asyncio.StreamReader) -> None:
             while line := await stream.readline():
-                listener.hits.append(json.loads(line))
-                listener.arrived.set()
+                seen.append(json.loads(line))
+                arrived.set()
 
         reading = asyncio.create_task(read(process.stdout))
-        yield listener
+        yield first
     finally:
-        if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
             process.kill()
         await process.wait()
         if reading is not None:
             reading.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reading
+
+
+@asynccontextmanager
+async def listening_in(space: Namespace) -> AsyncIterator[Listener]:
+    """The HTTP listener inside `space`, recording every request, for the duration."""
+    hits: list[dict[str, Any]] = []
+    arrived = asyncio.Event()
+    args = [space.address, str(RESPONSE_SIZE)]
+    async with recording_in(space, LISTENER, args, hits, arrived) as first:
+        assert first.startswith(b"PORT "), first
+        yield Listener(space.address, int(first.split()[1]), hits, arrived)

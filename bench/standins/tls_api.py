@@ -5,10 +5,7 @@ host and the headers that carry credentials."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
-import json
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -20,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bench.standins.netns import Namespace
+from bench.standins.netns import Namespace, recording_in
 
 WAIT_S = 15.0
 
@@ -134,30 +131,8 @@ class Api:
 async def serving_api(space: Namespace, folder: Path, names: list[str]) -> AsyncIterator[Api]:
     """The API on port 443 of `space`'s address, for `names`, until the end."""
     ca, cert, key = make_certificates(folder, names)
-    process = await asyncio.create_subprocess_exec(
-        "ip", "netns", "exec", space.name, sys.executable, "-c", SERVER,
-        space.address, str(cert), str(key),
-        stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    reading: asyncio.Task[None] | None = None
-    try:
-        assert process.stdout is not None
-        first = await asyncio.wait_for(process.stdout.readline(), WAIT_S)
+    api = Api(space.address, ca)
+    args = [space.address, str(cert), str(key)]
+    async with recording_in(space, SERVER, args, api.seen, api.arrived) as first:
         assert first.strip() == b"READY", first
-        api = Api(space.address, ca)
-
-        async def read(stream: asyncio.StreamReader) -> None:
-            while line := await stream.readline():
-                api.seen.append(json.loads(line))
-                api.arrived.set()
-
-        reading = asyncio.create_task(read(process.stdout))
         yield api
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
-        if reading is not None:
-            reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reading
