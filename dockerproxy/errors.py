@@ -5,6 +5,7 @@ class RequestRefused(Exception):
     """The request is not allowed; the message says why (it is sent back with a 403)."""
 
 
-class NetworkMissing(RequestRefused):
-    """The sandbox network asked for does not exist (answered 404, so that the executor
-    makes it, as it would with the engine itself)."""
+class ObjectMissing(RequestRefused):
+    """The container, volume or network asked for does not exist: answered 404, as the engine
+    itself would, so that the executor tells "already gone" (a removal that raced another)
+    from "not yours", and makes a missing network."""

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from dockerproxy import bodies, jsonbody, networks
-from dockerproxy.errors import NetworkMissing, RequestRefused
+from dockerproxy.errors import ObjectMissing, RequestRefused
 from dockerproxy.policy import MiB, Policy
 from dockerproxy.routes import Kind, Plan, plan
 from dockerproxy.tarstream import Rebuilt, TarCaps, rebuild
@@ -95,7 +95,7 @@ class DockerProxy:
                 caps = await self._tar_caps(found) if route.body == "tar" else None
             except RequestRefused as exc:
                 log.warning("refused a request: %s", exc)
-                status = 404 if isinstance(exc, NetworkMissing) else 403
+                status = 404 if isinstance(exc, ObjectMissing) else 403
                 await answer(writer, status, {"message": f"cellmate docker-proxy: {exc}"})
                 return
             except TimeoutError:
@@ -195,9 +195,9 @@ class DockerProxy:
             found is None or (found.get("Name") != name and found.get("Id") != name)
         ):
             # The engine also finds networks by id prefix: only the full name or id is served.
-            raise NetworkMissing(f"no such network: {name}")
+            raise ObjectMissing(f"no such network: {name}")
         if found is None:
-            raise RequestRefused(f"no such {kind[:-1]}: {name}")
+            raise ObjectMissing(f"no such {kind[:-1]}: {name}")
         holder = (found.get("Config") or {}) if kind == "containers" else found
         labels = holder.get("Labels") or {}
         if any(labels.get(key) != value for key, value in self.policy.labels.items()):

@@ -248,5 +248,23 @@ def remove_sandbox(client: docker.DockerClient, container_id: str, volume_name: 
             except docker.errors.APIError as again:
                 if not going(again):
                     raise
+    _until_removed(client, container_id)
     with contextlib.suppress(docker.errors.NotFound):
         client.api.remove_volume(volume_name, force=True)
+
+
+REMOVAL_WAIT_S = 30.0
+
+
+def _until_removed(client: docker.DockerClient, container_id: str) -> None:
+    """Wait out a removal another call has under way (the engine answers 409 to a second
+    one), so that the volume goes after its container and the caller's "removed" is true."""
+    deadline = time.monotonic() + REMOVAL_WAIT_S
+    while True:
+        try:
+            client.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return
+        if time.monotonic() > deadline:
+            raise SandboxError(f"the Docker engine did not finish removing sandbox {container_id}")
+        _wait(0.1)

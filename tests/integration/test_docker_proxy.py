@@ -28,10 +28,11 @@ import pytest
 from bench.standins.ports import free_port
 from dockerproxy import DockerProxy, Policy
 from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
+from executor.docker_sandbox import remove_sandbox
 from executor.docker_specs import INSTANCE_LABEL, SANDBOX_LABEL
 from executor.seccomp import profile_json
-from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
 from tests.proxy.bodies import executor_bodies
+from tests.support.sandboxes import TEST_INSTANCE, live_sandboxes
 
 pytestmark = pytest.mark.docker
 LABELS = {SANDBOX_LABEL: "1", INSTANCE_LABEL: TEST_INSTANCE}
@@ -648,6 +649,33 @@ def test_lists_show_this_instances_sandboxes(proxy_port: int, engine: docker.Doc
         assert [c["Names"] for c in listed] == [[f"/{sandbox.name}"]]
     volumes = json.loads(send(proxy_port, request("GET", "/v1.41/volumes")).body)["Volumes"]
     assert [v["Name"] for v in volumes] == [sandbox.name]
+
+
+def test_a_sandbox_already_gone_is_missing_as_on_the_engine(
+    proxy_port: int, engine: docker.DockerClient
+) -> None:
+    """A removal that raced another one finds nothing: 404, as from the engine, so that the
+    executor counts it as done (the sweep and a sandbox's own removal run concurrently)."""
+    sandbox = bodies()
+    create_volume(proxy_port, sandbox)
+    raw = json.dumps(sandbox.container).encode()
+    made = send(proxy_port, request("POST", f"/v1.41/containers/create?name={sandbox.name}", raw))
+    assert made.status == 201, made.message
+    through = docker.DockerClient(base_url=f"tcp://127.0.0.1:{proxy_port}")
+    try:
+        remove_sandbox(engine, sandbox.name, sandbox.name)  # a sweep got there first
+        remove_sandbox(through, sandbox.name, sandbox.name)
+    finally:
+        through.close()
+    for method, path in (
+        ("GET", f"/v1.41/containers/{sandbox.name}/json"),
+        ("DELETE", f"/v1.41/containers/{sandbox.name}?force=1&v=1"),
+        ("GET", f"/v1.41/volumes/{sandbox.name}"),
+        ("DELETE", f"/v1.41/volumes/{sandbox.name}?force=1"),
+    ):
+        answer = send(proxy_port, request(method, path))
+        assert answer.status == 404, (method, path, answer.message)
+        assert "no such" in answer.message
 
 
 TAR_ATTACKS = {
