@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import docker
 import pytest
 from aiohttp import web
 
@@ -19,6 +20,7 @@ from storage.base import Storage
 from storage.local import LocalStorage
 from tests.support.azurite import Azurite
 from tests.support.links import SECRET
+from tests.support.sandboxes import describe, left_behind, live_sandboxes, sweep
 
 # Under pytest-xdist every worker is its own test instance (sandbox label, and so its own
 # sweep), so that workers never see or remove each other's sandboxes. Set before the
@@ -42,6 +44,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid.startswith(SERIAL_PATHS):
             item.add_marker(pytest.mark.serial)
+
+
+_last_engine_test = ["(none yet)"]
+
+
+@pytest.fixture(autouse=True)
+def sandboxes_end_with_their_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test that uses the engine leaves none of this process's sandboxes (containers,
+    volumes, networks) behind. What one leaves fails that test, and is removed, so that it
+    fails no other; what appears between tests fails the next one, naming the one before."""
+    if request.node.get_closest_marker("docker") is None:
+        yield
+        return
+    client = docker.from_env()
+    try:
+        if live_sandboxes(client):
+            found = describe(client)
+            sweep(client)
+            pytest.fail(
+                f"sandboxes appeared after {_last_engine_test[0]} had ended:\n{found}",
+                pytrace=False,
+            )
+        _last_engine_test[0] = request.node.nodeid
+        yield
+        if left_behind(client):
+            found = describe(client)
+            sweep(client)
+            pytest.fail(f"a sandbox was left behind:\n{found}", pytrace=False)
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")

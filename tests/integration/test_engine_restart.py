@@ -21,7 +21,7 @@ from executor import (
     default_tag,
 )
 from executor.docker_specs import NAME_PATTERN
-from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
+from tests.support.sandboxes import TEST_INSTANCE, live_sandboxes
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]

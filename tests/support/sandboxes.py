@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 
 import docker
 
@@ -27,3 +29,47 @@ def assert_no_sandbox_left(instance: str) -> None:
         assert live_sandboxes(client, instance) == [], "a sandbox was left behind"
     finally:
         client.close()
+
+
+SETTLE_S = 30.0
+"""How long a removal under way (a bot process exiting, a pool's background clean-up) may
+take before what remains counts as left behind."""
+
+
+def left_behind(client: docker.DockerClient, instance: str = TEST_INSTANCE) -> list[str]:
+    """What of `instance` still exists once the removals under way have had time to end."""
+    deadline = time.monotonic() + SETTLE_S
+    while (names := live_sandboxes(client, instance)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return names
+
+
+def describe(client: docker.DockerClient, instance: str = TEST_INSTANCE) -> str:
+    """When and how what is left of `instance` was made: what tells which test made it."""
+    selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={instance}"]
+    lines = []
+    for container in client.containers.list(all=True, filters={"label": selector}):
+        state = container.attrs.get("State", {})
+        lines.append(
+            f"container {container.name}: created {container.attrs.get('Created')}, "
+            f"status {state.get('Status')}, runtime {container.attrs['HostConfig'].get('Runtime')}"
+        )
+    for volume in client.volumes.list(filters={"label": selector}):
+        lines.append(f"volume {volume.name}: created {volume.attrs.get('CreatedAt')}")
+    for network in client.networks.list(filters={"label": selector}):
+        lines.append(f"network {network.name}: created {network.attrs.get('Created')}")
+    return "\n".join(lines)
+
+
+def sweep(client: docker.DockerClient, instance: str = TEST_INSTANCE) -> None:
+    """Remove what is left of `instance`, so that one test's leftover fails that test only."""
+    selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={instance}"]
+    for container in client.containers.list(all=True, filters={"label": selector}):
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True, v=True)
+    for volume in client.volumes.list(filters={"label": selector}):
+        with contextlib.suppress(docker.errors.APIError):
+            volume.remove(force=True)
+    for network in client.networks.list(filters={"label": selector}):
+        with contextlib.suppress(docker.errors.APIError):
+            network.remove()
