@@ -30,11 +30,11 @@ from executor import default_tag
 from executor.docker_backend import connect
 from tests.compose.relay import ComposeDiscord, ComposeModel, ComposeSlack, Relay
 from tests.compose.stack import Stack
-from tests.integration.conftest import TEST_INSTANCE, live_sandboxes
 from tests.support.azurite import ACCOUNT, KEY
 from tests.support.platforms import PNG
+from tests.support.sandboxes import TEST_INSTANCE, live_sandboxes
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
 PROJECT = f"cellmate-{TEST_INSTANCE}-compose"
 CHART = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('compose')\nplt.show()\n"
@@ -181,6 +181,14 @@ async def test_the_compose_stack_serves_discord_and_slack_and_survives_a_restart
         )
         stack.run("up", "-d")
         await check_the_stack(stack, discord_side, slack_side, model, http_port, azurite_port)
+    except AssertionError as failed:
+        # The bot's own account of what went wrong, in the report's first lines.
+        bot_said = "\n".join(
+            line for line in stack.logs().splitlines() if line.startswith(("bot", "docker-proxy"))
+        )[-6000:]
+        raise AssertionError(
+            f"{failed}\n--- the bot's and the proxy's last log lines ---\n{bot_said}"
+        ) from None
     except BaseException:
         print(stack.logs())
         raise
@@ -230,7 +238,8 @@ async def check_the_stack(
                     return message
         return None
 
-    await discord_side.wait_for(discord_answer, 90)
+    # A run may take its whole start-up and run time limits on a loaded machine.
+    await discord_side.wait_for(discord_answer, 180)
     charts = [
         a
         for message in discord_side.messages.values()
@@ -247,7 +256,7 @@ async def check_the_stack(
     # A signed Slack event (HTTP mode) on the published port: the same, in a thread.
     asked, deliveries = await slack_side.post(sl.C_GENERAL, "draw a chart", mention_bot=True)
     assert all(d.status == 200 for d in deliveries)
-    await slack_side.wait_for(lambda: "Done, see above." in slack_texts(slack_side, asked.ts), 90)
+    await slack_side.wait_for(lambda: "Done, see above." in slack_texts(slack_side, asked.ts), 180)
     slack_charts = [f for f in slack_side.files if f.name.endswith(".png")]
     assert slack_charts
     assert slack_charts[0].thread_ts == asked.ts
