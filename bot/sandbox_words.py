@@ -113,13 +113,13 @@ def workspace_note(news: WorkspaceNews) -> str:
     """One line: what became of a conversation's saved workspace."""
     event = news.event
     if event is WorkspaceEvent.RESTORED:
-        return _restored_line(news.saved_at, news.names, news.missing)
+        return _restored_line(news.saved_at, news.names, news.missing) + _packages_line(news)
     if event is WorkspaceEvent.FILES_BACK:
         files = f" ({_shown(news.names)})" if news.names else ""
         line = f"The files of your workspace from {_ago(news.saved_at)} are back{files}"
         if news.withheld:
             line += f"; its variables were not loaded: {_shown(news.withheld)}"
-        return line + "."
+        return line + "." + _packages_line(news)
     if event is WorkspaceEvent.WAITING:
         return (
             f"A workspace from {_ago(news.saved_at)} is saved "
@@ -145,6 +145,19 @@ def workspace_note(news: WorkspaceNews) -> str:
         f"{held}; a workspace is restored at most once per session (again, it would replace "
         "newer variables with older ones)."
     )
+
+
+def _packages_line(news: WorkspaceNews) -> str:
+    """What became of the packages the saved session had installed ('' when none)."""
+    line = ""
+    if news.packages:
+        line += f" Installed its packages again: {_shown(news.packages)}."
+    if news.packages_missing:
+        line += (
+            f" Its packages could not be installed again ({failure_reason(news.packages_why)}):"
+            f" {_shown(news.packages_missing)}."
+        )
+    return line
 
 
 def restored_note(workspace: Workspace, restored: list[str], failed: Mapping[str, str]) -> str:

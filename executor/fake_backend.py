@@ -68,6 +68,8 @@ class FakeRun:
     """Variables the cell sets that a workspace snapshot cannot save (open connections)."""
     shows: str | None = None
     """Prints this variable's value, or raises NameError when the kernel has none."""
+    installs: Sequence[str] = ()
+    """Packages the cell installs with pip, as `name==version` (what a snapshot records)."""
 
 
 NOTICE_LIMIT = 20
@@ -119,6 +121,8 @@ class FakeSandbox:
         self.unsaveable: set[str] = set()
         self.env: dict[str, str] = {}
         """Environment variables set in the fake kernel."""
+        self.packages: list[str] = []
+        """What was installed into the packages folder, as pins."""
         self.notices = 0
         self.tree = FakeTree(self.files)
         self.address: str | None = None
@@ -171,6 +175,8 @@ class FakeSandbox:
             await self._emit(await self._snapshot(request))
         elif isinstance(request, wire.Restore):
             await self._emit(self._restore(request))
+        elif isinstance(request, wire.Install):
+            await self._emit(self._install(request))
         elif isinstance(request, wire.Fs):
             await self._emit(self._fs(request))
         elif isinstance(request, wire.Env):
@@ -193,7 +199,24 @@ class FakeSandbox:
             saved=tuple(sorted(saved)),
             skipped={name: "an open connection" for name in sorted(self.unsaveable)},
             cells=tuple(code for code, _ in self._cells),
+            packages=tuple(self.packages),
         )
+
+    def _installed(self, pins: Sequence[str]) -> None:
+        self.packages.extend(pin for pin in pins if pin not in self.packages)
+
+    def _install(self, request: wire.Install) -> wire.Installed:
+        """As pip: every pin the backend's index holds (all, without one), or an error."""
+        self._backend.installs.append(list(request.packages))
+        if self._limits.egress != "allowlist":
+            return wire.Installed(id=request.id, error="ERROR: the index cannot be reached")
+        index = self._backend.index
+        missing = [pin for pin in request.packages if index is not None and pin not in index]
+        if missing:
+            error = f"ERROR: No matching distribution found for {missing[0]}"
+            return wire.Installed(id=request.id, error=error)
+        self._installed(request.packages)
+        return wire.Installed(id=request.id, ok=True)
 
     def _restore(self, request: wire.Restore) -> wire.Restored:
         try:
@@ -271,6 +294,7 @@ class FakeSandbox:
                 self.files.pop(path, None)
             self.files.update(step.files)
             self.variables.update(step.assigns)
+            self._installed(step.installs)
             self.unsaveable.update(step.unsaveable)
             self.variables.update({name: "<connection>" for name in step.unsaveable})
             error = step.error
@@ -363,12 +387,16 @@ class FakeBackend:
         self.default = FakeRun()
         self.start_s = start_s
         self.runs: list[str] = []
+        """Every cell the fake was asked to run, in order."""
         self.restores: list[list[str]] = []
         """The variables each restore loaded, in order: a real kernel unpickles (runs) them."""
         self.snapshot_s: dict[str, float] = {}
         """How long a snapshot (pickling the variables) takes in a session (by its key), as
         with an object whose `__getstate__` is slow."""
-        """Every cell the fake was asked to run, in order."""
+        self.installs: list[list[str]] = []
+        """The packages each `install` asked for, in order."""
+        self.index: set[str] | None = None
+        """The pins the package index holds (None: any)."""
         self.live: set[FakeSandbox] = set()
         self.started = 0
         self.unavailable: str | None = None

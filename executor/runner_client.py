@@ -132,6 +132,10 @@ class RunnerClient:
         request = wire.Restore(id=request_id(), variables=variables, cells=tuple(cells))
         return await self._ask(request, wire.Restored)
 
+    async def install(self, packages: Sequence[str], timeout_s: float) -> wire.Installed | None:
+        request = wire.Install(id=request_id(), packages=tuple(packages))
+        return await self._ask(request, wire.Installed, timeout_s)
+
     async def fs(
         self, action: wire.FsAction, path: str, to: str = "", recursive: bool = True
     ) -> wire.FsDone | None:
@@ -143,7 +147,13 @@ class RunnerClient:
 
     async def _ask(
         self,
-        request: wire.Export | wire.Preview | wire.Snapshot | wire.Restore | wire.Fs | wire.Env,
+        request: wire.Export
+        | wire.Preview
+        | wire.Snapshot
+        | wire.Restore
+        | wire.Install
+        | wire.Fs
+        | wire.Env,
         answer: type[Answer],
         timeout_s: float = 0,
     ) -> Answer | None:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from executor.errors import InvalidInput
 from executor.limits import SandboxLimits
 from executor.pool import Lease
-from executor.session_news import Ended, Held
+from executor.session_news import Ended, Held, WorkspaceNews
 from executor.workspace import Workspace
 
 
@@ -43,6 +43,8 @@ class Live:
     """Why nothing more may be restored into this session (None while something may)."""
     ran: bool = False
     """Code ran in it (its variables are its own, not the saved ones)."""
+    packages: WorkspaceNews | None = None
+    """What became of the saved workspace's packages (only its package fields are set)."""
 
 
 Found = tuple[Live, Ended | None]

@@ -79,6 +79,11 @@ class WorkspaceNews:
     why: str = ""
     """What the store or the sandbox said when the whole save or restore failed."""
     held: Held | None = None
+    packages: tuple[str, ...] = ()
+    """Packages (`name==version`) the session had installed, installed again."""
+    packages_missing: tuple[str, ...] = ()
+    """Packages it had that could not be installed again (`packages_why` says why)."""
+    packages_why: str = ""
 
 
 def ending_of_run(status: str, message: str, alive: bool) -> Ended:

@@ -20,12 +20,15 @@ from executor.pool import SandboxPool
 from executor.runner_client import RunnerClient
 from executor.session_live import Live, LiveSessions, Restore
 from executor.session_news import Held, WorkspaceEvent, WorkspaceNews
+from executor.wire import pins
 from executor.workspace import Workspace, WorkspaceSettings, WorkspaceStore, pack, unpack
 
 log = logging.getLogger(__name__)
 
 WORKSPACE_TIMEOUT_S = 150.0
 """Saving a workspace: the variables pickled in the kernel, then the files read."""
+INSTALL_TIMEOUT_S = 660.0
+"""Installing a restored workspace's packages again (the runner gives pip 600 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,37 @@ class WorkspaceKeeper:
                 live.saved = None
                 live.restored = Held.FAILED
                 self.notes[key] = WorkspaceNews(WorkspaceEvent.NOT_RESTORED, why=str(exc))
+                return
+        if saved.packages:
+            live.packages = await self._reinstall(key, live, saved.packages)
+
+    async def _reinstall(self, key: str, live: Live, packages: tuple[str, ...]) -> WorkspaceNews:
+        """Install the packages a saved workspace had again (before its variables, which
+        may be of their classes); what came of it, as the package fields of a note."""
+        if self.limits.egress != "allowlist":
+            why = "sandboxes have no network here"
+        else:
+            try:
+                reply = await RunnerClient(live.lease.sandbox).install(packages, INSTALL_TIMEOUT_S)
+                why = "no answer" if reply is None else "" if reply.ok else reply.error or "failed"
+            except TimeoutError:
+                why = "it took too long"
+        if not why:
+            return WorkspaceNews(WorkspaceEvent.RESTORED, packages=packages)
+        log.warning("could not install the packages of session %s again: %s", key, why)
+        return WorkspaceNews(WorkspaceEvent.RESTORED, packages_missing=packages, packages_why=why)
+
+    def _note(self, live: Live, news: WorkspaceNews) -> WorkspaceNews:
+        """`news` of a restore, with what became of the workspace's packages."""
+        if live.packages is None:
+            return news
+        found = live.packages
+        return dataclasses.replace(
+            news,
+            packages=found.packages,
+            packages_missing=found.packages_missing,
+            packages_why=found.packages_why,
+        )
 
     async def before_run(self, key: str, live: Live, restore: Restore) -> None:
         """The first run of a session that started from a saved workspace: its variables
@@ -100,10 +134,10 @@ class WorkspaceKeeper:
             return
         live.saved = None
         if restore is Restore.VARIABLES:
-            self.notes[key] = await self._load_variables(key, live, saved)
+            self.notes[key] = self._note(live, await self._load_variables(key, live, saved))
         else:
             live.restored = Held.RAN_WITHOUT
-            self.notes[key] = _withheld(saved)
+            self.notes[key] = self._note(live, _withheld(saved))
 
     async def _load_variables(self, key: str, live: Live, saved: Workspace) -> WorkspaceNews:
         """Unpickle the saved variables in the session's kernel (once: the session is marked
@@ -186,9 +220,9 @@ class WorkspaceKeeper:
                 held = WorkspaceNews(WorkspaceEvent.HELD, held=live.restored)
                 return Restored(self.notes.pop(key, None) or held)
             if restore is Restore.FILES:
-                return Restored(_withheld(saved), withheld=saved.saved)
+                return Restored(self._note(live, _withheld(saved)), withheld=saved.saved)
             live.saved = None
-            return Restored(await self._load_variables(key, live, saved))
+            return Restored(self._note(live, await self._load_variables(key, live, saved)))
 
     async def saved_files(self, key: str) -> list[tuple[str, int]] | None:
         """The files of the key's saved workspace (what its next session gets back), None
@@ -256,6 +290,12 @@ class WorkspaceKeeper:
                     skipped=skipped,
                     cells=reply.cells,
                     files={f.path: f.content for f in found.files},
+                    # Packages that could not be installed again stay listed for the next.
+                    packages=pins(
+                        reply.packages
+                        + (live.packages.packages_missing if live.packages else ())
+                        + (carried.packages if carried else ())
+                    ),
                 )
                 if carried is not None:
                     workspace = dataclasses.replace(

@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from executor.errors import WorkspaceError
+from executor.wire import pins
 
 MANIFEST = "manifest.json"
 VARIABLES = "variables.pkl"
@@ -83,6 +84,8 @@ class Workspace:
     """Variables and files not saved, with why."""
     cells: tuple[str, ...] = ()
     files: Mapping[str, bytes] = field(default_factory=dict)
+    packages: tuple[str, ...] = ()
+    """What the session installed with pip (`name==version`): installed again on restore."""
 
     @property
     def names(self) -> list[str]:
@@ -97,6 +100,7 @@ def pack(workspace: Workspace) -> bytes:
         "saved": list(workspace.saved),
         "skipped": dict(workspace.skipped),
         "cells": list(workspace.cells),
+        "packages": list(workspace.packages),
     }
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -142,6 +146,8 @@ def unpack(data: bytes, max_files: int, max_total_bytes: int) -> Workspace:
         skipped={str(k): str(v) for k, v in dict(manifest.get("skipped", {})).items()},
         cells=tuple(str(cell) for cell in manifest.get("cells", [])),
         files=files,
+        # Only pins: a store may be tampered with, and these reach pip.
+        packages=pins(tuple(str(pin) for pin in manifest.get("packages", []))),
     )
 
 

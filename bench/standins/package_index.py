@@ -87,7 +87,10 @@ def build_index(root: Path) -> Path:
                 PURE,
                 "py3-none-any",
                 {
-                    "cmdemo_pure/__init__.py": b"VALUE = 'pure python, from the index'\n",
+                    "cmdemo_pure/__init__.py": (
+                        b"VALUE = 'pure python, from the index'\n\n\n"
+                        b"def shout(text):\n    return text.upper() + '!'\n"
+                    ),
                 },
             ),
         ),

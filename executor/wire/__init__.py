@@ -29,8 +29,11 @@ Requests (host to runner), in `REQUESTS`:
     Export     the session's notebook as nbformat 4 JSON; answered by `Exported` once a run
                in progress has ended.
     Preview    schema previews of tabular files, read in a separate process; `Previewed`.
-    Snapshot   the kernel's variables, pickled; `SnapshotTaken`.
+    Snapshot   the kernel's variables, pickled, and the packages the session installed;
+               `SnapshotTaken`.
     Restore    load pickled variables (and the cells they came from); `Restored`.
+    Install    install `name==version` packages exactly (a restored workspace's), into the
+               packages folder, with the kernel's settings (index, proxy, CA); `Installed`.
     Fs         a file operation in /mnt/data (list, info, make_dir, remove, rename), links
                never followed; `FsDone`.
     Env        set environment variables in the kernel; `EnvSet`.
@@ -38,9 +41,9 @@ Requests (host to runner), in `REQUESTS`:
     Resume     a host that attached again asks who holds the sandbox; `Resumed`.
     Shutdown   stop the kernel and exit.
     Requests that need an answer carry an `id`, which the answer repeats; the host makes it
-    long enough that the user's code cannot guess it. Snapshot, Restore and Env wait for the
-    kernel's work before them (a run, another of them); Fs, Preview, Claim and Resume are
-    answered at once, while a run goes on.
+    long enough that the user's code cannot guess it. Snapshot, Restore, Install and Env
+    wait for the kernel's work before them (a run, another of them); Fs, Preview, Claim and
+    Resume are answered at once, while a run goes on.
 
 Events (runner to host), in `EVENTS`:
     Ready first (the kernel started), Warm once the data stack is loaded, Log for a notice
@@ -62,11 +65,13 @@ Junk
     None, which the client skips; fields are read within bounds, never trusted as given.
 """
 
-from executor.wire.codec import decode_event, decode_request, encode
+from executor.wire.codec import decode_event, decode_request, encode, pins
 from executor.wire.messages import (
     EVENTS,
     FS_ACTIONS,
     MAX_LIST,
+    MAX_PACKAGES,
+    PACKAGE_PIN,
     REQUEST_KINDS,
     REQUESTS,
     Claim,
@@ -80,6 +85,8 @@ from executor.wire.messages import (
     Fs,
     FsAction,
     FsDone,
+    Install,
+    Installed,
     Interrupt,
     Log,
     Malformed,
@@ -116,7 +123,9 @@ __all__ = [
     "FS_ACTIONS",
     "KEY_BYTES",
     "MAX_LIST",
+    "MAX_PACKAGES",
     "MAX_SEQ_DIGITS",
+    "PACKAGE_PIN",
     "REQUESTS",
     "REQUEST_KINDS",
     "Claim",
@@ -130,6 +139,8 @@ __all__ = [
     "Fs",
     "FsAction",
     "FsDone",
+    "Install",
+    "Installed",
     "Interrupt",
     "Log",
     "Malformed",
@@ -156,6 +167,7 @@ __all__ = [
     "hello_key",
     "hello_line",
     "loads",
+    "pins",
     "seal",
     "unseal",
 ]

@@ -11,6 +11,8 @@ from executor.wire.messages import (
     EVENTS,
     FS_ACTIONS,
     MAX_LIST,
+    MAX_PACKAGES,
+    PACKAGE_PIN,
     REQUEST_KINDS,
     REQUESTS,
     Claim,
@@ -23,6 +25,8 @@ from executor.wire.messages import (
     Exported,
     Fs,
     FsDone,
+    Install,
+    Installed,
     Log,
     Malformed,
     Output,
@@ -102,6 +106,14 @@ def decode_request(payload: bytes) -> Request:
         return Restore(
             id=read.text("id"), variables=read.text("variables"), cells=read.texts("cells")
         )
+    if kind is Install:
+        packages = read.texts("packages")
+        if len(packages) > MAX_PACKAGES:
+            raise Malformed(f"more than {MAX_PACKAGES} packages")
+        for pin in packages:
+            if not PACKAGE_PIN.fullmatch(pin):
+                raise Malformed(f"{pin[:60]!r} is not name==version")
+        return Install(id=read.text("id"), packages=packages)
     if kind is Fs:
         action = read.text("action")
         if action not in FS_ACTIONS:
@@ -179,8 +191,11 @@ def _event(kind: type[Event], read: _Reader) -> Event:
             saved=read.texts("saved"),
             skipped=read.text_map("skipped"),
             cells=read.texts("cells"),
+            packages=pins(read.texts("packages")),
             error=read.optional_text("error"),
         )
+    if kind is Installed:
+        return Installed(id=read.text("id"), ok=read.flag("ok"), error=read.optional_text("error"))
     if kind is Restored:
         return Restored(
             id=read.text("id"),
@@ -201,6 +216,12 @@ def _event(kind: type[Event], read: _Reader) -> Event:
             error=read.optional_text("error"),
         )
     return EnvSet(id=read.text("id"), ok=read.flag("ok"))
+
+
+def pins(found: tuple[str, ...]) -> tuple[str, ...]:
+    """The `PACKAGE_PIN`s among `found` (a sandbox's, or a store's, word for them), at most
+    MAX_PACKAGES, each once."""
+    return tuple(dict.fromkeys(p for p in found if PACKAGE_PIN.fullmatch(p)))[:MAX_PACKAGES]
 
 
 def _entry(item: Any) -> Entry | None:

@@ -3,12 +3,18 @@ dataclasses; a message's kind is its `op` (requests) or `type` (events)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 MAX_LIST = 20_000
 """The most items of a list in an event that the host reads (changed paths, entries)."""
+
+PACKAGE_PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}==[A-Za-z0-9][A-Za-z0-9.+!_-]{0,49}")
+"""One installed distribution as `Install` and `SnapshotTaken` carry it: `name==version`,
+nothing else (no option, URL or path can pass for one)."""
+MAX_PACKAGES = 300
 
 FsAction = Literal["list", "info", "make_dir", "remove", "rename"]
 FS_ACTIONS: tuple[FsAction, ...] = ("list", "info", "make_dir", "remove", "rename")
@@ -69,6 +75,15 @@ class Restore:
 
 
 @dataclass(frozen=True, slots=True)
+class Install:
+    op: ClassVar[str] = "install"
+    id: str
+    packages: tuple[str, ...]
+    """`PACKAGE_PIN`s, installed exactly (no dependencies resolved) into the packages
+    folder, from the index the sandbox is given."""
+
+
+@dataclass(frozen=True, slots=True)
 class Fs:
     op: ClassVar[str] = "fs"
     id: str
@@ -103,7 +118,18 @@ class Shutdown:
 
 
 Request = (
-    Run | Interrupt | Export | Preview | Snapshot | Restore | Fs | Env | Claim | Resume | Shutdown
+    Run
+    | Interrupt
+    | Export
+    | Preview
+    | Snapshot
+    | Restore
+    | Install
+    | Fs
+    | Env
+    | Claim
+    | Resume
+    | Shutdown
 )
 REQUEST_KINDS = (
     Run,
@@ -112,6 +138,7 @@ REQUEST_KINDS = (
     Preview,
     Snapshot,
     Restore,
+    Install,
     Fs,
     Env,
     Claim,
@@ -200,6 +227,8 @@ class SnapshotTaken:
     skipped: Mapping[str, str] = field(default_factory=dict)
     """Variables not saved, with why."""
     cells: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+    """What the session installed into its packages folder, as `PACKAGE_PIN`s."""
     error: str | None = None
 
 
@@ -210,6 +239,15 @@ class Restored:
     restored: tuple[str, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    type: ClassVar[str] = "installed"
+    id: str
+    ok: bool = False
+    error: str | None = None
+    """What the installer said when it failed (its last lines)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +291,7 @@ Event = (
     | Resumed
     | SnapshotTaken
     | Restored
+    | Installed
     | FsDone
     | EnvSet
 )
@@ -269,6 +308,7 @@ EVENTS: dict[str, type[Event]] = {
         Resumed,
         SnapshotTaken,
         Restored,
+        Installed,
         FsDone,
         EnvSet,
     )

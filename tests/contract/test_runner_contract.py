@@ -167,6 +167,23 @@ async def test_a_snapshot_restores_into_another_sandbox(
         await second.destroy()
 
 
+async def test_an_install_without_a_network_says_why_and_records_nothing(
+    sandbox: Sandbox,
+) -> None:
+    """A workspace's packages asked for where sandboxes have no network: pip's own error,
+    and the next snapshot lists no package (none was installed)."""
+    client = RunnerClient(sandbox)
+    installed = await client.install(["cmdemo_pure==1.0"], timeout_s=120)
+    assert installed is not None
+    assert not installed.ok
+    assert (installed.error or "").startswith("ERROR"), installed.error
+    snapshot = await client.snapshot(10**7)
+    assert snapshot is not None
+    assert snapshot.packages == ()
+    outputs, _ = await run(client, ["print(6 * 7)"])
+    assert text(outputs) == "42\n"  # the kernel goes on
+
+
 async def test_a_claimed_sandbox_answers_a_resume_and_goes_on(sandbox: Sandbox) -> None:
     client = RunnerClient(sandbox)
     await client.claim("contract-session")

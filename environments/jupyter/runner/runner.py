@@ -36,6 +36,7 @@ from runner.kernel_scripts import (
     WARM_POLL_S,
     WITH_DATA_OFF,
 )
+from runner.packages import INSTALL_CODE, INSTALL_TIMEOUT_S, installed
 from runner.system import (
     ignore,
     is_stopped,
@@ -349,12 +350,14 @@ class Runner:
                 self.helpers.discard(process.pid)
         self.emit(wire.Previewed(id=request.id, previews=previews))
 
-    async def in_kernel(self, code: str, folder: Path) -> dict[str, Any]:
+    async def in_kernel(
+        self, code: str, folder: Path, timeout_s: float = WORKSPACE_TIMEOUT_S
+    ) -> dict[str, Any]:
         """Run one of the workspace scripts in the user's kernel; its report."""
         script = WITH_DATA_OFF + code.replace("FOLDER", repr(str(folder)))
         async with self.kernel_awake():
             reply = await self.client.kc.execute_interactive(
-                script, silent=True, store_history=False, timeout=WORKSPACE_TIMEOUT_S
+                script, silent=True, store_history=False, timeout=timeout_s
             )
         content = reply.get("content", {}) if isinstance(reply, dict) else {}
         if content.get("status") != "ok":
@@ -378,6 +381,7 @@ class Runner:
                 saved=tuple(str(name) for name in report.get("saved", [])),
                 skipped={str(k): str(v) for k, v in dict(report.get("skipped", {})).items()},
                 cells=tuple(str(cell.source) for cell in self.nb.cells)[-500:],
+                packages=installed(),
             )
         except Exception as exc:
             event = wire.SnapshotTaken(id=request.id, error=problem(exc))
@@ -402,6 +406,24 @@ class Runner:
                 self.nb.cells.append(nbformat.v4.new_code_cell(source))  # type: ignore[no-untyped-call]
         except Exception as exc:
             event = wire.Restored(id=request.id, error=problem(exc))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.emit(event)
+
+    async def install(self, request: wire.Install) -> None:
+        """Install a restored workspace's packages again (pins only: the decoder let nothing
+        else through), before its variables, which may need them, are loaded."""
+        event = wire.Installed(id=request.id)
+        folder = Path(tempfile.mkdtemp(prefix="cellmate-install-"))
+        try:
+            (folder / "wanted.json").write_text(json.dumps(list(request.packages)))
+            report = await self.in_kernel(INSTALL_CODE, folder, INSTALL_TIMEOUT_S + 30)
+            ok = bool(report.get("ok"))
+            event = wire.Installed(
+                id=request.id, ok=ok, error=None if ok else str(report.get("error", ""))[-1500:]
+            )
+        except Exception as exc:
+            event = wire.Installed(id=request.id, error=problem(exc))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         self.emit(event)
@@ -448,6 +470,8 @@ class Runner:
             self.running = asyncio.create_task(after(self.running, self.snapshot(request)))
         elif isinstance(request, wire.Restore):
             self.running = asyncio.create_task(after(self.running, self.restore(request)))
+        elif isinstance(request, wire.Install):
+            self.running = asyncio.create_task(after(self.running, self.install(request)))
         elif isinstance(request, wire.Env):
             self.running = asyncio.create_task(after(self.running, self.set_env(request)))
         elif isinstance(request, wire.Fs):
