@@ -23,7 +23,19 @@ if [ ! -f "$KUBECONFIG_PATH" ]; then
   exit 1
 fi
 log "Loading $TAG onto the cluster's node ..."
-"$KIT/load-image" "$TAG" >&2
+# A containerd that has just started (or an engine busy building beside it) can fail an
+# import at once; the kit's own check says so, and a second try finds them both ready.
+for attempt in 1 2 3; do
+  if "$KIT/load-image" "$TAG" >&2; then
+    break
+  fi
+  if [ "$attempt" = 3 ]; then
+    log "Could not load $TAG onto the cluster's node (3 tries)."
+    exit 1
+  fi
+  log "Loading $TAG failed (try $attempt of 3); trying again in $((attempt * 5)) s ..."
+  sleep $((attempt * 5))
+done
 # The kit's kubelet runs with --root-dir=<state>/data/kubelet, beside the kubeconfig: its
 # seccomp folder, where runc sandboxes find their Localhost profile, is under it.
 SECCOMP_DIR="$(dirname "$KUBECONFIG_PATH")/data/kubelet/seccomp"
