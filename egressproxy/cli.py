@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from egressproxy.addresses import parse_address
+from egressproxy.control import ControlOwners, read_token
 from egressproxy.grants import BadDoor, Perimeter
 from egressproxy.owners import FileOwners, Owners
 from egressproxy.parent import ParentOwners, TellParent, stdin_reader
@@ -41,6 +42,17 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="ask the process that started this one, over stdin and stdout (the bot does "
         "this); every request is told to it there too, and the proxy stops when stdin ends",
+    )
+    owners.add_argument(
+        "--control",
+        metavar="HOST:PORT",
+        help="ask the bot that connects to HOST:PORT with the token of --control-token-file "
+        "(the proxy in a deployment of its own, as on Kubernetes); see egressproxy.control",
+    )
+    found.add_argument(
+        "--control-token-file",
+        type=Path,
+        help="file holding the token the bot shows on the control port (with --control)",
     )
     found.add_argument(
         "--private-allowed",
@@ -102,13 +114,29 @@ def perimeter_from(args: argparse.Namespace, listen_host: str) -> Perimeter:
         raise SystemExit(f"cellmate egress-proxy: {exc}") from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    host, _, port_text = args.listen.rpartition(":")
+def host_port(text: str, option: str) -> tuple[str, int]:
+    host, _, port_text = text.rpartition(":")
     host = host.strip("[]")
     if not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise SystemExit("cellmate egress-proxy: --listen must be HOST:PORT (PORT 0: any free)")
-    port = int(port_text)
+        raise SystemExit(f"cellmate egress-proxy: {option} must be HOST:PORT (PORT 0: any free)")
+    return host, int(port_text)
+
+
+def control_owners(args: argparse.Namespace) -> ControlOwners | None:
+    if args.control is None:
+        return None
+    if args.control_token_file is None:
+        raise SystemExit("cellmate egress-proxy: --control needs --control-token-file")
+    try:
+        return ControlOwners(read_token(args.control_token_file))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"cellmate egress-proxy: {exc}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    host, port = host_port(args.listen, "--listen")
+    control = control_owners(args)
     perimeter = perimeter_from(args, host)
     if args.owners is not None and not args.owners.is_file():
         raise SystemExit(f"cellmate egress-proxy: no owners file at {args.owners}")
@@ -127,13 +155,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         audit_log = logging.getLogger("egressproxy.audit")
         audit_log.addHandler(TellParent(parent))
         audit_log.propagate = False
+    if control is not None:
+        # Told to the bot when one is connected, and kept in the proxy's own log always.
+        logging.getLogger("egressproxy.audit").addHandler(TellParent(control))
 
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        owners: Owners = parent if parent is not None else FileOwners(args.owners)
+        owners: Owners = parent or control or FileOwners(args.owners)
         async with EgressProxy(
             owners,
             PinnedResolver(pinned, SystemResolver()),
@@ -146,9 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.info(
                 "serving Cellmate sandboxes' egress on %s:%s (owners: %s; private doors: %s)",
                 *bound,
-                "the parent process" if parent is not None else args.owners,
+                "the parent process" if parent else args.control or args.owners,
                 args.private_allowed or "none",
             )
+            if control is not None:
+                listening = await control.serve(*host_port(args.control, "--control"))
+                async with listening:
+                    await stop.wait()
+                return
             if parent is None:
                 await stop.wait()
                 return

@@ -1,0 +1,111 @@
+"""The bot as the proxy's peer over TCP (`cellmate egress-proxy --control HOST:PORT`): the
+proxy in a Deployment of its own (Kubernetes), which the bot cannot start as its child.
+
+The talk is the parent protocol (egressproxy.parent), on a connection the bot opens to the
+proxy's control port instead of the child's pipes. Its first line is the bot's credential,
+
+    bot -> proxy   {"hello": "<the token in --control-token-file>"}
+
+and a connection whose first line is anything else, or that sends none within a few
+seconds, is closed unheard. One bot at a time: a newer authenticated connection replaces
+the one before (a bot that restarted). While no bot is connected, every request is refused
+at once (nobody can say whose sandbox asks), and the audit's lines stay in the proxy's log.
+The control port is for the bot's Pod alone (deploy/kubernetes/egress-proxy.yaml: the
+NetworkPolicy admits nothing else), and the token holds even where no plugin enforces it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from egressproxy.grants import Grants
+from egressproxy.parent import LINE_LIMIT, ParentOwners
+
+log = logging.getLogger(__name__)
+
+HELLO_TIMEOUT_S = 5.0
+MIN_TOKEN_CHARS = 32
+
+
+def read_token(path: Path) -> bytes:
+    """The control token in `path` (whitespace around it ignored); ValueError when too short
+    to be a secret."""
+    token = path.read_text(encoding="utf-8").strip()
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ValueError(
+            f"the control token in {path} is shorter than {MIN_TOKEN_CHARS} characters"
+        )
+    return token.encode()
+
+
+class ControlOwners(ParentOwners):
+    """`Owners` that asks the bot connected to the control port (refusing while none is)."""
+
+    def __init__(self, token: bytes) -> None:
+        super().__init__(out=None)  # type: ignore[arg-type]  # lines go to the bot's socket
+        self._token = token
+        self._bot: asyncio.StreamWriter | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._bot is not None
+
+    def tell(self, message: dict[str, Any]) -> None:
+        bot, loop = self._bot, self._loop
+        if bot is None or loop is None:
+            return  # nobody to tell: the audit line is in the proxy's own log
+        line = (json.dumps(message, sort_keys=True) + "\n").encode()
+        # Audit lines may come from another thread than the loop's.
+        loop.call_soon_threadsafe(_write, bot, line)
+
+    async def grants_for(self, address: str) -> Grants | None:
+        if self._bot is None:
+            return None
+        return await super().grants_for(address)
+
+    async def serve(self, host: str, port: int) -> asyncio.Server:
+        self._loop = asyncio.get_running_loop()
+        return await asyncio.start_server(self._connected, host, port, limit=LINE_LIMIT)
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            hello = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
+            offered = json.loads(hello).get("hello", "") if hello else ""
+        except (TimeoutError, ValueError, AttributeError, ConnectionError):
+            offered = ""
+        if not isinstance(offered, str) or not hmac.compare_digest(offered.encode(), self._token):
+            log.warning("closed a control connection from %s without the bot's token", peer)
+            await _close(writer)
+            return
+        previous, self._bot = self._bot, writer
+        if previous is not None:
+            await _close(previous)
+        log.info("the bot is connected from %s", peer)
+        try:
+            await self.read(reader)
+        except (ConnectionError, ValueError):
+            pass
+        finally:
+            if self._bot is writer:
+                self._bot = None
+                log.warning("the bot disconnected: requests are refused until it is back")
+            await _close(writer)
+
+
+def _write(writer: asyncio.StreamWriter, line: bytes) -> None:
+    if not writer.is_closing():
+        writer.write(line)
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError, OSError):
+        await writer.wait_closed()

@@ -1,0 +1,181 @@
+"""The proxy on its own (a Deployment, as on Kubernetes), asking the bot that connects to
+its control port: only a connection that shows the token is heard, the bot's link answers
+and hears as it does over pipes, a newer bot replaces an older one, and while no bot is
+connected every request is refused at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bench.standins.doors import FixedDoors
+from bench.standins.ports import free_port
+from bot.conversations.keys import ConversationKey
+from bot.ops.egress_link import EgressLink, EgressUnavailable
+
+OWNER = ConversationKey("slack", "T1", "C1", "1700000000.000100")
+TOKEN = "k8s-" + "5" * 40
+
+
+class Sessions:
+    def owner_of(self, address: str) -> str | None:
+        return OWNER.id if address == "127.0.0.1" else None
+
+
+@dataclass
+class Proxy:
+    listen: int
+    control: int
+    process: asyncio.subprocess.Process
+
+
+@pytest.fixture
+async def proxy(tmp_path: Path) -> AsyncIterator[Proxy]:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    listen, control = free_port(), free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "egressproxy",
+        "--listen",
+        f"127.0.0.1:{listen}",
+        "--control",
+        f"127.0.0.1:{control}",
+        "--control-token-file",
+        str(token_file),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", control)
+                except OSError:
+                    assert process.returncode is None, "the proxy exited"
+                    await asyncio.sleep(0.1)
+                    continue
+                writer.close()
+                await writer.wait_closed()
+                break
+        yield Proxy(listen, control, process)
+    finally:
+        process.terminate()
+        await process.communicate()
+
+
+async def fetch(port: int, host: str = "data.example.com") -> bytes:
+    """A plain HTTP request through the proxy, as a sandbox makes it: the proxy's answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(
+            f"GET http://{host}/ HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+        )
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+@pytest.mark.parametrize(
+    "hello",
+    [
+        b"",  # connects and closes its side at once
+        b"\n",
+        b"not json\n",
+        b"[]\n",
+        b'{"hello": 1234}\n',
+        json.dumps({"hello": TOKEN[:-1]}).encode() + b"\n",
+        json.dumps({"hello": TOKEN + "x"}).encode() + b"\n",
+        json.dumps({"hello": TOKEN.upper()}).encode() + b"\n",
+        b'{"answer": 1, "owner": "slack:T1:C1:x", "operator": ["*"]}\n',  # no hello: answers
+    ],
+)
+async def test_a_connection_without_the_token_is_closed_unheard(proxy: Proxy, hello: bytes) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.control)
+    try:
+        writer.write(hello)
+        if not hello:
+            writer.write_eof()
+        await writer.drain()
+        # Closed without a word, and never asked anything.
+        assert await asyncio.wait_for(reader.read(), 30) == b""
+    finally:
+        writer.close()
+    refused = await fetch(proxy.listen)
+    assert refused.startswith(b"HTTP/1.1 403"), refused[:200]
+
+
+async def test_the_bots_link_answers_and_hears_over_the_control_port(proxy: Proxy) -> None:
+    doors = FixedDoors()
+    link = EgressLink(Sessions(), doors)  # type: ignore[arg-type]
+    try:
+        address = await link.connect(("10.96.0.10", 3128), ("127.0.0.1", proxy.control), TOKEN)
+        assert address == ("10.96.0.10", 3128)  # what sandboxes are told to use
+        refused = await fetch(proxy.listen)
+        assert refused.startswith(b"HTTP/1.1 403"), refused[:200]
+        assert b"data.example.com is not open to this channel" in refused
+        async with asyncio.timeout(30):
+            while not doors.refused:  # noqa: ASYNC110 (told after the answer is sent)
+                await asyncio.sleep(0.05)
+        assert doors.refused == [("data.example.com", 80)]
+        assert doors.traffic[0][:4] == (OWNER.id, "data.example.com", 80, "refused")
+    finally:
+        await link.close()
+
+
+async def test_a_newer_bot_replaces_the_older_and_without_one_all_is_refused(
+    proxy: Proxy,
+) -> None:
+    first_doors, second_doors = FixedDoors(), FixedDoors()
+    first = EgressLink(Sessions(), first_doors)  # type: ignore[arg-type]
+    second = EgressLink(Sessions(), second_doors)  # type: ignore[arg-type]
+    try:
+        await first.connect(("10.96.0.10", 3128), ("127.0.0.1", proxy.control), TOKEN)
+        await second.connect(("10.96.0.10", 3128), ("127.0.0.1", proxy.control), TOKEN)
+        refused = await fetch(proxy.listen)
+        assert b"is not open to this channel" in refused  # an owner was found: asked
+        async with asyncio.timeout(30):
+            while not second_doors.refused:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        assert first_doors.refused == []
+    finally:
+        await first.close()
+        await second.close()
+    # No bot: refused at once, since nobody can say whose sandbox asks.
+    alone = await fetch(proxy.listen)
+    assert alone.startswith(b"HTTP/1.1 403"), alone[:200]
+    assert b"is not open to this channel" not in alone
+
+
+async def test_a_proxy_that_does_not_answer_is_a_clear_failure() -> None:
+    link = EgressLink(Sessions(), FixedDoors())  # type: ignore[arg-type]
+    with pytest.raises(EgressUnavailable, match="could not reach the egress proxy's control port"):
+        await link.connect(("10.96.0.10", 3128), ("127.0.0.1", free_port()), TOKEN)
+    await link.close()
+
+
+@pytest.mark.parametrize(
+    ("token", "why"),
+    [("short", "shorter than 32 characters"), (None, "needs --control-token-file")],
+)
+async def test_the_proxy_will_not_serve_the_control_port_without_a_real_token(
+    tmp_path: Path, token: str | None, why: str
+) -> None:
+    options = ["--control", f"127.0.0.1:{free_port()}"]
+    if token is not None:
+        (tmp_path / "token").write_text(token)
+        options += ["--control-token-file", str(tmp_path / "token")]
+    command = [sys.executable, "-m", "egressproxy", "--listen", "127.0.0.1:0", *options]
+    process = await asyncio.create_subprocess_exec(*command, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode != 0
+    assert why in err.decode()
