@@ -100,7 +100,9 @@ class KubernetesSandbox:
         name: str,
         attach: Any,
         key: bytes,
+        address: str | None = None,
     ) -> None:
+        self._address = address
         self._api = api
         self._streams = streams
         self._namespace = namespace
@@ -139,8 +141,8 @@ class KubernetesSandbox:
 
     @property
     def address(self) -> str | None:
-        # Allowlist mode runs on Docker only so far: a Pod has no egress proxy to ask.
-        return None
+        """The Pod's address (the egress proxy sees its requests come from it)."""
+        return self._address
 
     @property
     def alive(self) -> bool:
@@ -418,7 +420,7 @@ class KubernetesBackend:
             raise SandboxError(f"the cluster refused to create a sandbox Pod: {exc}") from exc
         sandbox: KubernetesSandbox | None = None
         try:
-            await cluster_call(
+            address = await cluster_call(
                 wait_running,
                 api,
                 self.namespace,
@@ -429,7 +431,7 @@ class KubernetesBackend:
             )
             attach = await cluster_call(self._attach, name)
             sandbox = KubernetesSandbox(
-                api, self.streams(), self.namespace, name, attach, self.key_for(name)
+                api, self.streams(), self.namespace, name, attach, self.key_for(name), address
             )
             await sandbox.hello()
             if input_tar:
@@ -470,7 +472,11 @@ class KubernetesBackend:
 
     async def recover(self) -> list[Recovered]:
         api = await self.api()
-        running = [p.metadata.name for p in await self._pods() if p.status.phase == "Running"]
+        running = {
+            p.metadata.name: p.status.pod_ip
+            for p in await self._pods()
+            if p.status.phase == "Running"
+        }
 
         async def one(name: str) -> Recovered | None:
             try:
@@ -478,7 +484,13 @@ class KubernetesBackend:
             except SandboxError:
                 return None
             sandbox = KubernetesSandbox(
-                api, self.streams(), self.namespace, name, attach, self.key_for(name)
+                api,
+                self.streams(),
+                self.namespace,
+                name,
+                attach,
+                self.key_for(name),
+                running[name] or None,
             )
             found = await sandbox.resume()
             if found is None:

@@ -3,6 +3,7 @@ asked for, in one place), and how it comes up and ends, as the cluster reports t
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any, Literal
 
 from kubernetes import client as k8s
 
+from executor.egress import PACKAGES_DIR, sandbox_environment
 from executor.errors import ImageNotFound, SandboxError
 from executor.kubernetes_seccomp import PROFILE_PATH
 from executor.limits import SandboxLimits
@@ -61,6 +63,15 @@ class KubernetesSettings:
     max_lifetime_s: int = 4 * 3600 + 600
     """The cluster ends any sandbox Pod after this long (activeDeadlineSeconds), even one
     that this process lost track of."""
+    egress_proxy: str = ""
+    """`HOST:PORT` of the egress proxy's Service as sandboxes reach it (allowlist mode);
+    empty: the Service `cellmate-egress` of the bot's namespace, from the variables the
+    cluster gives the bot's Pod (deploy/kubernetes/egress-proxy.yaml)."""
+    egress_control: str = ""
+    """`HOST:PORT` of the proxy's control port, where the bot answers its questions; empty:
+    the same Service's `control` port."""
+    egress_token_file: str = "/var/run/cellmate-egress/token"  # noqa: S105 (a path)
+    """The token the bot shows on the control port (the Secret `cellmate-egress-token`)."""
     session_secret: str = field(default="", repr=False)
     """A secret that stays the same across restarts: each sandbox's key is made from it and
     the Pod's name, so a restarted bot attaches to its sessions' Pods again (their variables
@@ -78,6 +89,47 @@ class KubernetesSettings:
 
     def runtime_class(self, runtime: str) -> str:
         return self.runtime_class_runsc if runtime == "runsc" else self.runtime_class_runc
+
+
+EGRESS_LABEL = "cellmate.egress"
+"""On sandbox Pods in allowlist mode: the NetworkPolicy that lets them reach the egress
+proxy selects them by it (every other sandbox reaches nothing)."""
+SERVICE_VARIABLES = ("CELLMATE_EGRESS_SERVICE_HOST", "CELLMATE_EGRESS_SERVICE_PORT")
+
+
+def egress_address(configured: str, port_name: str = "") -> tuple[str, int] | None:
+    """`HOST:PORT` as configured, else the egress Service's address from the variables the
+    cluster gives Pods of its namespace (`_PORT_<NAME>` for a named port); None if neither."""
+    if configured:
+        host, _, port = configured.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{configured!r} is not HOST:PORT")
+        return host.strip("[]"), int(port)
+    host = os.environ.get(SERVICE_VARIABLES[0], "")
+    suffix = f"_{port_name.upper()}" if port_name else ""
+    port = os.environ.get(f"CELLMATE_EGRESS_SERVICE_PORT{suffix}", "")
+    return (host, int(port)) if host and port.isdigit() else None
+
+
+def egress_parts(limits: SandboxLimits, settings: KubernetesSettings) -> dict[str, Any]:
+    """What allowlist mode adds to a sandbox Pod: its label, the proxy in its environment,
+    and the place pip installs into (exec allowed, in memory, sized)."""
+    proxy = egress_address(settings.egress_proxy, "proxy")
+    if proxy is None:
+        raise SandboxError(
+            "CELLMATE_NETWORK=allowlist on Kubernetes needs the egress proxy's Service "
+            "(deploy/kubernetes/egress-proxy.yaml) or CELLMATE_KUBERNETES_EGRESS_PROXY"
+        )
+    environment = sandbox_environment(proxy, limits.pip_index_url, limits.trusted_ca)
+    return {
+        "labels": {EGRESS_LABEL: "allowlist"},
+        "env": [{"name": k, "value": v} for k, v in sorted(environment.items())],
+        "mount": {"name": "packages", "mountPath": PACKAGES_DIR},
+        "volume": {
+            "name": "packages",
+            "emptyDir": {"medium": "Memory", "sizeLimit": f"{limits.packages_mb}Mi"},
+        },
+    }
 
 
 def pod_manifest(
@@ -161,10 +213,18 @@ def pod_manifest(
         spec["nodeSelector"] = dict(_pair(item) for item in settings.node_selector)
     if settings.tolerations:
         spec["tolerations"] = [_toleration(item) for item in settings.tolerations]
+    all_labels = dict(labels)
+    if limits.egress == "allowlist":
+        parts = egress_parts(limits, settings)
+        all_labels.update(parts["labels"])
+        container = spec["containers"][0]
+        container["env"] += parts["env"]
+        container["volumeMounts"].append(parts["mount"])
+        spec["volumes"].append(parts["volume"])
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": dict(labels)},
+        "metadata": {"name": name, "labels": all_labels},
         "spec": spec,
     }
 
@@ -199,13 +259,14 @@ def wait_running(
     image: str,
     settings: KubernetesSettings,
     timeout_s: float,
-) -> None:
-    """Wait (blocking) until the Pod runs; why it cannot, as ImageNotFound or SandboxError."""
+) -> str | None:
+    """Wait (blocking) until the Pod runs; its address on the Pod network. Why it cannot,
+    as ImageNotFound or SandboxError."""
     deadline = time.monotonic() + timeout_s
     while True:
         pod: Any = api.read_namespaced_pod(name, namespace)
         if pod.status.phase == "Running":
-            return
+            return str(pod.status.pod_ip) if pod.status.pod_ip else None
         if pod.status.phase in ("Failed", "Succeeded"):
             raise SandboxError(f"the sandbox Pod ended before it ran ({pod.status.reason})")
         for status in pod.status.container_statuses or []:

@@ -34,6 +34,8 @@ from bot.sandbox_words import CLOSED_DOOR
 from executor import Executor
 from executor.docker_backend import DockerBackend
 from executor.errors import ExecutorError
+from executor.kubernetes_backend import KubernetesBackend
+from executor.kubernetes_pod import egress_address
 from executor.network_grants import Grants, Layer
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 LINE_LIMIT = 1 << 20
 NOTES_KEPT = 20
+RECONNECT_S = 0.5
+RECONNECT_MAX_S = 30.0
 
 
 class EgressUnavailable(ExecutorError):
@@ -98,6 +102,7 @@ class EgressLink:
         """More options for the proxy (secrets, its CA's folder, pinned names)."""
         self.address: tuple[str, int] | None = None
         self._process: asyncio.subprocess.Process | None = None
+        self._to_proxy: asyncio.StreamWriter | None = None
         self._reader: asyncio.Task[None] | None = None
         self._cards: set[asyncio.Task[object]] = set()
         self._notes: defaultdict[str, list[str]] = defaultdict(list)
@@ -123,9 +128,58 @@ class EgressLink:
                 f"the egress proxy did not start on {host}:{port} ({exc or 'timed out'}); "
                 "its own lines above say why"
             ) from None
+        self._to_proxy = self._process.stdin
         self._reader = asyncio.create_task(self._read(), name="egress proxy link")
         log.info("egress proxy listening on %s:%s for the sandboxes", *self.address)
         return self.address
+
+    async def connect(
+        self, proxy: tuple[str, int], control: tuple[str, int], token: str
+    ) -> tuple[str, int]:
+        """Talk to a proxy that runs on its own (a Deployment) at `proxy`, over its control
+        port, showing `token`; the link connects again whenever the connection drops."""
+        self.address = proxy
+        try:
+            reader = await asyncio.wait_for(self._hello(control, token), START_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise EgressUnavailable(
+                f"could not reach the egress proxy's control port {control[0]}:{control[1]} "
+                f"({exc or 'timed out'})"
+            ) from None
+        self._reader = asyncio.create_task(
+            self._keep_connected(reader, control, token), name="egress proxy link"
+        )
+        log.info("talking to the egress proxy at %s:%s for the sandboxes", *proxy)
+        return proxy
+
+    async def _hello(self, control: tuple[str, int], token: str) -> asyncio.StreamReader:
+        reader, writer = await asyncio.open_connection(*control, limit=LINE_LIMIT)
+        writer.write((json.dumps({"hello": token}) + "\n").encode())
+        await writer.drain()
+        self._to_proxy = writer
+        return reader
+
+    async def _keep_connected(
+        self, reader: asyncio.StreamReader, control: tuple[str, int], token: str
+    ) -> None:
+        backoff = RECONNECT_S
+        while not self._closing:
+            with contextlib.suppress(ConnectionError, ValueError):
+                await self._lines(reader)
+            if self._closing:
+                return
+            log.error("lost the egress proxy's control connection: sandboxes reach nothing now")
+            while not self._closing:
+                await asyncio.sleep(backoff)
+                try:
+                    reader = await self._hello(control, token)
+                except OSError as exc:
+                    backoff = min(backoff * 2, RECONNECT_MAX_S)
+                    log.warning("the egress proxy's control port does not answer: %s", exc)
+                    continue
+                backoff = RECONNECT_S
+                log.info("connected to the egress proxy's control port again")
+                break
 
     async def _listening(self) -> tuple[str, int]:
         assert self._process is not None
@@ -140,7 +194,17 @@ class EgressLink:
         process = self._process
         assert process is not None
         assert process.stdout is not None
-        while line := await process.stdout.readline():
+        await self._lines(process.stdout)
+        await process.wait()
+        if not self._closing:
+            log.error(
+                "the egress proxy stopped (exit %s): sandboxes reach nothing now",
+                process.returncode,
+            )
+
+    async def _lines(self, reader: asyncio.StreamReader) -> None:
+        """Handle the proxy's lines until its side ends."""
+        while line := await reader.readline():
             message = _message(line)
             try:
                 if "ask" in message:
@@ -149,12 +213,6 @@ class EgressLink:
                     self.heard(message)
             except Exception:  # one bad line must not end the link
                 log.exception("could not handle a line from the egress proxy")
-        await process.wait()
-        if not self._closing:
-            log.error(
-                "the egress proxy stopped (exit %s): sandboxes reach nothing now",
-                process.returncode,
-            )
 
     async def _answer(self, number: int, address: str) -> None:
         grants = None
@@ -163,10 +221,11 @@ class EgressLink:
             grants = (
                 None if owner is None else self.doors.network_grants(ConversationKey.parse(owner))
             )
-        assert self._process is not None
-        assert self._process.stdin is not None
-        self._process.stdin.write((json.dumps(doors_answer(number, grants)) + "\n").encode())
-        await self._process.stdin.drain()
+        writer = self._to_proxy
+        if writer is None or writer.is_closing():
+            return  # the proxy refuses what it gets no answer for
+        writer.write((json.dumps(doors_answer(number, grants)) + "\n").encode())
+        await writer.drain()
 
     def heard(self, message: dict[str, Any]) -> None:
         """One request the proxy decided: counted, and a closed door shown."""
@@ -214,6 +273,10 @@ class EgressLink:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 await process.wait()
+        if self._process is None and self._to_proxy is not None:
+            self._to_proxy.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await self._to_proxy.wait_closed()
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -221,6 +284,7 @@ class EgressLink:
         for card in list(self._cards):
             card.cancel()
         self._process = None
+        self._to_proxy = None
 
 
 def _message(line: bytes) -> dict[str, Any]:
@@ -253,14 +317,54 @@ async def start_egress(
     proxy_args: Sequence[str] = (),
     metrics: Metrics | None = None,
 ) -> EgressLink:
-    """The egress proxy for `executor`'s sandboxes, listening where they can reach it."""
+    """The egress proxy for `executor`'s sandboxes, listening where they can reach it: the
+    bot's child on Docker, the Deployment of deploy/kubernetes/egress-proxy.yaml on a cluster."""
     backend = executor.backend
+    if isinstance(backend, KubernetesBackend):
+        return await connect_egress(backend, executor, doors, private_allowed, proxy_args, metrics)
     if not isinstance(backend, DockerBackend):
         raise EgressUnavailable(
-            "CELLMATE_NETWORK=allowlist works with the Docker backend so far; on Kubernetes "
-            "keep CELLMATE_NETWORK=off"
+            "CELLMATE_NETWORK=allowlist needs the Docker or the Kubernetes backend"
         )
     network = await backend.egress_network(proxy_port)
     link = EgressLink(executor, doors, private_allowed, proxy_args, metrics)
     await link.start(await network.proxy_address())
+    return link
+
+
+async def connect_egress(
+    backend: KubernetesBackend,
+    executor: Executor,
+    doors: DoorKeeper,
+    private_allowed: str,
+    proxy_args: Sequence[str],
+    metrics: Metrics | None,
+) -> EgressLink:
+    """The link to the egress proxy's Deployment, over its control port."""
+    if private_allowed or proxy_args:
+        raise EgressUnavailable(
+            "on Kubernetes the egress proxy's own Deployment holds its private doors and "
+            "secrets (deploy/kubernetes/egress-proxy.yaml): set them there, not on the bot"
+        )
+    settings = backend.settings
+    try:
+        proxy = egress_address(settings.egress_proxy, "proxy")
+        control = egress_address(settings.egress_control, "control")
+    except ValueError as exc:
+        raise EgressUnavailable(f"CELLMATE_KUBERNETES_EGRESS_*: {exc}") from None
+    if proxy is None or control is None:
+        raise EgressUnavailable(
+            "CELLMATE_NETWORK=allowlist on Kubernetes needs the egress proxy's Service "
+            "(kubectl apply -k deploy/kubernetes, then restart the bot so that its Pod sees "
+            "the Service), or CELLMATE_KUBERNETES_EGRESS_PROXY and _CONTROL"
+        )
+    try:
+        found = await asyncio.to_thread(Path(settings.egress_token_file).read_text, "utf-8")
+    except OSError as exc:
+        raise EgressUnavailable(
+            f"cannot read the egress proxy's control token ({exc}): the Secret "
+            "cellmate-egress-token, mounted as CELLMATE_KUBERNETES_EGRESS_TOKEN_FILE"
+        ) from None
+    link = EgressLink(executor, doors, metrics=metrics)
+    await link.connect(proxy, control, found.strip())
     return link

@@ -160,10 +160,10 @@ async def test_the_proxy_process_asks_its_parent_and_stops_when_the_parent_goes(
             await process.wait()
 
 
-async def test_allowlist_mode_refuses_to_start_on_a_backend_without_the_sandbox_network() -> None:
+async def test_allowlist_mode_refuses_to_start_on_a_backend_without_a_proxy() -> None:
     from executor import Executor, PoolSettings
     from executor.fake_backend import FakeBackend
 
     async with Executor("unused", backend=FakeBackend(), pool=PoolSettings(size=0)) as executor:
-        with pytest.raises(EgressUnavailable, match="works with the Docker backend so far"):
+        with pytest.raises(EgressUnavailable, match="needs the Docker or the Kubernetes backend"):
             await start_egress(executor, FixedDoors(), 3128, "")
