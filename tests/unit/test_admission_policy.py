@@ -165,6 +165,7 @@ def test_the_policy_is_applied_on_its_own_and_binds_to_the_sandbox_namespace() -
         (SandboxLimits(runtime="runsc"), {}),
         (SandboxLimits(runtime="runsc", memory_mb=4096, cpus=2.0), {"cpu_request": 2.0}),
         (SandboxLimits(runtime="runsc"), {"image_pull_policy": "Never", "max_lifetime_s": 600}),
+        (SandboxLimits(runtime="runsc", egress="allowlist"), {"egress_proxy": "10.96.0.9:3128"}),
     ],
 )
 def test_the_executors_own_pod_is_admitted(limits: SandboxLimits, settings: dict[str, Any]) -> None:
