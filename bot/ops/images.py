@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
+import sys
 import tarfile
 import tempfile
 import tomllib
@@ -32,11 +34,15 @@ ROOT = Path(__file__).resolve().parents[2]
 BOT_REPOSITORY = "cellmate-bot"
 AZURITE_REPOSITORY = "cellmate-azurite"
 WHEELS = ROOT / "build" / "bot-wheels"
+EGRESS_WHEELS = ROOT / "build" / "egress-wheels"
+EGRESS_REQUIREMENTS = ROOT / "egressproxy" / "requirements.txt"
+SDIST_MARK = "# sdist"
 # What the bot's build context holds (.dockerignore lets in nothing else).
 BOT_INPUTS = (
     ".dockerignore",
     "bot",
     "dockerproxy",
+    "egressproxy",
     "executor",
     "storage",
     "environments/jupyter/Dockerfile",
@@ -116,12 +122,42 @@ def build_bot_image(
     (WHEELS / "requirements.txt").write_text(requirements)
     say("Downloading the bot's Python wheels on the host ...")
     download_pinned_wheels(WHEELS / "requirements.txt", WHEELS, "the bot's")
+    say("Downloading the egress proxy's Python wheels on the host ...")
+    download_egress_wheels(EGRESS_WHEELS)
     base = base_image(client, mirror, say)
     say(f"Building on {base} ...")
     docker_build(client, tag, base, path=str(ROOT), dockerfile="bot/Dockerfile", say=say)
     client.images.get(tag).tag(BOT_REPOSITORY, "latest")
     say(f"Built {tag}.")
     return tag
+
+
+def download_egress_wheels(dest: Path) -> None:
+    """The wheels of egressproxy/requirements.txt into `dest` (with the pins, bare, as
+    dest/requirements.txt); those marked `# sdist` are built on the host (pure Python)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    lines = [line.strip() for line in EGRESS_REQUIREMENTS.read_text().splitlines()]
+    pins = [line for line in lines if line and not line.startswith("#")]
+    built = [pin.split("#")[0].strip() for pin in pins if SDIST_MARK in pin]
+    binary = [pin for pin in pins if SDIST_MARK not in pin]
+    (dest / "requirements.txt").write_text(
+        "".join(pin.split("#")[0].strip() + "\n" for pin in pins)
+    )
+    (dest / "binary.txt").write_text("".join(pin + "\n" for pin in binary))
+    download_pinned_wheels(dest / "binary.txt", dest, "the egress proxy's")
+    (dest / "binary.txt").unlink()
+    if built:
+        command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check"]
+        result = subprocess.run(
+            [*command, "--no-deps", "-w", str(dest), *built],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ImageBuildError(f"could not build {built}:\n{result.stderr[-3000:]}")
 
 
 def build_azurite_image(
