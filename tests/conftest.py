@@ -20,7 +20,6 @@ from storage.base import Storage
 from storage.local import LocalStorage
 from tests.support.azurite import Azurite
 from tests.support.links import SECRET
-from tests.support.sandboxes import describe, left_behind, live_sandboxes, sweep
 
 # Under pytest-xdist every worker is its own test instance (sandbox label, and so its own
 # sweep), so that workers never see or remove each other's sandboxes. Set before the
@@ -57,6 +56,9 @@ def sandboxes_end_with_their_test(request: pytest.FixtureRequest) -> Iterator[No
     if request.node.get_closest_marker("docker") is None:
         yield
         return
+    # Imported here: the module reads this worker's instance, set above, when first imported.
+    from tests.support.sandboxes import describe, left_behind, live_sandboxes, sweep
+
     client = docker.from_env()
     try:
         if live_sandboxes(client):
