@@ -12,8 +12,9 @@ import docker
 import pytest
 
 from executor import Executor, InvalidInput, SandboxLimits, Status, default_tag
-from tests.integration.conftest import NO_POOL, TEST_INSTANCE, live_sandboxes
+from tests.integration.conftest import NO_POOL, TEST_INSTANCE
 from tests.support.network import listening_on_host, reach_code
+from tests.support.sandboxes import live_sandboxes
 
 pytestmark = pytest.mark.docker
 

@@ -12,7 +12,8 @@ from PIL import Image
 
 from executor import Executor, SandboxLimits, Status, default_tag
 from executor.docker_backend import DockerBackend
-from tests.integration.conftest import NO_POOL, TEST_INSTANCE, live_sandboxes
+from tests.integration.conftest import NO_POOL, TEST_INSTANCE
+from tests.support.sandboxes import live_sandboxes
 
 pytestmark = pytest.mark.docker
 

@@ -10,7 +10,8 @@ import pytest
 
 from bot.sandbox_words import spoken
 from executor import SandboxBusy, Status
-from tests.integration.conftest import Pooled, live_sandboxes
+from tests.integration.conftest import Pooled
+from tests.support.sandboxes import live_sandboxes
 
 pytestmark = pytest.mark.docker
 
