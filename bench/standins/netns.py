@@ -89,9 +89,14 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
 
 
-def _taken() -> str:
+def _taken(parent: str | None = None) -> str:
+    where = ["-n", parent] if parent else []
     return subprocess.run(
-        ["ip", "-o", "-4", "addr", "show"], check=True, capture_output=True, text=True, timeout=30
+        ["ip", *where, "-o", "-4", "addr", "show"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
     ).stdout
 
 
@@ -123,28 +128,33 @@ class Namespace:
 
 
 @asynccontextmanager
-async def namespace() -> AsyncIterator[Namespace]:
-    """A fresh namespace with its veth pair up (needs root); removed whatever happens."""
+async def namespace(parent: str | None = None) -> AsyncIterator[Namespace]:
+    """A fresh namespace with its veth pair up (needs root), joined to this host or to the
+    namespace `parent` (the test cluster's, whose processes then reach it); removed
+    whatever happens."""
     tag = uuid.uuid4().hex[:8]
     name, outside, inside = f"cm-egress-{tag}", f"cme{tag}h", f"cme{tag}n"
-    taken = _taken()
+    taken = _taken(parent)
     free = [b for b in range(4, 252, 4) if f"{BLOCK}.{b + 1}/" not in taken]
     base = random.choice(free)  # noqa: S311 - spreads concurrent runs, no secret
     host_address, address = f"{BLOCK}.{base + 1}", f"{BLOCK}.{base + 2}"
+    near = ["-n", parent] if parent else []
     MADE.append(name)
     try:
         _ip("netns", "add", name)
         _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
         _ip("link", "set", inside, "netns", name)
-        _ip("addr", "add", f"{host_address}/30", "dev", outside)
-        _ip("link", "set", outside, "up")
+        if parent:
+            _ip("link", "set", outside, "netns", parent)
+        _ip(*near, "addr", "add", f"{host_address}/30", "dev", outside)
+        _ip(*near, "link", "set", outside, "up")
         _ip("-n", name, "addr", "add", f"{address}/30", "dev", inside)
         _ip("-n", name, "link", "set", inside, "up")
         _ip("-n", name, "link", "set", "lo", "up")
         yield Namespace(name, address, host_address)
     finally:
         with contextlib.suppress(subprocess.CalledProcessError):
-            _ip("link", "del", outside)  # takes its peer with it
+            _ip(*near, "link", "del", outside)  # takes its peer with it
         with contextlib.suppress(subprocess.CalledProcessError):
             _ip("netns", "del", name)
 

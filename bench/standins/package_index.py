@@ -8,11 +8,9 @@ import asyncio
 import base64
 import contextlib
 import hashlib
-import socket
 import subprocess
 import sys
 import sysconfig
-import time
 import zipfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -138,23 +136,18 @@ async def serving_index(space: Namespace, root: Path) -> AsyncIterator[Index]:
     build_index(root)
     process = await asyncio.create_subprocess_exec(
         "ip", "netns", "exec", space.name,
-        sys.executable, "-m", "http.server", str(PORT),
+        sys.executable, "-u", "-m", "http.server", str(PORT),
         "--bind", space.address, "--directory", str(root),
-        stdout=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                await asyncio.to_thread(
-                    lambda: socket.create_connection((space.address, PORT), timeout=2).close()
-                )
-                break
-            except OSError:
-                if process.returncode is not None or time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
+        # Its first line says it listens (seen from inside: the namespace may be joined to
+        # another than this host's).
+        assert process.stdout is not None
+        first = await asyncio.wait_for(process.stdout.readline(), WAIT_S)
+        if not first.startswith(b"Serving HTTP"):
+            raise OSError(f"the package index did not start: {first[:200]!r}")
         yield Index(space.address, PORT)
     finally:
         with contextlib.suppress(ProcessLookupError):
