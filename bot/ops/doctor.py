@@ -16,6 +16,7 @@ import docker
 
 from bot.agent.tokens import Counter
 from bot.ops.cluster_enforcement import enforcement
+from bot.ops.cluster_isolation import isolation
 from bot.ops.findings import Finding
 from bot.ops.front_ends import PLATFORMS
 from bot.ops.model_setup import build_model_client
@@ -66,8 +67,9 @@ async def _sandboxes(settings: Settings) -> list[Finding]:
 async def _kubernetes(settings: Settings) -> list[Finding]:
     """The cluster answers and lets the bot do what sandboxes need (access reviews); runc
     is allowed if chosen; the namespace enforces the `restricted` level, and what else the
-    cluster enforces there (bot/ops/cluster_enforcement.py); and a sandbox Pod starts and gets
-    ready, which proves the image, the RuntimeClass and the admission policy together."""
+    cluster enforces there (bot/ops/cluster_enforcement.py); a sandbox Pod starts and gets
+    ready, which proves the image, the RuntimeClass and the admission policy together; and
+    a second one cannot reach it (bot/ops/cluster_isolation.py)."""
     backend = build_backend(
         "kubernetes", settings.image, instance=settings.instance, kubernetes=settings.kubernetes
     )
@@ -108,11 +110,13 @@ async def _kubernetes(settings: Settings) -> list[Finding]:
             sandbox = await backend.start(settings.sandbox, None)
             try:
                 ready = await asyncio.wait_for(sandbox.receive(), TIMEOUT_S / 2)
+                ok = ready is not None and ready.get("type") == "ready"
+                detail = f"{settings.image} started under {settings.sandbox.runtime}"
+                found.append(Finding("sandbox", ok, detail if ok else "started, but never ready"))
+                if ok:
+                    found.append(await isolation(backend, settings.sandbox, sandbox))
             finally:
                 await sandbox.destroy()
-            ok = ready is not None and ready.get("type") == "ready"
-            detail = f"{settings.image} started under {settings.sandbox.runtime}"
-            found.append(Finding("sandbox", ok, detail if ok else "started, but never ready"))
         except (ExecutorError, TimeoutError) as exc:
             found.append(
                 Finding(

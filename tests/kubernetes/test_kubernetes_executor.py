@@ -225,6 +225,14 @@ async def test_doctor_checks_the_cluster_the_policy_and_a_real_sandbox(
     assert as_bot["cluster"][0], as_bot
     assert not as_bot["policy"][0]  # the bot may not read namespaces: a note, not a failure
     assert as_bot["sandbox"][0], as_bot
+    # Its runc sandboxes (the default runtime) share the Pod bridge, and no plugin enforces
+    # the policies: tried, not guessed, the doctor says so.
+    assert as_bot["isolation"][0] is False, as_bot["isolation"]
+    assert "REACHED ANOTHER SANDBOX'S LISTENER BY POD ADDRESS" in as_bot["isolation"][1]
+    # The kit's gVisor has no network at all: one sandbox cannot reach another.
+    on_gvisor = await findings(chosen(bot_kubeconfig, CELLMATE_SANDBOX_RUNTIME="runsc"))
+    assert on_gvisor["isolation"][0], on_gvisor["isolation"]
+    assert "could not reach another sandbox's listener" in on_gvisor["isolation"][1]
     assert as_bot["restarts"] == (False, "sessions end when the bot restarts")
     keeping = await findings(chosen(bot_kubeconfig, CELLMATE_KUBERNETES_SESSION_SECRET="s" * 64))
     assert keeping["restarts"] == (True, "sessions carry on when the bot restarts")
