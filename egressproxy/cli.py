@@ -182,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             if control is not None:
                 listening = await control.serve(*host_port(args.control, "--control"))
+                log.info("the control port %s listens for the bot", args.control)
                 async with listening:
                     await stop.wait()
                 return

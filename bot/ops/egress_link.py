@@ -156,7 +156,9 @@ class EgressLink:
         reader, writer = await asyncio.open_connection(*control, limit=LINE_LIMIT)
         writer.write((json.dumps({"hello": token}) + "\n").encode())
         await writer.drain()
-        self._to_proxy = writer
+        previous, self._to_proxy = self._to_proxy, writer
+        if previous is not None:
+            previous.close()
         return reader
 
     async def _keep_connected(
