@@ -4,6 +4,8 @@ user only), its certificate given to sandboxes to trust."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 BASENAME = "mitmproxy"
@@ -19,3 +21,22 @@ def installation_ca(confdir: Path) -> str:
             confdir, BASENAME, 2048, organization="Cellmate", cn="Cellmate egress proxy"
         )
     return (confdir / f"{BASENAME}-ca-cert.pem").read_text(encoding="ascii")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m egressproxy.ca DIR`: make an installation CA in DIR (for a proxy that runs
+    on its own, whose Secret holds it: see deploy/kubernetes/egress-proxy.yaml)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m egressproxy.ca DIR", file=sys.stderr)
+        return 2
+    folder = Path(args[0])
+    folder.mkdir(parents=True, exist_ok=True)
+    installation_ca(folder)
+    print(f"{folder / (BASENAME + '-ca.pem')}: key and certificate (the proxy's only)")
+    print(f"{folder / (BASENAME + '-ca-cert.pem')}: certificate (sandboxes trust it)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,12 +8,15 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from egressproxy.addresses import parse_address
+from egressproxy.ca import BASENAME
 from egressproxy.control import ControlOwners, read_token
 from egressproxy.grants import BadDoor, Perimeter
 from egressproxy.owners import FileOwners, Owners
@@ -79,6 +82,13 @@ def parser() -> argparse.ArgumentParser:
         "there when missing; the sandboxes trust its certificate)",
     )
     found.add_argument(
+        "--secrets-dir",
+        type=Path,
+        help="a folder (a mounted Secret) that may hold secrets.json, the CA to terminate TLS "
+        "with for it (mitmproxy-ca.pem: key and certificate) and upstream-ca.pem; without "
+        "secrets.json, no secrets (instead of --secrets, --confdir and --upstream-ca)",
+    )
+    found.add_argument(
         "--upstream-ca",
         type=Path,
         help="PEM file of CA certificates the hosts' TLS is verified with, besides the usual",
@@ -133,6 +143,32 @@ def control_owners(args: argparse.Namespace) -> ControlOwners | None:
         raise SystemExit(f"cellmate egress-proxy: {exc}") from None
 
 
+def from_secrets_dir(args: argparse.Namespace) -> None:
+    """--secrets-dir as the options it stands for: the CA copied into a private folder of
+    its own, since mitmproxy writes beside it and a mounted Secret is read-only."""
+    folder: Path | None = args.secrets_dir
+    if folder is None:
+        return
+    if args.secrets or args.confdir or args.upstream_ca:
+        raise SystemExit(
+            "cellmate egress-proxy: --secrets-dir stands for --secrets, --confdir and "
+            "--upstream-ca; give one or the others"
+        )
+    if not (folder / "secrets.json").is_file():
+        log.info("no secrets.json in %s: no secrets are added", folder)
+        return
+    ca = folder / f"{BASENAME}-ca.pem"
+    if not ca.is_file():
+        raise SystemExit(
+            f"cellmate egress-proxy: secrets need their CA, {ca} (python -m egressproxy.ca)"
+        )
+    confdir = Path(tempfile.mkdtemp(prefix="cellmate-egress-ca-"))
+    shutil.copyfile(ca, confdir / ca.name)
+    args.secrets, args.confdir = folder / "secrets.json", confdir
+    if (folder / "upstream-ca.pem").is_file():
+        args.upstream_ca = folder / "upstream-ca.pem"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     host, port = host_port(args.listen, "--listen")
@@ -141,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.owners is not None and not args.owners.is_file():
         raise SystemExit(f"cellmate egress-proxy: no owners file at {args.owners}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from_secrets_dir(args)
     # mitmproxy's own connection chatter is for debugging it; the audit log is what counts.
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
 
@@ -202,4 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"cellmate egress-proxy: {exc}") from None
     except KeyboardInterrupt:
         return 130
+    finally:
+        if args.secrets_dir is not None and args.confdir is not None:
+            shutil.rmtree(args.confdir, ignore_errors=True)  # the CA's private copy
     return 0
