@@ -72,6 +72,9 @@ class KubernetesSettings:
     the same Service's `control` port."""
     egress_token_file: str = "/var/run/cellmate-egress/token"  # noqa: S105 (a path)
     """The token the bot shows on the control port (the Secret `cellmate-egress-token`)."""
+    egress_ca_file: str = "/var/run/cellmate-egress-ca/ca-cert.pem"
+    """The certificate of the CA the proxy adds secrets with (from the Secret
+    `cellmate-egress-secrets`), which sandboxes then trust; no file: no secrets."""
     session_secret: str = field(default="", repr=False)
     """A secret that stays the same across restarts: each sandbox's key is made from it and
     the Pod's name, so a restarted bot attaches to its sessions' Pods again (their variables

@@ -311,6 +311,17 @@ def proxy_options(network: NetworkSettings, data_dir: Path) -> tuple[str, list[s
     return installation_ca(confdir), options
 
 
+def cluster_proxy_ca(path: str) -> str:
+    """The certificate (PEM) of the CA a proxy Deployment adds secrets with, '' when it has
+    none (the file is an optional Secret's)."""
+    try:
+        return Path(path).read_text(encoding="ascii") if path else ""
+    except FileNotFoundError:
+        return ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EgressUnavailable(f"cannot read the egress proxy's CA at {path}: {exc}") from None
+
+
 async def start_egress(
     executor: Executor,
     doors: DoorKeeper,
@@ -345,8 +356,9 @@ async def connect_egress(
     """The link to the egress proxy's Deployment, over its control port."""
     if private_allowed or proxy_args:
         raise EgressUnavailable(
-            "on Kubernetes the egress proxy's own Deployment holds its private doors and "
-            "secrets (deploy/kubernetes/egress-proxy.yaml): set them there, not on the bot"
+            "on Kubernetes the egress proxy's own Deployment holds its private doors (its "
+            "arguments) and secrets (the Secret cellmate-egress-secrets), see "
+            "deploy/kubernetes/egress-proxy.yaml: set them there, not on the bot"
         )
     settings = backend.settings
     try:

@@ -19,7 +19,7 @@ from bot.conversations.network import NetworkGrants
 from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.metrics import Metrics
-from bot.ops.egress_link import proxy_options, start_egress
+from bot.ops.egress_link import cluster_proxy_ca, proxy_options, start_egress
 from bot.ops.http import Checks, create_app, start_server
 from bot.ops.model_setup import build_model_client
 from bot.ops.storage_setup import build_storage, link_secret
@@ -65,7 +65,13 @@ async def services(
     metrics = Metrics()
     client = build_model_client(settings.model)
     limits, proxy_args = settings.sandbox, list[str]()
-    if limits.egress == "allowlist":
+    if limits.egress == "allowlist" and settings.executor_backend == "kubernetes":
+        # The proxy's own Deployment holds the secrets; the bot holds the CA's certificate.
+        trusted_ca = cluster_proxy_ca(settings.kubernetes.egress_ca_file)
+        limits = dataclasses.replace(limits, trusted_ca=trusted_ca)
+        if settings.network.secrets_file:
+            proxy_args = ["--secrets", settings.network.secrets_file]  # refused, saying why
+    elif limits.egress == "allowlist":
         trusted_ca, proxy_args = proxy_options(settings.network, settings.data_dir)
         limits = dataclasses.replace(limits, trusted_ca=trusted_ca)
     try:

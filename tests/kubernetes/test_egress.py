@@ -30,8 +30,10 @@ import yaml
 from bench.standins.doors import FixedDoors
 from bench.standins.netns import listening_in, namespace
 from bench.standins.package_index import COMPILED, PURE, serving_index
+from bench.standins.tls_api import serving_api
 from bot.conversations.keys import ConversationKey
-from bot.ops.egress_link import start_egress
+from bot.ops.egress_link import cluster_proxy_ca, start_egress
+from egressproxy.ca import installation_ca
 from executor import Executor, SandboxLimits, Status, default_tag
 from executor.kubernetes_backend import KubernetesBackend
 from tests.kubernetes.conftest import KUBECONFIG, NO_POOL, TEST_INSTANCE, settings
@@ -104,7 +106,7 @@ asyncio.run(main())
 
 
 @asynccontextmanager
-async def proxy_in_cluster(tmp_path: Path) -> AsyncIterator[ClusterProxy]:
+async def proxy_in_cluster(tmp_path: Path, *options: str) -> AsyncIterator[ClusterProxy]:
     token_file = tmp_path / "egress-token"
     token_file.write_text(TOKEN)
     bridge = bridge_address()
@@ -119,6 +121,7 @@ async def proxy_in_cluster(tmp_path: Path) -> AsyncIterator[ClusterProxy]:
             "--listen", f"{proxy[0]}:{proxy[1]}",
             "--control", f"{in_cluster[0]}:{in_cluster[1]}",
             "--control-token-file", str(token_file),
+            *options,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stderr=written,
         )  # fmt: skip
@@ -147,16 +150,21 @@ async def proxy_in_cluster(tmp_path: Path) -> AsyncIterator[ClusterProxy]:
 
 @asynccontextmanager
 async def allowlist_executor(
-    bot_kubeconfig: str, proxy: ClusterProxy, pip_index_url: str
+    bot_kubeconfig: str, proxy: ClusterProxy, pip_index_url: str, ca_file: str = ""
 ) -> AsyncIterator[tuple[Executor, FixedDoors]]:
     chosen = dataclasses.replace(
         settings(bot_kubeconfig),
         egress_proxy=f"{proxy.proxy[0]}:{proxy.proxy[1]}",
         egress_control=f"{proxy.control[0]}:{proxy.control[1]}",
         egress_token_file=str(proxy.token_file),
+        egress_ca_file=ca_file,
     )
     limits = SandboxLimits(
-        runtime="runc", egress="allowlist", pip_index_url=pip_index_url, timeout_s=120
+        runtime="runc",
+        egress="allowlist",
+        pip_index_url=pip_index_url,
+        timeout_s=120,
+        trusted_ca=cluster_proxy_ca(ca_file),  # as the bot's services read it
     )
     backend = KubernetesBackend(default_tag(), chosen, instance=TEST_INSTANCE)
     async with Executor(
@@ -262,3 +270,62 @@ async def test_the_control_port_hears_no_one_without_the_token(
         assert closed.stdout.startswith("403 "), closed.stdout
         assert doors.refused == [(target.address, target.port)]
         assert target.hits == []
+
+
+USE_THE_API = """
+import os, pathlib, urllib.request
+try:
+    with urllib.request.urlopen('https://API/data', timeout=20) as answer:
+        print('api says', answer.status, answer.read().decode())
+except OSError as exc:
+    print('failed', exc)
+places = [pathlib.Path('/proc/self/environ'), *pathlib.Path('/tmp').rglob('*'),
+          *pathlib.Path('/mnt/data').rglob('*')]
+held = [str(p) for p in places if p.is_file() and b'SECRET' in p.read_bytes()]
+print('secret held:', held, any('SECRET' in v for v in os.environ.values()))
+"""
+API = "api.example.test"
+HEADER = "Bearer s3cret-for-the-cluster"  # the test's own secret
+
+
+async def test_a_secret_from_the_proxys_secret_reaches_its_api_from_its_channel_only(
+    bot_kubeconfig: str, tmp_path: Path
+) -> None:
+    """As the Deployment has it: the proxy reads secrets.json and its CA from a folder (the
+    mounted Secret), the bot reads the CA's certificate alone, and sandboxes trust that."""
+    mine = ConversationKey("slack", "T1", "C1", "1700000000.000300")
+    theirs = ConversationKey("slack", "T1", "C2", "1700000000.000400")
+    folder = tmp_path / "cellmate-egress-secrets"
+    folder.mkdir()
+    (folder / "secrets.json").write_text(
+        json.dumps(
+            [{"host": API, "channels": ["slack:T1:C1"], "headers": {"Authorization": HEADER}}]
+        )
+    )
+    installation_ca(tmp_path / "ca")
+    (folder / "mitmproxy-ca.pem").write_bytes((tmp_path / "ca" / "mitmproxy-ca.pem").read_bytes())
+    bot_ca = tmp_path / "ca-cert.pem"  # the bot's mount: the certificate alone
+    bot_ca.write_bytes((tmp_path / "ca" / "mitmproxy-ca-cert.pem").read_bytes())
+    async with namespace(parent=KIT_NETNS) as space, serving_api(space, tmp_path, [API]) as api:
+        (folder / "upstream-ca.pem").write_bytes(api.ca.read_bytes())
+        async with (
+            proxy_in_cluster(
+                tmp_path, "--secrets-dir", str(folder), "--resolve", f"{API}={space.address}"
+            ) as proxy,
+            allowlist_executor(bot_kubeconfig, proxy, "http://127.0.0.1:9/simple", str(bot_ca)) as (
+                executor,
+                doors,
+            ),
+        ):
+            doors.open = (API,)
+            code = USE_THE_API.replace("API", API).replace("SECRET", "s3cret")
+            used = await executor.session(mine.id).run(code)
+            other = await executor.session(theirs.id).run(code)
+        seen = await api.wait_for(1)
+    assert used.stdout == "api says 200 ok\nsecret held: [] False\n", used.stdout + used.stderr
+    assert [s["authorization"] for s in seen] == [HEADER]
+    # Another channel's tunnel is the API's own TLS, which sandboxes do not trust.
+    assert "CERTIFICATE_VERIFY_FAILED" in other.stdout, other.stdout
+    assert len(api.seen) == 1
+    for result in (used, other):
+        assert "s3cret" not in result.stdout + result.stderr + result.message
