@@ -31,6 +31,8 @@ if worker := os.environ.get("PYTEST_XDIST_WORKER"):
 
 SERIAL_PATHS = (
     "tests/integration/test_engine_restart.py",  # restarts dockerd under everyone's sandboxes
+    # Plain volumes carry no instance label: every worker's sweep may take the one it plants.
+    "tests/integration/test_sandbox_hardening.py::test_the_sweep_removes_plain_leftover_volumes",
     # 100 turns at once with the bot's memory bounded, and an engine restart under turns.
     "tests/platforms/test_load.py::test_a_hundred_mentions_at_once",
     "tests/platforms/test_load.py::test_an_engine_restart",
