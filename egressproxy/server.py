@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
@@ -61,14 +63,19 @@ class EgressProxy:
         self.upstream_ca = upstream_ca
         """CA certificates the hosts' TLS is verified with, besides the usual ones."""
         self._master: Master | None = None
+        self._own_confdir: Path | None = None
         self._server: proxyserver.Proxyserver | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on `host:port` (0: any free port); returns the address it listens on."""
         opts = options.Options()
-        if self.confdir is not None:
-            opts.update(confdir=str(self.confdir))
+        if self.confdir is None:
+            # mitmproxy makes a CA in its confdir whatever it terminates: without secrets,
+            # a throwaway one in a private folder, never the home folder (read-only, or the
+            # bot's).
+            self._own_confdir = Path(tempfile.mkdtemp(prefix="cellmate-egress-"))
+        opts.update(confdir=str(self.confdir or self._own_confdir))
         if self.upstream_ca is not None:
             opts.update(ssl_verify_upstream_trusted_ca=str(self.upstream_ca))
         master = Master(opts)
@@ -116,6 +123,9 @@ class EgressProxy:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._master = self._server = self._task = None
+        if self._own_confdir is not None:
+            shutil.rmtree(self._own_confdir, ignore_errors=True)
+            self._own_confdir = None
 
     async def __aenter__(self) -> EgressProxy:
         return self
