@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -16,8 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from egressproxy.addresses import parse_address
+from egressproxy.bridges import gateway_of
 from egressproxy.ca import BASENAME
-from egressproxy.control import ControlOwners, read_token
+from egressproxy.control import MIN_TOKEN_CHARS, ControlOwners, read_token
 from egressproxy.grants import BadDoor, Perimeter
 from egressproxy.owners import FileOwners, Owners
 from egressproxy.parent import ParentOwners, TellParent, stdin_reader
@@ -33,7 +36,12 @@ def parser() -> argparse.ArgumentParser:
         prog="cellmate egress-proxy",
         description="The only way out for Cellmate sandboxes: HTTP and CONNECT, door by door.",
     )
-    found.add_argument("--listen", default="127.0.0.1:3128", help="HOST:PORT to listen on")
+    found.add_argument(
+        "--listen",
+        default="127.0.0.1:3128",
+        help="HOST:PORT to listen on; @INSTANCE:PORT: the gateway of that bot instance's "
+        "sandbox network, once it exists (the proxy beside the engine, as in Compose)",
+    )
     owners = found.add_mutually_exclusive_group(required=True)
     owners.add_argument(
         "--owners",
@@ -52,10 +60,21 @@ def parser() -> argparse.ArgumentParser:
         help="ask the bot that connects to HOST:PORT with the token of --control-token-file "
         "(the proxy in a deployment of its own, as on Kubernetes); see egressproxy.control",
     )
+    owners.add_argument(
+        "--dial-bot",
+        metavar="HOST:PORT",
+        help="connect to the bot's control port there, showing the token of "
+        "--control-token-file, and ask it (the proxy beside the engine, as in Compose)",
+    )
     found.add_argument(
         "--control-token-file",
         type=Path,
-        help="file holding the token the bot shows on the control port (with --control)",
+        help="file holding the token shown on the control connection (--control, --dial-bot)",
+    )
+    found.add_argument(
+        "--control-token-env",
+        metavar="VARIABLE",
+        help="the environment variable holding that token instead (as Compose passes it)",
     )
     found.add_argument(
         "--private-allowed",
@@ -133,10 +152,20 @@ def host_port(text: str, option: str) -> tuple[str, int]:
 
 
 def control_owners(args: argparse.Namespace) -> ControlOwners | None:
-    if args.control is None:
+    if args.control is None and args.dial_bot is None:
         return None
+    if args.control_token_env:
+        token = os.environ.get(args.control_token_env, "").strip()
+        if len(token) < MIN_TOKEN_CHARS:
+            raise SystemExit(
+                f"cellmate egress-proxy: {args.control_token_env} must hold the control token "
+                f"(at least {MIN_TOKEN_CHARS} characters)"
+            )
+        return ControlOwners(token.encode())
     if args.control_token_file is None:
-        raise SystemExit("cellmate egress-proxy: --control needs --control-token-file")
+        raise SystemExit(
+            "cellmate egress-proxy: --control and --dial-bot need --control-token-file"
+        )
     try:
         return ControlOwners(read_token(args.control_token_file))
     except (OSError, ValueError) as exc:
@@ -169,11 +198,23 @@ def from_secrets_dir(args: argparse.Namespace) -> None:
         args.upstream_ca = folder / "upstream-ca.pem"
 
 
+def owners_name(args: argparse.Namespace) -> str:
+    """Who the proxy asks, for its first log line."""
+    if args.parent:
+        return "the parent process"
+    if args.control:
+        return f"the bot connected to {args.control}"
+    if args.dial_bot:
+        return f"the bot at {args.dial_bot}"
+    return str(args.owners)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     host, port = host_port(args.listen, "--listen")
+    instance = host[1:] if host.startswith("@") else None
     control = control_owners(args)
-    perimeter = perimeter_from(args, host)
+    perimeter = perimeter_from(args, "0.0.0.0" if instance is not None else host)  # noqa: S104
     if args.owners is not None and not args.owners.is_file():
         raise SystemExit(f"cellmate egress-proxy: no owners file at {args.owners}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -210,13 +251,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             confdir=args.confdir,
             upstream_ca=args.upstream_ca,
         ) as proxy:
-            bound = await proxy.start(host, port)
+            listen_host = host
+            if instance is not None:
+                waiting = asyncio.create_task(gateway_of(instance))
+                stopping = asyncio.create_task(stop.wait())
+                await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                stopping.cancel()
+                if not waiting.done():
+                    waiting.cancel()
+                    return
+                listen_host = waiting.result()
+            bound = await proxy.start(listen_host, port)
             log.info(
                 "serving Cellmate sandboxes' egress on %s:%s (owners: %s; private doors: %s)",
                 *bound,
-                "the parent process" if parent else args.control or args.owners,
+                owners_name(args),
                 args.private_allowed or "none",
             )
+            if control is not None and args.dial_bot is not None:
+                dialing = asyncio.create_task(control.dial(*host_port(args.dial_bot, "--dial-bot")))
+                await stop.wait()
+                dialing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await dialing
+                return
             if control is not None:
                 listening = await control.serve(*host_port(args.control, "--control"))
                 log.info("the control port %s listens for the bot", args.control)

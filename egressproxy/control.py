@@ -1,10 +1,11 @@
-"""The bot as the proxy's peer over TCP (`cellmate egress-proxy --control HOST:PORT`): the
-proxy in a Deployment of its own (Kubernetes), which the bot cannot start as its child.
+"""The bot as the proxy's peer over TCP, for a proxy the bot cannot start as its child:
+`--control HOST:PORT` (Kubernetes: the bot connects to the proxy's Deployment) or
+`--dial-bot HOST:PORT` (Docker Compose: the proxy, beside the engine, connects to the bot).
 
-The talk is the parent protocol (egressproxy.parent), on a connection the bot opens to the
-proxy's control port instead of the child's pipes. Its first line is the bot's credential,
+The talk is the parent protocol (egressproxy.parent), on a TCP connection instead of the
+child's pipes. Its first line, from whichever side opened it, is the shared token,
 
-    bot -> proxy   {"hello": "<the token in --control-token-file>"}
+    {"hello": "<the token in --control-token-file>"}
 
 and a connection whose first line is anything else, or that sends none within a few
 seconds, is closed unheard. One bot at a time: a newer authenticated connection replaces
@@ -30,6 +31,8 @@ from egressproxy.parent import LINE_LIMIT, ParentOwners
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 5.0
+DIAL_S = 0.5
+DIAL_MAX_S = 10.0
 MIN_TOKEN_CHARS = 32
 
 
@@ -73,6 +76,34 @@ class ControlOwners(ParentOwners):
     async def serve(self, host: str, port: int) -> asyncio.Server:
         self._loop = asyncio.get_running_loop()
         return await asyncio.start_server(self._connected, host, port, limit=LINE_LIMIT)
+
+    async def dial(self, host: str, port: int) -> None:
+        """The other way round (Docker Compose, where the bot's port is what the proxy can
+        reach): connect to the bot's control port and show the token; again whenever the
+        connection ends or fails, until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        backoff = DIAL_S
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(host, port, limit=LINE_LIMIT)
+            except OSError as exc:
+                log.warning("the bot's control port %s:%s does not answer: %s", host, port, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, DIAL_MAX_S)
+                continue
+            backoff = DIAL_S
+            writer.write((json.dumps({"hello": self._token.decode()}) + "\n").encode())
+            self._bot = writer
+            log.info("connected to the bot at %s:%s", host, port)
+            try:
+                await self.read(reader)
+            except (ConnectionError, ValueError):
+                pass
+            finally:
+                self._bot = None
+                await _close(writer)
+            log.warning("the bot hung up: requests are refused until it is back")
+            await asyncio.sleep(backoff)
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")

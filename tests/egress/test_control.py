@@ -6,6 +6,7 @@ connected every request is refused at once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -18,6 +19,8 @@ from bench.standins.doors import FixedDoors
 from bench.standins.ports import free_port
 from bot.conversations.keys import ConversationKey
 from bot.ops.egress_link import EgressLink, EgressUnavailable
+from egressproxy import bridges
+from executor import egress
 
 OWNER = ConversationKey("slack", "T1", "C1", "1700000000.000100")
 TOKEN = "k8s-" + "5" * 40
@@ -165,7 +168,7 @@ async def test_a_proxy_that_does_not_answer_is_a_clear_failure() -> None:
 
 @pytest.mark.parametrize(
     ("token", "why"),
-    [("short", "shorter than 32 characters"), (None, "needs --control-token-file")],
+    [("short", "shorter than 32 characters"), (None, "need --control-token-file")],
 )
 async def test_the_proxy_will_not_serve_the_control_port_without_a_real_token(
     tmp_path: Path, token: str | None, why: str
@@ -179,3 +182,59 @@ async def test_the_proxy_will_not_serve_the_control_port_without_a_real_token(
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode != 0
     assert why in err.decode()
+
+
+async def test_a_proxy_beside_the_engine_dials_the_bot_with_the_token(tmp_path: Path) -> None:
+    """Compose: the proxy connects to the bot's control port; the bot hears only a proxy
+    that shows the token, and answers it as it answers its own child."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    doors = FixedDoors()
+    link = EgressLink(Sessions(), doors)  # type: ignore[arg-type]
+    listen, control = free_port(), free_port()
+    await link.accept(("172.30.0.1", 3128), ("127.0.0.1", control), TOKEN)
+    # A stranger on the bot's control port is closed unheard, and no door is asked about.
+    reader, writer = await asyncio.open_connection("127.0.0.1", control)
+    writer.write(json.dumps({"hello": TOKEN[:-1] + "x"}).encode() + b"\n")
+    forged = {
+        "event": "egress",
+        "owner": OWNER.id,
+        "host": "a.test",
+        "port": 443,
+        "verdict": "refused",
+        "reason": "a.test is not open to this channel",
+    }
+    writer.write(json.dumps(forged).encode() + b"\n")
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 30) == b""
+    writer.close()
+    assert doors.refused == []
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "egressproxy", "--listen", f"127.0.0.1:{listen}",
+        "--dial-bot", f"127.0.0.1:{control}", "--control-token-file", str(token_file),
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(60):
+            while True:  # until the proxy listens and has dialled the bot
+                answer = b""
+                with contextlib.suppress(OSError):
+                    answer = await fetch(listen)
+                if b"is not open to this channel" in answer:
+                    break
+                await asyncio.sleep(0.1)
+        async with asyncio.timeout(30):
+            while not doors.refused:  # noqa: ASYNC110 (told after the answer is sent)
+                await asyncio.sleep(0.05)
+        assert doors.refused[0] == ("data.example.com", 80)
+    finally:
+        process.terminate()
+        await process.wait()
+        await link.close()
+
+
+def test_the_proxy_finds_the_bridge_by_the_executors_name_for_it() -> None:
+    for instance in ("default", "cellmate-tests-gw0-compose", "a" * 200):
+        assert bridges.bridge_name(instance) == egress.bridge_name(instance)
+    assert bridges.interface_address("lo") == "127.0.0.1"
+    assert bridges.interface_address("cellmate-none0") is None
