@@ -335,6 +335,7 @@ class Settings:
             self.azure.connection_string,
             self.storage.link_secret,
             self.kubernetes.session_secret,
+            self.network.control_token,
         ]
         # A connection string's account key also appears on its own.
         for part in self.azure.connection_string.split(";"):

@@ -83,6 +83,13 @@ class NetworkSettings:
     upstream_ca: str = ""
     """A PEM file of CA certificates the proxy verifies hosts with, besides the usual ones
     (an internal API's own CA)."""
+    control_listen: str = ""
+    """HOST:PORT where the bot waits for an egress proxy that runs on its own beside the
+    engine (Docker Compose's `egress-proxy`) to connect; empty: the bot starts the proxy."""
+    control_token_file: str = ""
+    """The token that proxy shows when it connects (a file both mount)..."""
+    control_token: str = field(default="", repr=False)
+    """...or the token itself (Compose passes it to both from .env)."""
     operator: tuple[HostPattern, ...] = field(init=False, default=())
     private: frozenset[tuple[str, int]] = field(init=False, default=frozenset())
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import hmac
 import json
 import logging
 import sys
@@ -45,6 +47,8 @@ STOP_TIMEOUT_S = 10.0
 LINE_LIMIT = 1 << 20
 NOTES_KEPT = 20
 RECONNECT_S = 0.5
+HELLO_TIMEOUT_S = 5.0
+MIN_TOKEN_CHARS = 32
 RECONNECT_MAX_S = 30.0
 
 
@@ -103,6 +107,7 @@ class EgressLink:
         self.address: tuple[str, int] | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._to_proxy: asyncio.StreamWriter | None = None
+        self._server: asyncio.Server | None = None
         self._reader: asyncio.Task[None] | None = None
         self._cards: set[asyncio.Task[object]] = set()
         self._notes: defaultdict[str, list[str]] = defaultdict(list)
@@ -151,6 +156,46 @@ class EgressLink:
         )
         log.info("talking to the egress proxy at %s:%s for the sandboxes", *proxy)
         return proxy
+
+    async def accept(
+        self, proxy: tuple[str, int], listen: tuple[str, int], token: str
+    ) -> tuple[str, int]:
+        """Wait on `listen` for a proxy that runs on its own beside the engine (Compose) and
+        listens for the sandboxes at `proxy`; it shows `token`. Until one is connected the
+        sandboxes reach nothing."""
+        self.address = proxy
+        self._server = await asyncio.start_server(
+            functools.partial(self._proxy_connected, token.encode()), *listen, limit=LINE_LIMIT
+        )
+        log.info("waiting on %s:%s for the egress proxy to connect", *listen)
+        return proxy
+
+    async def _proxy_connected(
+        self, token: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            hello = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
+            offered = json.loads(hello).get("hello", "") if hello else ""
+        except (TimeoutError, ValueError, AttributeError, ConnectionError):
+            offered = ""
+        if not isinstance(offered, str) or not hmac.compare_digest(offered.encode(), token):
+            log.warning("closed a control connection without the egress proxy's token")
+            writer.close()
+            return
+        previous, self._to_proxy = self._to_proxy, writer
+        if previous is not None:
+            previous.close()
+        log.info("the egress proxy is connected")
+        try:
+            await self._lines(reader)
+        except (ConnectionError, ValueError):
+            pass
+        finally:
+            if self._to_proxy is writer:
+                self._to_proxy = None
+                if not self._closing:
+                    log.error("the egress proxy disconnected: sandboxes reach nothing now")
+            writer.close()
 
     async def _hello(self, control: tuple[str, int], token: str) -> asyncio.StreamReader:
         reader, writer = await asyncio.open_connection(*control, limit=LINE_LIMIT)
@@ -265,6 +310,12 @@ class EgressLink:
 
     async def close(self) -> None:
         self._closing = True
+        if self._server is not None:
+            self._server.close()
+            if self._to_proxy is not None:
+                self._to_proxy.close()
+            await self._server.wait_closed()
+            self._server = None
         process = self._process
         if process is not None:
             if process.stdin is not None:
@@ -311,6 +362,40 @@ def proxy_options(network: NetworkSettings, data_dir: Path) -> tuple[str, list[s
     return installation_ca(confdir), options
 
 
+async def proxy_beside_the_engine(
+    network: NetworkSettings,
+) -> tuple[tuple[str, int], str] | None:
+    """Where the bot waits for a proxy that runs on its own beside the engine (Compose's
+    `egress-proxy`), and the token it must show; None: the bot starts the proxy itself."""
+    if not network.control_listen:
+        return None
+    host, _, port = network.control_listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise EgressUnavailable(
+            f"CELLMATE_NETWORK_CONTROL_LISTEN must be HOST:PORT, not {network.control_listen!r}"
+        )
+    if network.secrets_file:
+        raise EgressUnavailable(
+            "secrets (CELLMATE_NETWORK_SECRETS_FILE) need the proxy that the bot starts "
+            "itself; a proxy beside the engine (CELLMATE_NETWORK_CONTROL_LISTEN) has none yet"
+        )
+    token = network.control_token.strip()
+    if not token:
+        try:
+            path = Path(network.control_token_file)
+            token = (await asyncio.to_thread(path.read_text, "utf-8")).strip()
+        except (OSError, ValueError) as exc:
+            raise EgressUnavailable(
+                "cannot read the egress proxy's token (CELLMATE_NETWORK_CONTROL_TOKEN, or "
+                f"_TOKEN_FILE): {exc}"
+            ) from None
+    if len(token) < MIN_TOKEN_CHARS:
+        raise EgressUnavailable(
+            f"the egress proxy's token has fewer than {MIN_TOKEN_CHARS} characters"
+        )
+    return (host.strip("[]"), int(port)), token
+
+
 def cluster_proxy_ca(path: str) -> str:
     """The certificate (PEM) of the CA a proxy Deployment adds secrets with, '' when it has
     none (the file is an optional Secret's)."""
@@ -329,9 +414,12 @@ async def start_egress(
     private_allowed: str,
     proxy_args: Sequence[str] = (),
     metrics: Metrics | None = None,
+    control: tuple[tuple[str, int], str] | None = None,
 ) -> EgressLink:
     """The egress proxy for `executor`'s sandboxes, listening where they can reach it: the
-    bot's child on Docker, the Deployment of deploy/kubernetes/egress-proxy.yaml on a cluster."""
+    bot's child on Docker, or with `control` (where to listen, the token) a proxy beside the
+    engine that connects to the bot (Compose); the Deployment of
+    deploy/kubernetes/egress-proxy.yaml on a cluster."""
     backend = executor.backend
     if isinstance(backend, KubernetesBackend):
         return await connect_egress(backend, executor, doors, private_allowed, proxy_args, metrics)
@@ -341,7 +429,11 @@ async def start_egress(
         )
     network = await backend.egress_network(proxy_port)
     link = EgressLink(executor, doors, private_allowed, proxy_args, metrics)
-    await link.start(await network.proxy_address())
+    if control is None:
+        await link.start(await network.proxy_address())
+        return link
+    listen, token = control
+    await link.accept(await network.proxy_address(), listen, token)
     return link
 
 

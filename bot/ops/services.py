@@ -19,7 +19,12 @@ from bot.conversations.network import NetworkGrants
 from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.metrics import Metrics
-from bot.ops.egress_link import cluster_proxy_ca, proxy_options, start_egress
+from bot.ops.egress_link import (
+    cluster_proxy_ca,
+    proxy_beside_the_engine,
+    proxy_options,
+    start_egress,
+)
 from bot.ops.http import Checks, create_app, start_server
 from bot.ops.model_setup import build_model_client
 from bot.ops.storage_setup import build_storage, link_secret
@@ -126,6 +131,7 @@ async def services(
                     ",".join(settings.network.private_allowed),
                     proxy_args,
                     metrics,
+                    await proxy_beside_the_engine(settings.network),
                 )
                 agent.refusals = link.take_notes
             try:
