@@ -58,6 +58,13 @@ def parser() -> argparse.ArgumentParser:
         "is the egress proxy (the bot's CELLMATE_NETWORK=allowlist)",
     )
     found.add_argument(
+        "--network-mode",
+        choices=("off", "allowlist"),
+        default="off",
+        help="the bot's CELLMATE_NETWORK: allowlist is --allow-egress-network (for Compose, "
+        "which passes the setting as it is)",
+    )
+    found.add_argument(
         "--egress-proxy-port",
         type=int,
         default=default.egress_proxy_port,
@@ -91,7 +98,7 @@ def policy_from(args: argparse.Namespace) -> Policy:
         gid=int(user["gid"]),
         runtimes=frozenset(args.runtime or ("runc", "runsc")),
         allow_network=args.allow_network,
-        egress_network=args.allow_egress_network,
+        egress_network=args.allow_egress_network or args.network_mode == "allowlist",
         egress_proxy_port=args.egress_proxy_port,
         max_memory_mb=args.max_memory_mb,
         max_cpus=args.max_cpus,

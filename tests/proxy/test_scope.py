@@ -230,6 +230,17 @@ def test_the_command_takes_the_instance_it_serves() -> None:
             policy_from(parser().parse_args(["--instance", bad]))
 
 
+def test_the_command_takes_the_bots_network_setting_as_it_is() -> None:
+    """Compose passes CELLMATE_NETWORK to --network-mode unchanged."""
+    from dockerproxy.cli import parser, policy_from
+
+    assert not policy_from(parser().parse_args([])).egress_network
+    assert not policy_from(parser().parse_args(["--network-mode=off"])).egress_network
+    assert policy_from(parser().parse_args(["--network-mode=allowlist"])).egress_network
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--network-mode=on"])
+
+
 def test_the_clients_volume_options_are_read_and_never_forwarded() -> None:
     """The executor repeats its volume's options in the mount; the proxy writes its own from
     the volume it checked, so a client's driver, options or labels never reach the engine."""
