@@ -97,3 +97,32 @@ class ComposeModel(ScriptedModel):
     @property
     def base_url(self) -> str:
         return self.public_url + "/v1"
+
+
+async def relay_each(
+    gateway: str, *servers: ComposeDiscord | ComposeSlack | ComposeModel
+) -> list[Relay]:
+    """A relay on `gateway` for each (started) server, whose URLs then name it."""
+    relays = []
+    for server in servers:
+        relay = await Relay(gateway, server.port).start()
+        relays.append(relay)
+        server.public_url = relay.url
+    return relays
+
+
+def stand_in_settings(
+    model: ComposeModel, slack: ComposeSlack, discord: ComposeDiscord | None = None
+) -> dict[str, str]:
+    """The .env lines that point the bot at the stand-ins (through their relays)."""
+    found = {
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_MODEL": "scripted-model",
+        "SLACK_BOT_TOKEN": sl.BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": sl.SIGNING_SECRET,
+        "SLACK_API_URL": slack.api_url,
+    }
+    if discord is not None:
+        found |= {"DISCORD_TOKEN": dc.TOKEN, "DISCORD_API_URL": discord.api_url}
+    return found

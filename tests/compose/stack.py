@@ -3,10 +3,14 @@ a `.env` from .env.example, driven by the Compose command this machine has."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,13 +38,18 @@ class Stack:
         """.env.example with these settings changed (or added), as an operator edits it."""
         lines = (ROOT / ".env.example").read_text().splitlines()
         left = dict(settings)
-        out = []
-        for line in lines:
-            name = line.split("=", 1)[0].lstrip("# ")
-            if name in left and "=" in line:
-                out.append(f"{name}={left.pop(name)}")
-            else:
-                out.append(line)
+        # A setting's own line (NAME=...), else its commented-out one (# NAME=...); a comment
+        # that only mentions NAME=value in its prose stays.
+        at: dict[str, int] = {}
+        for number, line in enumerate(lines):
+            name = line.split("=", 1)[0]
+            if name in left and (name not in at or lines[at[name]].startswith("#")):
+                at[name] = number
+            elif name.startswith("# ") and name[2:] in left and name[2:] not in at:
+                at[name[2:]] = number
+        out = list(lines)
+        for name, number in at.items():
+            out[number] = f"{name}={left.pop(name)}"
         out += [f"{name}={value}" for name, value in left.items()]
         (self.directory / ".env").write_text("\n".join(out) + "\n")
 
@@ -72,9 +81,9 @@ class Stack:
         network = _inspect("network", f"{self.project}_default")
         return str(network["IPAM"]["Config"][0]["Gateway"])
 
-    def logs(self) -> str:
+    def logs(self, profile: str = "dev") -> str:
         result = subprocess.run(
-            [*self.command, "--profile", "dev", "logs", "--no-color", "--tail=150"],
+            [*self.command, "--profile", profile, "logs", "--no-color", "--tail=150"],
             cwd=self.directory,
             capture_output=True,
             text=True,
@@ -104,3 +113,20 @@ def _inspect(kind: str, name: str) -> dict[str, Any]:
     )
     found: list[dict[str, Any]] = json.loads(result.stdout)
     return found[0]
+
+
+async def healthy(url: str, timeout: float = 120) -> dict[str, Any]:  # noqa: ASYNC109
+    """/healthz once it answers green (the bot starts, or restarts)."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url) as response:
+                    last = await response.json()
+                    if response.status == 200 and last["status"] == "ok":  # type: ignore[index]
+                        return last  # type: ignore[return-value]
+            except (aiohttp.ClientError, json.JSONDecodeError) as exc:
+                last = exc
+            await asyncio.sleep(1)
+    raise AssertionError(f"/healthz did not turn green: {last}")

@@ -10,13 +10,11 @@ the host's address on the compose network this test creates (tests/compose/relay
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import docker
 import pytest
 from azure.storage.blob import BlobServiceClient
@@ -25,11 +23,15 @@ from bench.standins import discord_server as dc
 from bench.standins import slack_server as sl
 from bench.standins.openai_server import Reply, runs, says
 from bench.standins.ports import free_port
-from bot.ops.images import build_azurite_image, build_bot_image
-from executor import default_tag
-from executor.docker_backend import connect
-from tests.compose.relay import ComposeDiscord, ComposeModel, ComposeSlack, Relay
-from tests.compose.stack import Stack
+from tests.compose.relay import (
+    ComposeDiscord,
+    ComposeModel,
+    ComposeSlack,
+    Relay,
+    relay_each,
+    stand_in_settings,
+)
+from tests.compose.stack import Stack, healthy
 from tests.support.azurite import ACCOUNT, KEY
 from tests.support.platforms import PNG
 from tests.support.sandboxes import TEST_INSTANCE, live_sandboxes
@@ -71,18 +73,6 @@ def respond(body: dict[str, Any]) -> Reply:
     return says("I did not understand.")
 
 
-@pytest.fixture(scope="module")
-def images() -> None:
-    """The images the README builds first (no-ops when up to date, as `make test` built them)."""
-    client = connect(timeout=900)
-    try:
-        client.images.get(default_tag())  # the sandbox image: `make build-image`
-        build_bot_image(client, mirror="http://deb.debian.org/debian")
-        build_azurite_image(client, mirror="http://deb.debian.org/debian")
-    finally:
-        client.close()
-
-
 @pytest.fixture
 def stack(tmp_path: Path, images: None) -> Iterator[Stack]:
     made = Stack(tmp_path / PROJECT, PROJECT)
@@ -107,23 +97,6 @@ def azurite_pngs(port: int) -> list[bytes]:
         ]
     finally:
         service.close()
-
-
-async def healthy(url: str, timeout: float = 120) -> dict[str, Any]:  # noqa: ASYNC109
-    """/healthz once it answers green (the bot starts, or restarts)."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(url) as response:
-                    last = await response.json()
-                    if response.status == 200 and last["status"] == "ok":  # type: ignore[index]
-                        return last  # type: ignore[return-value]
-            except (aiohttp.ClientError, json.JSONDecodeError) as exc:
-                last = exc
-            await asyncio.sleep(1)
-    raise AssertionError(f"/healthz did not turn green: {last}")
 
 
 def slack_texts(server: sl.SlackServer, root: str) -> list[str]:
@@ -163,22 +136,9 @@ async def test_the_compose_stack_serves_discord_and_slack_and_survives_a_restart
         await model.start()
         await discord_side.start()
         await slack_side.start()
-        for server in (model, discord_side, slack_side):
-            relay = await Relay(gateway, server.port).start()
-            relays.append(relay)
-            server.public_url = relay.url
+        relays += await relay_each(gateway, model, discord_side, slack_side)
         slack_side.bot_url = f"http://127.0.0.1:{http_port}/slack/events"
-        stack.write_env(
-            **settings,
-            OPENAI_API_KEY="test-key",
-            OPENAI_BASE_URL=model.base_url,
-            OPENAI_MODEL="scripted-model",
-            DISCORD_TOKEN=dc.TOKEN,
-            DISCORD_API_URL=discord_side.api_url,
-            SLACK_BOT_TOKEN=sl.BOT_TOKEN,
-            SLACK_SIGNING_SECRET=sl.SIGNING_SECRET,
-            SLACK_API_URL=slack_side.api_url,
-        )
+        stack.write_env(**settings, **stand_in_settings(model, slack_side, discord_side))
         stack.run("up", "-d")
         await check_the_stack(stack, discord_side, slack_side, model, http_port, azurite_port)
     except AssertionError as failed:
