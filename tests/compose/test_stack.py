@@ -116,6 +116,7 @@ async def test_the_compose_stack_serves_discord_and_slack_and_survives_a_restart
         "CELLMATE_PUBLISH_ADDRESS": "127.0.0.1",
         "CELLMATE_HTTP_PORT": str(http_port),
         "CELLMATE_AZURITE_PORT": str(azurite_port),
+        "CELLMATE_NETWORK_CONTROL_PORT": str(free_port()),  # published even with doors off
         "CELLMATE_POOL_SIZE": "1",
         "CELLMATE_DISCORD_COOLDOWN_S": "0",
         "CELLMATE_SLACK_COOLDOWN_S": "0",
