@@ -48,7 +48,7 @@ def test_the_compose_file_validates_and_only_the_proxy_holds_the_socket(tmp_path
     assert result.returncode == 0, result.stderr
     config = yaml.safe_load(result.stdout)
     services = config["services"]
-    assert set(services) == {"bot", "docker-proxy", "sandbox-image", "azurite"}
+    assert set(services) == {"bot", "docker-proxy", "sandbox-image", "azurite", "egress-proxy"}
 
     def mounts(name: str) -> list[str]:
         found = services[name].get("volumes", [])
@@ -75,3 +75,16 @@ def test_the_compose_file_validates_and_only_the_proxy_holds_the_socket(tmp_path
     assert services["azurite"]["image"] == "cellmate-azurite:latest"
     assert str(services["azurite"]["ports"][0]).startswith("127.0.0.1:")
     assert (ROOT / "bot" / "Dockerfile").read_text().count("USER cellmate") == 1
+    # The egress proxy (the allowlist profile): on the host's network to reach the sandbox
+    # network's gateway, so everything else about it is locked down, and no socket.
+    egress = services["egress-proxy"]
+    assert egress["profiles"] == ["allowlist"]
+    assert egress["network_mode"] == "host"
+    assert not any(SOCKET in m for m in mounts("egress-proxy"))
+    assert egress["read_only"] is True
+    assert egress["cap_drop"] == ["ALL"]
+    assert "no-new-privileges:true" in egress["security_opt"]
+    assert "user" not in egress  # the image's own non-root user
+    assert egress["entrypoint"] == ["/opt/egress/bin/python", "-m", "egressproxy"]
+    # The bot's control port is published on the host's loopback only.
+    assert any(str(port).startswith("127.0.0.1:") and "3129" in str(port) for port in bot["ports"])

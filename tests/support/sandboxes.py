@@ -17,7 +17,10 @@ TEST_INSTANCE = os.environ.get("CELLMATE_TEST_INSTANCE", "tests")
 
 def live_sandboxes(client: docker.DockerClient, instance: str = TEST_INSTANCE) -> list[str]:
     selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={instance}"]
-    names = [c.name for c in client.containers.list(all=True, filters={"label": selector})]
+    # The engine's list as it is: docker-py's models would inspect each container again,
+    # and fail on one removed in between.
+    listed = client.api.containers(all=True, filters={"label": selector})
+    names = [str(c["Names"][0]).lstrip("/") for c in listed if c.get("Names")]
     names += [v.name for v in client.volumes.list(filters={"label": selector})]
     names += [n.name for n in client.networks.list(filters={"label": selector})]
     return [str(n) for n in names]
@@ -48,11 +51,11 @@ def describe(client: docker.DockerClient, instance: str = TEST_INSTANCE) -> str:
     """When and how what is left of `instance` was made: what tells which test made it."""
     selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={instance}"]
     lines = []
-    for container in client.containers.list(all=True, filters={"label": selector}):
-        state = container.attrs.get("State", {})
+    for container in client.api.containers(all=True, filters={"label": selector}):
+        made = time.strftime("%H:%M:%S", time.gmtime(int(container.get("Created", 0))))
         lines.append(
-            f"container {container.name}: created {container.attrs.get('Created')}, "
-            f"status {state.get('Status')}, runtime {container.attrs['HostConfig'].get('Runtime')}"
+            f"container {','.join(container.get('Names') or [])}: created {made} UTC, "
+            f"{container.get('Status')}, image {container.get('Image')}"
         )
     for volume in client.volumes.list(filters={"label": selector}):
         lines.append(f"volume {volume.name}: created {volume.attrs.get('CreatedAt')}")
@@ -64,9 +67,9 @@ def describe(client: docker.DockerClient, instance: str = TEST_INSTANCE) -> str:
 def sweep(client: docker.DockerClient, instance: str = TEST_INSTANCE) -> None:
     """Remove what is left of `instance`, so that one test's leftover fails that test only."""
     selector = [f"{SANDBOX_LABEL}=1", f"{INSTANCE_LABEL}={instance}"]
-    for container in client.containers.list(all=True, filters={"label": selector}):
+    for container in client.api.containers(all=True, filters={"label": selector}):
         with contextlib.suppress(docker.errors.APIError):
-            container.remove(force=True, v=True)
+            client.api.remove_container(container["Id"], force=True, v=True)
     for volume in client.volumes.list(filters={"label": selector}):
         with contextlib.suppress(docker.errors.APIError):
             volume.remove(force=True)
