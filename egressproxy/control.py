@@ -3,34 +3,31 @@
 `--dial-bot HOST:PORT` (Docker Compose: the proxy, beside the engine, connects to the bot).
 
 The talk is the parent protocol (egressproxy.parent), on a TCP connection instead of the
-child's pipes. Its first line, from whichever side opened it, is the shared token,
-
-    {"hello": "<the token in --control-token-file>"}
-
-and a connection whose first line is anything else, or that sends none within a few
-seconds, is closed unheard. One bot at a time: a newer authenticated connection replaces
-the one before (a bot that restarted). While no bot is connected, every request is refused
-at once (nobody can say whose sandbox asks), and the audit's lines stay in the proxy's log.
-The control port is for the bot's Pod alone (deploy/kubernetes/egress-proxy.yaml: the
-NetworkPolicy admits nothing else), and the token holds even where no plugin enforces it.
+child's pipes, after each side proved that it holds the token of --control-token-file
+without sending it (egressproxy.handshake). A connection that does not prove it, in a few
+seconds, is closed unheard, and whoever took the other side's port learns nothing. One bot
+at a time: a newer connection that proves the token replaces the one before (a bot that
+restarted). While no bot is connected, every request is refused at once (nobody can say
+whose sandbox asks), and the audit's lines stay in the proxy's log. The control port is
+for the bot's Pod alone (deploy/kubernetes/egress-proxy.yaml: the NetworkPolicy admits
+nothing else), and the token holds even where no plugin enforces it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
+from egressproxy import handshake
 from egressproxy.grants import Grants
 from egressproxy.parent import LINE_LIMIT, ParentOwners
 
 log = logging.getLogger(__name__)
 
-HELLO_TIMEOUT_S = 5.0
 DIAL_S = 0.5
 DIAL_MAX_S = 10.0
 MIN_TOKEN_CHARS = 32
@@ -91,8 +88,15 @@ class ControlOwners(ParentOwners):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, DIAL_MAX_S)
                 continue
+            try:
+                await handshake.initiate(reader, writer, self._token)
+            except (handshake.NotTheirs, ConnectionError) as exc:
+                log.warning("the control port %s:%s is not the bot's: %s", host, port, exc)
+                await _close(writer)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, DIAL_MAX_S)
+                continue
             backoff = DIAL_S
-            writer.write((json.dumps({"hello": self._token.decode()}) + "\n").encode())
             self._bot = writer
             log.info("connected to the bot at %s:%s", host, port)
             try:
@@ -108,12 +112,9 @@ class ControlOwners(ParentOwners):
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         try:
-            hello = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
-            offered = json.loads(hello).get("hello", "") if hello else ""
-        except (TimeoutError, ValueError, AttributeError, ConnectionError):
-            offered = ""
-        if not isinstance(offered, str) or not hmac.compare_digest(offered.encode(), self._token):
-            log.warning("closed a control connection from %s without the bot's token", peer)
+            await handshake.accept(reader, writer, self._token)
+        except (handshake.NotTheirs, ConnectionError) as exc:
+            log.warning("closed a control connection from %s: %s", peer, exc)
             await _close(writer)
             return
         previous, self._bot = self._bot, writer

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hmac
 import json
 import logging
 import sys
@@ -33,6 +32,7 @@ from bot.conversations.keys import ConversationKey
 from bot.conversations.network import NetworkSettings, Verdict
 from bot.metrics import Metrics
 from bot.sandbox_words import CLOSED_DOOR
+from egressproxy import handshake
 from executor import Executor
 from executor.docker_backend import DockerBackend
 from executor.errors import ExecutorError
@@ -47,7 +47,6 @@ STOP_TIMEOUT_S = 10.0
 LINE_LIMIT = 1 << 20
 NOTES_KEPT = 20
 RECONNECT_S = 0.5
-HELLO_TIMEOUT_S = 5.0
 MIN_TOKEN_CHARS = 32
 RECONNECT_MAX_S = 30.0
 
@@ -174,12 +173,9 @@ class EgressLink:
         self, token: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         try:
-            hello = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
-            offered = json.loads(hello).get("hello", "") if hello else ""
-        except (TimeoutError, ValueError, AttributeError, ConnectionError):
-            offered = ""
-        if not isinstance(offered, str) or not hmac.compare_digest(offered.encode(), token):
-            log.warning("closed a control connection without the egress proxy's token")
+            await handshake.accept(reader, writer, token)
+        except (handshake.NotTheirs, ConnectionError) as exc:
+            log.warning("closed a control connection that was not the egress proxy's: %s", exc)
             writer.close()
             return
         previous, self._to_proxy = self._to_proxy, writer
@@ -199,8 +195,11 @@ class EgressLink:
 
     async def _hello(self, control: tuple[str, int], token: str) -> asyncio.StreamReader:
         reader, writer = await asyncio.open_connection(*control, limit=LINE_LIMIT)
-        writer.write((json.dumps({"hello": token}) + "\n").encode())
-        await writer.drain()
+        try:
+            await handshake.initiate(reader, writer, token.encode())
+        except (handshake.NotTheirs, ConnectionError) as exc:
+            writer.close()
+            raise OSError(f"not the egress proxy's control port: {exc}") from None
         previous, self._to_proxy = self._to_proxy, writer
         if previous is not None:
             previous.close()

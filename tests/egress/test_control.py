@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -88,33 +89,49 @@ async def fetch(port: int, host: str = "data.example.com") -> bytes:
         await writer.wait_closed()
 
 
-@pytest.mark.parametrize(
-    "hello",
-    [
-        b"",  # connects and closes its side at once
+def forged_greetings(challenge: str) -> list[bytes]:
+    """What a stranger may answer a challenge with, without the token."""
+    mine = "c" * 32
+
+    def line(message: object) -> bytes:
+        return json.dumps(message).encode() + b"\n"
+
+    return [
+        b"",  # closes its side at once
         b"\n",
         b"not json\n",
         b"[]\n",
-        b'{"hello": 1234}\n',
-        json.dumps({"hello": TOKEN[:-1]}).encode() + b"\n",
-        json.dumps({"hello": TOKEN + "x"}).encode() + b"\n",
-        json.dumps({"hello": TOKEN.upper()}).encode() + b"\n",
-        b'{"answer": 1, "owner": "slack:T1:C1:x", "operator": ["*"]}\n',  # no hello: answers
-    ],
-)
-async def test_a_connection_without_the_token_is_closed_unheard(proxy: Proxy, hello: bytes) -> None:
+        line({"hello": 1234, "challenge": mine}),
+        line({"hello": TOKEN}),  # the token itself, as once sent
+        line({"hello": mac("other-token-" + "x" * 30, challenge, mine), "challenge": mine}),
+        line({"hello": mac(TOKEN, challenge, mine), "challenge": "short"}),
+        # A replay of an answer to another challenge.
+        line({"hello": mac(TOKEN, "another challenge", mine), "challenge": mine}),
+        line({"answer": 1, "owner": "slack:T1:C1:x", "operator": ["*"]}),  # answers at once
+    ]
+
+
+def mac(token: str, theirs: str, mine: str) -> str:
+    return hmac.new(token.encode(), f"initiator {theirs} {mine}".encode(), "sha256").hexdigest()
+
+
+@pytest.mark.parametrize("variant", range(len(forged_greetings("x"))))
+async def test_a_connection_without_the_token_is_closed_unheard(proxy: Proxy, variant: int) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.control)
     try:
-        writer.write(hello)
-        if not hello:
+        challenge = json.loads(await asyncio.wait_for(reader.readline(), 30))["challenge"]
+        forged = forged_greetings(challenge)[variant]
+        writer.write(forged)
+        if not forged:
             writer.write_eof()
         await writer.drain()
-        # Closed without a word, and never asked anything.
+        # Closed without another word: no proof, and never asked anything.
         assert await asyncio.wait_for(reader.read(), 30) == b""
     finally:
         writer.close()
     refused = await fetch(proxy.listen)
     assert refused.startswith(b"HTTP/1.1 403"), refused[:200]
+    assert b"is not open to this channel" not in refused  # nobody answered for an owner
 
 
 async def test_the_bots_link_answers_and_hears_over_the_control_port(proxy: Proxy) -> None:
@@ -195,7 +212,9 @@ async def test_a_proxy_beside_the_engine_dials_the_bot_with_the_token(tmp_path: 
     await link.accept(("172.30.0.1", 3128), ("127.0.0.1", control), TOKEN)
     # A stranger on the bot's control port is closed unheard, and no door is asked about.
     reader, writer = await asyncio.open_connection("127.0.0.1", control)
-    writer.write(json.dumps({"hello": TOKEN[:-1] + "x"}).encode() + b"\n")
+    challenge = json.loads(await asyncio.wait_for(reader.readline(), 30))["challenge"]
+    assert TOKEN not in challenge
+    writer.write(json.dumps({"hello": TOKEN, "challenge": "d" * 32}).encode() + b"\n")
     forged = {
         "event": "egress",
         "owner": OWNER.id,
@@ -209,11 +228,7 @@ async def test_a_proxy_beside_the_engine_dials_the_bot_with_the_token(tmp_path: 
     assert await asyncio.wait_for(reader.read(), 30) == b""
     writer.close()
     assert doors.refused == []
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "egressproxy", "--listen", f"127.0.0.1:{listen}",
-        "--dial-bot", f"127.0.0.1:{control}", "--control-token-file", str(token_file),
-        stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    process = await dialling_proxy(listen, control, token_file)
     try:
         async with asyncio.timeout(60):
             while True:  # until the proxy listens and has dialled the bot
@@ -238,3 +253,70 @@ def test_the_proxy_finds_the_bridge_by_the_executors_name_for_it() -> None:
         assert bridges.bridge_name(instance) == egress.bridge_name(instance)
     assert bridges.interface_address("lo") == "127.0.0.1"
     assert bridges.interface_address("cellmate-none0") is None
+
+
+async def dialling_proxy(listen: int, bot: int, token_file: Path) -> asyncio.subprocess.Process:
+    """The proxy as Compose runs it: listening on `listen`, dialling the bot's port `bot`."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "egressproxy", "--listen", f"127.0.0.1:{listen}",
+        "--dial-bot", f"127.0.0.1:{bot}", "--control-token-file", str(token_file),
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def squatter(seen: bytearray) -> tuple[asyncio.Server, int]:
+    """A stranger on the port the other side expects: it challenges, records what comes
+    back, and sends a proof it cannot have made, then answers for any sandbox."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(json.dumps({"challenge": "e" * 32}).encode() + b"\n")
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            seen.extend(await asyncio.wait_for(reader.readline(), 10))
+            writer.write(json.dumps({"proof": "0" * 64}).encode() + b"\n")
+            writer.write(b'{"answer": 1, "owner": "slack:T1:C1:x", "operator": ["*"]}\n')
+            await writer.drain()
+            seen.extend(await asyncio.wait_for(reader.read(), 10))
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def test_whoever_takes_the_bots_port_learns_no_token_and_opens_nothing(
+    tmp_path: Path,
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    seen = bytearray()
+    server, port = await squatter(seen)
+    listen = free_port()
+    process = await dialling_proxy(listen, port, token_file)
+    try:
+        async with asyncio.timeout(60):
+            while not seen:  # noqa: ASYNC110 (the proxy dials when it is up)
+                await asyncio.sleep(0.1)
+            answer = b""
+            while not answer:
+                with contextlib.suppress(OSError):
+                    answer = await fetch(listen)
+        assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
+        assert b"is not open to this channel" not in answer  # the squatter's answer: ignored
+        assert TOKEN.encode() not in bytes(seen)
+    finally:
+        process.terminate()
+        await process.wait()
+        server.close()
+
+
+async def test_whoever_takes_the_proxys_port_learns_no_token() -> None:
+    seen = bytearray()
+    server, port = await squatter(seen)
+    link = EgressLink(Sessions(), FixedDoors())  # type: ignore[arg-type]
+    try:
+        with pytest.raises(EgressUnavailable, match="not the egress proxy's control port"):
+            await link.connect(("10.96.0.10", 3128), ("127.0.0.1", port), TOKEN)
+        assert seen  # it did answer the challenge
+        assert TOKEN.encode() not in bytes(seen)
+    finally:
+        await link.close()
+        server.close()

@@ -259,12 +259,17 @@ async def test_the_control_port_hears_no_one_without_the_token(
         forged = await session.run(
             "import json, socket\n"
             f"s = socket.create_connection(({host!r}, {port}), timeout=10)\n"
-            "s.sendall(json.dumps({'hello': 'guessed'}).encode() + b'\\n')\n"
+            "s.sendall(json.dumps({'hello': 'guessed', 'challenge': 'c' * 32}).encode() + b'\\n')\n"
             "s.sendall(json.dumps({'answer': 1, 'owner': 'x', 'operator': ['*']}).encode()"
             " + b'\\n')\n"
-            "print('closed' if s.recv(100) == b'' else 'answered')"
+            "got = b''\n"
+            "while chunk := s.recv(4096):\n"
+            "    got += chunk\n"
+            "said = [set(json.loads(line)) for line in got.splitlines()]\n"
+            "print('closed' if said == [{'challenge'}] else 'answered', said)"
         )
-        assert forged.stdout == "closed\n", (forged.stdout, forged.stderr, forged.error)
+        # A challenge, then nothing: no proof, no question.
+        assert forged.stdout == "closed [{'challenge'}]\n", (forged.stdout, forged.error)
         # The bot is still the proxy's: a closed door is still closed, and asked about.
         closed = await session.run(fetch(target.address, target.port))
         assert closed.stdout.startswith("403 "), closed.stdout
