@@ -110,8 +110,30 @@ def restored(done: Restored) -> str:
 
 
 def workspace_note(news: WorkspaceNews) -> str:
-    """One line: what became of a conversation's saved workspace."""
+    """One line: what became of a conversation's saved workspace (and of the memory
+    snapshot its session was paused to, if it had one)."""
+    line = _workspace_line(news)
+    if not news.snapshot_why:
+        return line
+    why = f"Your paused session could not be kept in memory ({failure_reason(news.snapshot_why)})"
+    if news.event is WorkspaceEvent.NONE_SAVED:
+        return why + "."
+    return f"{why}, so its saved workspace came back instead. {line}"
+
+
+def _workspace_line(news: WorkspaceNews) -> str:
     event = news.event
+    if event is WorkspaceEvent.RESUMED:
+        line = f"Resumed your session from {_ago(news.saved_at)}: every variable is as you left it"
+        if news.names:
+            line += f", and its files are back ({_shown(news.names)})"
+        if news.missing:
+            items = [
+                f"{shown(name, NAME_SHOWN)} ({shown(why, REASON_SHOWN)})"
+                for name, why in list(news.missing.items())[:LISTED_AT_MOST]
+            ]
+            line += "; not back: " + listed(items, MISSING_ROOM, len(news.missing))
+        return line + "."
     if event is WorkspaceEvent.RESTORED:
         return _restored_line(news.saved_at, news.names, news.missing) + _packages_line(news)
     if event is WorkspaceEvent.FILES_BACK:

@@ -38,6 +38,11 @@ from storage.intake import file_hosts
 SANDBOX_PREFIX = "CELLMATE_SANDBOX_"
 POOL_PREFIX = "CELLMATE_POOL_"
 STORAGE_PREFIX = "CELLMATE_STORAGE_"
+SESSION_NAMES = {
+    "pause_after_s": "CELLMATE_SESSION_PAUSE_AFTER_S",
+    "pause_max_mb": "CELLMATE_SESSION_PAUSE_MAX_MB",
+}
+"""Pool settings named for what they do to sessions."""
 DISCORD_PREFIX = "CELLMATE_DISCORD_"
 SLACK_PREFIX = "CELLMATE_SLACK_"
 QUOTA_PREFIX = "CELLMATE_QUOTA_"
@@ -360,7 +365,7 @@ def load_settings(
         values,
         sections={
             "sandbox": _section(SandboxLimits, SANDBOX_PREFIX, values, named=NETWORK_NAMES),
-            "pool": _section(PoolSettings, POOL_PREFIX, values),
+            "pool": _section(PoolSettings, POOL_PREFIX, values, named=SESSION_NAMES),
             "kubernetes": _section(KubernetesSettings, KUBERNETES_PREFIX, values),
             "storage": _section(StorageSettings, STORAGE_PREFIX, values),
             "workspace": _section(WorkspaceSettings, WORKSPACE_PREFIX, values),

@@ -31,10 +31,12 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
+from executor import docker_snapshots as snapshots
 from executor.docker_sandbox import DockerSandbox, going, remove_sandbox
 from executor.docker_specs import (
     DATA_DIR,
     INSTANCE_LABEL,
+    NAME_PATTERN,
     SANDBOX_LABEL,
     VolumeReplaced,
     check_volume,
@@ -42,8 +44,9 @@ from executor.docker_specs import (
     sandbox_specs,
 )
 from executor.egress import EgressNetwork, NetworkInfo, engine_runtime
-from executor.errors import EngineUnavailable, ImageNotFound, SandboxError
+from executor.errors import EngineUnavailable, ImageNotFound, SandboxError, SnapshotFailed
 from executor.limits import SandboxLimits
+from executor.protocol import PausedSandbox, Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +107,19 @@ async def _abandon(
 
 
 class DockerBackend:
-    """Starts sandboxes from `image` on the engine that DOCKER_HOST names."""
+    """Starts sandboxes from `image` on the engine that DOCKER_HOST names; under gVisor it
+    also pauses them to memory snapshots and resumes them (docker_snapshots.py)."""
 
     def __init__(self, image: str, instance: str = "default") -> None:
         self.image = image
         self.instance = instance
+        self.paused_retention_s = 7 * 86400.0
+        """A paused sandbox not resumed within this long is removed by the next sweep (the
+        workspace that names it expires too)."""
         self._client: docker.DockerClient | None = None
         self._egress: EgressNetwork | None = None
         self._checked_runtimes: set[str] = set()
+        self._info: dict[str, Any] | None = None
 
     @property
     def labels(self) -> dict[str, str]:
@@ -223,39 +231,93 @@ class DockerBackend:
                 f"the Docker engine refused to create a sandbox: {exc.explanation or exc}"
             ) from exc
         check_volume(client, volume)
-        attached = client.api.attach_socket(
-            name, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-        )
-        # A private duplicate of the descriptor, so that the HTTP library's own clean-up of the
-        # upgraded connection cannot close it under us.
-        original: socket.socket = getattr(attached, "_sock", attached)
-        raw = socket.socket(fileno=os.dup(original.fileno()))
-        with contextlib.suppress(OSError):
-            attached.close()
-            original.close()
-        return container, raw
+        return container, _attach(client, name)
 
     async def remove_leftovers(self, keep: Collection[str] = ()) -> int:
+        """Remove this instance's sandboxes but those in `keep` and the paused ones (a
+        conversation's next run resumes them) younger than `paused_retention_s`."""
         client = await self.client()
 
         def sweep() -> int:
             selector = [f"{k}={v}" for k, v in self.labels.items()]
-            containers = client.containers.list(all=True, filters={"label": selector})
-            for container in containers:
+            listed = client.api.containers(all=True, filters={"label": selector})
+            spared = set(keep)
+            removed = 0
+            for summary in listed:
+                names = {str(n).lstrip("/") for n in summary.get("Names") or []}
+                if summary["Id"] in spared or names & spared:
+                    continue
+                if snapshots.kept_paused(client, summary, self.paused_retention_s):
+                    spared.update(names)
+                    continue
                 try:
-                    container.remove(force=True, v=True)
+                    client.api.remove_container(summary["Id"], force=True, v=True)
+                    removed += 1
                 except docker.errors.APIError as exc:
                     if not going(exc):
                         raise
             for volume in client.volumes.list(filters={"label": selector}):
+                if volume.name in spared:
+                    continue
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     volume.remove(force=True)
             remove_plain_volumes(client)
             # The sandbox network stays: the egress proxy listens on its gateway, and a
             # network made again would have another one. It is removed by remove_network().
-            return len(containers)
+            return removed
 
         return await asyncio.to_thread(sweep)
+
+    async def pause_refusal(self, limits: SandboxLimits) -> str | None:
+        if self._info is None:
+            client = await self.client()
+            self._info = await asyncio.to_thread(client.info)
+        return snapshots.pause_refusal(self._info, limits)
+
+    async def pause(self, sandbox: Sandbox, max_mb: int) -> PausedSandbox:
+        if not isinstance(sandbox, DockerSandbox):
+            raise SnapshotFailed("it is not a Docker sandbox")
+        client = await self.client()
+        paused = await asyncio.to_thread(snapshots.checkpoint, client, sandbox, max_mb)
+        await sandbox.let_go()
+        return paused
+
+    async def resume(self, paused: PausedSandbox, session: str) -> DockerSandbox:
+        if paused.backend != snapshots.BACKEND or not NAME_PATTERN.fullmatch(paused.sandbox):
+            raise SnapshotFailed("it was not taken by a Docker sandbox")
+        client = await self.client()
+        name = paused.sandbox
+        raw: socket.socket | None = None
+        sandbox: DockerSandbox | None = None
+        try:
+            await asyncio.to_thread(snapshots.paused_state, client, name, self.labels)
+            raw = await asyncio.to_thread(_attach, client, name)
+            reader, writer = await asyncio.open_connection(sock=raw, limit=UNREAD_BYTES)
+            container = await asyncio.to_thread(client.containers.get, name)
+            sandbox = DockerSandbox(
+                client, container, name, reader, writer, bytes.fromhex(paused.key)
+            )
+            await asyncio.to_thread(
+                snapshots.start_from_checkpoint, client, name, paused.checkpoint
+            )
+            await asyncio.to_thread(snapshots.remove_checkpoint, client, name, paused.checkpoint)
+            await snapshots.handshake(sandbox, session)
+        except BaseException as exc:
+            if sandbox is not None:
+                await sandbox.let_go()
+            elif raw is not None:
+                raw.close()
+            await asyncio.shield(snapshots.discard(client, name))
+            if isinstance(exc, SnapshotFailed | asyncio.CancelledError):
+                raise
+            if isinstance(exc, Exception):
+                raise SnapshotFailed(f"it could not be restored: {exc}") from exc
+            raise
+        return sandbox
+
+    async def remove_paused(self, paused: PausedSandbox) -> None:
+        if paused.backend == snapshots.BACKEND and NAME_PATTERN.fullmatch(paused.sandbox):
+            await snapshots.discard(await self.client(), paused.sandbox)
 
     async def remove_network(self) -> None:
         """Remove the instance's sandbox network (when the bot and its egress proxy stop for
@@ -275,6 +337,21 @@ class DockerBackend:
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
             self._client = None
+
+
+def _attach(client: docker.DockerClient, name: str) -> socket.socket:
+    """The container's stdin and multiplexed stdout/stderr, as a socket of our own."""
+    attached = client.api.attach_socket(
+        name, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+    )
+    # A private duplicate of the descriptor, so that the HTTP library's own clean-up of the
+    # upgraded connection cannot close it under us.
+    original: socket.socket = getattr(attached, "_sock", attached)
+    raw = socket.socket(fileno=os.dup(original.fileno()))
+    with contextlib.suppress(OSError):
+        attached.close()
+        original.close()
+    return raw
 
 
 def network_address(container: Container, network: NetworkInfo) -> str:

@@ -57,6 +57,16 @@ class DockerSandbox:
         return str(self._container.id)
 
     @property
+    def name(self) -> str:
+        """The container's name, which its data volume shares."""
+        return self._volume_name
+
+    @property
+    def key(self) -> bytes:
+        """The runner's key now (a paused sandbox's snapshot holds it)."""
+        return self._events.key
+
+    @property
     def alive(self) -> bool:
         return not self._events.ended
 
@@ -187,6 +197,13 @@ class DockerSandbox:
                     self._container.kill()
 
         await _engine(kill)
+
+    async def let_go(self) -> None:
+        """Close this process's stream to the runner, leaving the container as it is."""
+        self._writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._writer.wait_closed()
+        self._destroyed = True
 
     async def destroy(self) -> None:
         """Remove the container and its volume; raises EngineUnavailable (and may be called

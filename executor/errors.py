@@ -6,7 +6,8 @@ ExecutorError(Exception)
 ├── ImageBuildError(ExecutorError)                      the sandbox image could not be built
 ├── InvalidInput(ExecutorError, ValueError)             input files refused (name, size, count)
 ├── SandboxError(ExecutorError, RuntimeError)           a sandbox failed to start or speak
-│   └── FreezeFailed(SandboxError)                      one file operation refused: no freeze
+│   ├── FreezeFailed(SandboxError)                      one file operation refused: no freeze
+│   └── SnapshotFailed(SandboxError)                    no memory snapshot taken or restored
 ├── SandboxBusy(ExecutorError, RuntimeError)            every slot taken and the line full
 └── WorkspaceError(ExecutorError)                       a workspace not saved, found or read
 """
@@ -49,3 +50,8 @@ class SandboxBusy(ExecutorError, RuntimeError):
 
 class WorkspaceError(ExecutorError):
     """A session's workspace could not be saved, found or read (the store says why)."""
+
+
+class SnapshotFailed(SandboxError):
+    """A sandbox could not be paused to a memory snapshot, or restored from one (the message
+    says why); the session falls back to its workspace (files and pickled variables)."""

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from executor.backends import build_backend
+from executor.docker_backend import DockerBackend
 from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, FileInfo
 from executor.notebook import run_notebook
@@ -17,6 +18,7 @@ from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import SandboxBackend, SessionKeeper
 from executor.run import OutputCallback
 from executor.session import SHUTDOWN_SAVE_S, Restore, Restored, SessionManager
+from executor.session_news import WorkspaceNews
 from executor.workspace import WorkspaceSettings, WorkspaceStore
 
 log = logging.getLogger(__name__)
@@ -37,12 +39,22 @@ class PoolSettings:
     shutdown_save_s: float = SHUTDOWN_SAVE_S
     """On shutdown, every session's workspace is saved at once, each within this long (a
     slower one is not saved); with the turns' grace it must fit the engine's stop grace."""
+    pause_after_s: float = 300.0
+    """`CELLMATE_SESSION_PAUSE_AFTER_S`: under gVisor (runsc) on an engine that can take
+    checkpoints, a session idle this long is paused to a memory snapshot instead of waiting
+    for its idle timeout: it holds no memory, and its next run resumes it with everything
+    it had, even what cannot be pickled. 0: never pause (idle sessions end as before)."""
+    pause_max_mb: int = 4096
+    """`CELLMATE_SESSION_PAUSE_MAX_MB`: a sandbox using more memory is not paused; its
+    workspace (files and pickled variables) is saved instead."""
 
     def __post_init__(self) -> None:
         if self.size < 0 or self.max_live < 1 or self.queue_limit < 0:
             raise ValueError("pool size and queue_limit must be >= 0, and max_live >= 1")
         if self.idle_timeout_s <= 0 or self.max_lifetime_s <= 0 or self.shutdown_save_s <= 0:
             raise ValueError("idle_timeout_s, max_lifetime_s and shutdown_save_s must be positive")
+        if self.pause_after_s < 0 or self.pause_max_mb < 1:
+            raise ValueError("pause_after_s must be >= 0 and pause_max_mb at least 1")
 
 
 class Executor:
@@ -77,7 +89,11 @@ class Executor:
             workspaces=workspaces,
             workspace_settings=workspace_settings,
             shutdown_save_s=settings.shutdown_save_s,
+            pause_after_s=settings.pause_after_s,
+            pause_max_mb=settings.pause_max_mb,
         )
+        if isinstance(self.backend, DockerBackend) and workspace_settings is not None:
+            self.backend.paused_retention_s = workspace_settings.retention_days * 86400
 
     @property
     def _keeper(self) -> SessionKeeper | None:
@@ -200,6 +216,22 @@ class Session:
             restore=restore,
             **overrides,
         )
+
+    async def pause(self) -> str | None:
+        """Pause the session now: its whole sandbox (kernel memory, open files, threads) to
+        a memory snapshot that holds no memory, which the next run (or `resume`) brings
+        back; None when it was paused (or there was nothing to pause). Where no snapshot can
+        be taken (runc, Kubernetes, network access, too much memory) its workspace is saved
+        and the session ends, as at its idle timeout; the reason is returned."""
+        return await self._manager.pause(self.key)
+
+    async def resume(self) -> WorkspaceNews | None:
+        """Bring the session back now, from its snapshot if it was paused to one (else it
+        starts, with its saved workspace as a run would); what became of it, as the next
+        run's note would have said (None: nothing to tell)."""
+        async with self._manager.lock(self.key):
+            await self._manager.open(self.key)
+        return self._manager.news(self.key)
 
     def stop(self) -> bool:
         """Interrupt the running code (the kernel keeps its state); False if nothing runs."""

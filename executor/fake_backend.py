@@ -28,6 +28,7 @@ import io
 import json
 import re
 import tarfile
+import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,10 +36,10 @@ from typing import Any
 
 from executor import wire
 from executor.archive import ExtractedFiles, OutputCaps, read_output_tar
-from executor.errors import EngineUnavailable
+from executor.errors import EngineUnavailable, SnapshotFailed
 from executor.fake_files import FakeTree
 from executor.limits import SandboxLimits
-from executor.protocol import ExitState, Recovered, Sandbox
+from executor.protocol import ExitState, PausedSandbox, Recovered, Sandbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +128,8 @@ class FakeSandbox:
         self.tree = FakeTree(self.files)
         self.address: str | None = None
         """None, or what a test says the sandbox's network address is."""
+        self.keys = 1
+        """How many keys it was given (a resumed snapshot gets a fresh one)."""
 
     @property
     def id(self) -> str:
@@ -187,6 +190,9 @@ class FakeSandbox:
         elif isinstance(request, wire.Resume):
             busy = self._running is not None and not self._running.done()
             await self._emit(wire.Resumed(nonce=request.nonce, session=self.session, busy=busy))
+        elif isinstance(request, wire.Rekey):
+            self.keys += 1
+            await self._emit(wire.Rekeyed(nonce=request.nonce, reseeded=request.reseed))
         elif isinstance(request, wire.Shutdown):
             self._end()
 
@@ -377,9 +383,23 @@ class FakeBackend:
     """Sandboxes that exist only in this process, running cells from `script`."""
 
     def __init__(
-        self, script: Script | None = None, *, start_s: float = 0.0, keeps_sessions: bool = False
+        self,
+        script: Script | None = None,
+        *,
+        start_s: float = 0.0,
+        keeps_sessions: bool = False,
+        pausable: bool = False,
     ) -> None:
         self.script: Script = script if script is not None else {}
+        self.pausable = pausable
+        """Whether sessions can be paused to memory snapshots (SnapshotKeeper), as gVisor
+        sandboxes on an engine with checkpoints can: a paused fake keeps its variables,
+        those a workspace cannot save too, and loses its files, as a real one does."""
+        self.paused: dict[str, FakeSandbox] = {}
+        self.refuse_pause: str | None = None
+        """Set to a reason to make pausing fail."""
+        self.refuse_resume: str | None = None
+        """Set to a reason to make resuming fail (as for a tampered snapshot)."""
         self.keeps_sessions = keeps_sessions
         """Whether sessions' sandboxes outlive an executor (SessionKeeper): the next
         executor on this backend finds them again, as one on a cluster would."""
@@ -446,6 +466,33 @@ class FakeBackend:
     async def detach(self, sandbox: Sandbox) -> None:
         if isinstance(sandbox, FakeSandbox):
             self.detached.add(sandbox)
+
+    async def pause_refusal(self, limits: SandboxLimits) -> str | None:
+        return None if self.pausable else "the fake backend was made without snapshots"
+
+    async def pause(self, sandbox: Sandbox, max_mb: int) -> PausedSandbox:
+        if not isinstance(sandbox, FakeSandbox) or self.refuse_pause is not None:
+            raise SnapshotFailed(self.refuse_pause or "not a fake sandbox")
+        sandbox.files.clear()  # the data folder is a tmpfs that the stop empties
+        self.paused[sandbox.id] = sandbox
+        self.live.discard(sandbox)
+        return PausedSandbox("fake", sandbox.id, "paused", "00" * 32, time.time())
+
+    async def resume(self, paused: PausedSandbox, session: str) -> FakeSandbox:
+        sandbox = self.paused.pop(paused.sandbox, None)
+        if sandbox is None:
+            raise SnapshotFailed("its sandbox is gone (removed, or the engine was reset)")
+        if self.refuse_resume is not None or sandbox.session != session:
+            await sandbox.destroy()
+            raise SnapshotFailed(self.refuse_resume or "it holds another conversation's session")
+        sandbox.keys += 1
+        self.live.add(sandbox)
+        return sandbox
+
+    async def remove_paused(self, paused: PausedSandbox) -> None:
+        sandbox = self.paused.pop(paused.sandbox, None)
+        if sandbox is not None:
+            await sandbox.destroy()
 
     async def close(self) -> None:
         for sandbox in list(self.live - self.detached):

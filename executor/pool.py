@@ -155,6 +155,12 @@ class SandboxPool:
         self._discard(sandbox)
         self._wake.set()
 
+    def let_go(self, sandbox: Sandbox) -> None:
+        """A leased sandbox that was paused to a snapshot: no longer counted, not removed
+        (its snapshot holds no memory; the session's next run resumes and adopts it)."""
+        self._leased -= 1
+        self._wake.set()
+
     def _discard(self, sandbox: Sandbox) -> None:
         task = asyncio.create_task(self._destroy(sandbox))
         self._tasks.add(task)

@@ -104,3 +104,41 @@ class SessionKeeper(Protocol):
 
     async def detach(self, sandbox: Sandbox) -> None:
         """Let go of a sandbox without stopping it."""
+
+
+@dataclass(frozen=True, slots=True)
+class PausedSandbox:
+    """A session's sandbox paused to a memory snapshot: where it is, and the runner key the
+    snapshot holds. Kept inside the session's workspace, which the store seals for its
+    conversation, so only that conversation's next run can resume it."""
+
+    backend: str
+    sandbox: str
+    """The backend's id of the stopped sandbox that holds the snapshot."""
+    checkpoint: str
+    key: str
+    """The runner key (hex) when the snapshot was taken; replaced at once on resume."""
+    paused_at: float
+    """Epoch seconds."""
+
+
+@runtime_checkable
+class SnapshotKeeper(Protocol):
+    """A backend that can checkpoint a whole sandbox (kernel memory, open files, threads,
+    the runner) and restore it later, in this process or a later one."""
+
+    async def pause_refusal(self, limits: SandboxLimits) -> str | None:
+        """Why sandboxes with `limits` cannot be paused here (None: they can)."""
+
+    async def pause(self, sandbox: Sandbox, max_mb: int) -> PausedSandbox:
+        """Checkpoint the sandbox and stop it: it holds no memory until resumed. Raises
+        SnapshotFailed (the sandbox is left as it was) when it cannot, or when its memory
+        is larger than `max_mb`."""
+
+    async def resume(self, paused: PausedSandbox, session: str) -> Sandbox:
+        """The paused sandbox restored and running again, its runner proven to hold the
+        snapshot's key and to hold `session`, and given a fresh key. Raises SnapshotFailed,
+        with what went wrong, after removing what is left of it: nothing half-restored runs."""
+
+    async def remove_paused(self, paused: PausedSandbox) -> None:
+        """Remove a paused sandbox that will not be resumed."""

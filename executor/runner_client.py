@@ -11,6 +11,7 @@ client's (or the call's) deadline.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TypeVar
@@ -112,6 +113,19 @@ class RunnerClient:
         async with asyncio.timeout(self.timeout_s):
             while (event := await self.event()) is not None:
                 if isinstance(event, wire.Resumed) and event.nonce == nonce:
+                    return event
+        return None
+
+    async def rekey(self, reseed: bool = False) -> wire.Rekeyed | None:
+        """Give the runner a fresh key (a sandbox restored from a snapshot, after `resume`):
+        its answer, the first line under the new key; None when its output ended first."""
+        nonce = uuid.uuid4().hex
+        await self.send(
+            wire.Rekey(nonce=nonce, key=os.urandom(wire.KEY_BYTES).hex(), reseed=reseed)
+        )
+        async with asyncio.timeout(self.timeout_s):
+            while (event := await self.event()) is not None:
+                if isinstance(event, wire.Rekeyed) and event.nonce == nonce:
                     return event
         return None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -19,12 +20,19 @@ from executor.errors import SandboxError
 from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, OutputCollector, Status
 from executor.pool import QueueCallback, SandboxPool
-from executor.protocol import Recovered, Sandbox
+from executor.protocol import Recovered, Sandbox, SnapshotKeeper
 from executor.run import OutputCallback, RunOutcome, execute, judge, new_collector, truncation_note
 from executor.runner_client import RunnerClient
 from executor.session_files import SessionFiles, changed_files
 from executor.session_live import Found, Live, Restore, run_limits, unless_stopped
-from executor.session_news import Ended, Ending, ending_of_run, ending_of_sandbox
+from executor.session_news import (
+    Ended,
+    Ending,
+    WorkspaceEvent,
+    WorkspaceNews,
+    ending_of_run,
+    ending_of_sandbox,
+)
 from executor.session_workspace import Restored, WorkspaceKeeper
 from executor.workspace import WorkspaceSettings, WorkspaceStore
 
@@ -49,8 +57,18 @@ class SessionManager:
         workspaces: WorkspaceStore | None = None,
         workspace_settings: WorkspaceSettings | None = None,
         shutdown_save_s: float = SHUTDOWN_SAVE_S,
+        pause_after_s: float = 0.0,
+        pause_max_mb: int = 4096,
     ) -> None:
         self.shutdown_save_s = shutdown_save_s
+        self.pause_after_s = pause_after_s
+        """A session idle this long is paused to a memory snapshot (where the backend can
+        take one, and workspaces are kept) instead of waiting for its idle timeout: it
+        holds no memory, and its next run resumes it with everything it had. 0: never."""
+        self.pause_max_mb = pause_max_mb
+        """A sandbox using more memory than this is not paused (its workspace is saved)."""
+        self._pause_refusal: str | None = None
+        self._pause_checked = False
         """On shutdown, sessions' workspaces are saved at once, each within this long."""
         self.workspaces = workspaces
         """Where a session's workspace goes when it ends for any reason but a reset, to be
@@ -196,7 +214,7 @@ class SessionManager:
         truncated = outcome.truncated or collector.truncated
         dropped = outcome.dropped_results + collector.dropped
         message = truncation_note(message, truncated, limits, dropped)
-        news = self.keeper.notes.pop(key, None)
+        news = self.news(key)
         resumed = ending is None and news is None and key in self._resumed
         if resumed:
             self._resumed.discard(key)
@@ -227,6 +245,12 @@ class SessionManager:
             return live, None
         if self.pool.full:
             self._make_room(key)
+        if self.workspaces is not None:
+            resumed = await self.keeper.resume(key)
+            if resumed is not None:
+                self._live[key] = resumed
+                self._endings.pop(key, None)
+                return resumed, None
         lease = await self.pool.acquire(on_queued)
         now = time.monotonic()
         live = self._live[key] = Live(lease=lease, created=now, last_used=now)
@@ -235,6 +259,47 @@ class SessionManager:
         if self.workspaces is not None:
             await self.keeper.started(key, live)
         return live, self._endings.pop(key, None)
+
+    def news(self, key: str) -> WorkspaceNews | None:
+        """What the key's next result tells about its workspace or snapshot (once)."""
+        news = self.keeper.notes.pop(key, None)
+        why = self.keeper.snapshot_why.pop(key, "")
+        if why:
+            news = dataclasses.replace(
+                news or WorkspaceNews(WorkspaceEvent.NONE_SAVED), snapshot_why=why
+            )
+        return news
+
+    async def pause_refusal(self) -> str | None:
+        """Why this manager's sessions are not paused to memory snapshots (None: they are)."""
+        if not self._pause_checked:
+            backend = self.pool.backend
+            if self.workspaces is None:
+                self._pause_refusal = "workspaces are not kept, and a paused session is one"
+            elif not isinstance(backend, SnapshotKeeper):
+                self._pause_refusal = "this backend cannot take memory snapshots"
+            else:
+                self._pause_refusal = await backend.pause_refusal(self.limits)
+            self._pause_checked = True
+        return self._pause_refusal
+
+    async def pause(self, key: str) -> str | None:
+        """Pause the key's session now: to a memory snapshot where one can be taken (None),
+        else its workspace is saved and it ends as at its idle timeout (why not, returned).
+        Nothing happens to a key without a live session (None)."""
+        async with self.lock(key):
+            live = self._live.get(key)
+            if live is None or not live.lease.sandbox.alive:
+                return None
+            refusal = await self.pause_refusal()
+            if self.workspaces is None:
+                self._drop(key, Ended(Ending.IDLE, 0))
+                return refusal
+            self._live.pop(key, None)
+            self._resumed.discard(key)
+            pause_mb = self.pause_max_mb if refusal is None else None
+            await self.keeper.save_and_release(key, live, pause_mb=pause_mb)
+            return refusal if refusal is not None else self.keeper.snapshot_why.get(key)
 
     def adopt(self, found: Sequence[Recovered]) -> None:
         """Take on sessions an earlier process left running: their next run says so."""
@@ -287,6 +352,14 @@ class SessionManager:
             return
         self.pool.release(sandbox)
 
+    def _pause_in_background(self, key: str, live: Live) -> None:
+        """Pause an idle session to a memory snapshot (its workspace saved with it); the
+        next run resumes it. No await before the session is gone from the live ones."""
+        log.info("pausing idle session %s to a memory snapshot", key)
+        self._live.pop(key, None)
+        self._resumed.discard(key)
+        self.keeper.save_in_background(key, live, pause_mb=self.pause_max_mb)
+
     def stop(self, key: str) -> bool:
         """Interrupt the key's running run, and end the runs that wait to start (nothing of
         them runs); False when nothing runs or waits."""
@@ -310,10 +383,13 @@ class SessionManager:
 
     async def reap(self) -> None:
         now = time.monotonic()
+        pausing = self.pause_after_s > 0 and await self.pause_refusal() is None
         for key, live in list(self._live.items()):
             if self.lock(key).locked():
                 continue
-            if now - live.last_used >= self.idle_timeout_s:
+            if pausing and now - live.last_used >= self.pause_after_s and live.lease.sandbox.alive:
+                self._pause_in_background(key, live)
+            elif now - live.last_used >= self.idle_timeout_s:
                 self._drop(key, Ended(Ending.IDLE, self.idle_timeout_s), True)
             elif now - live.created >= self.max_lifetime_s:
                 self._drop(key, Ended(Ending.LIFETIME, self.max_lifetime_s), True)

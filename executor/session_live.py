@@ -45,6 +45,8 @@ class Live:
     """Code ran in it (its variables are its own, not the saved ones)."""
     packages: WorkspaceNews | None = None
     """What became of the saved workspace's packages (only its package fields are set)."""
+    paused: bool = False
+    """Its sandbox was paused to a memory snapshot: let go of, not removed."""
 
 
 Found = tuple[Live, Ended | None]

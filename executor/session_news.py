@@ -65,6 +65,9 @@ class WorkspaceEvent(enum.Enum):
     """Workspaces are not kept by this executor."""
     HELD = "held"
     """Nothing more may be restored into this session (`held` says why)."""
+    RESUMED = "resumed"
+    """The session was resumed from its memory snapshot (taken at `saved_at`): every
+    variable is back as it was; its files (`names`) were put back, `missing` what was not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,9 @@ class WorkspaceNews:
     packages_missing: tuple[str, ...] = ()
     """Packages it had that could not be installed again (`packages_why` says why)."""
     packages_why: str = ""
+    snapshot_why: str = ""
+    """Why the session's memory snapshot could not be taken or resumed, when its workspace
+    came back instead ('' when there was none to resume, or it was)."""
 
 
 def ending_of_run(status: str, message: str, alive: bool) -> Ended:

@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from executor.archive import OutputCaps, build_workspace_tar
-from executor.errors import InvalidInput, SandboxError, WorkspaceError
+from executor.errors import ExecutorError, InvalidInput, SandboxError, WorkspaceError
 from executor.limits import SandboxLimits
 from executor.notebook import MB
 from executor.pool import SandboxPool
+from executor.protocol import PausedSandbox, SnapshotKeeper
 from executor.runner_client import RunnerClient
 from executor.session_live import Live, LiveSessions, Restore
 from executor.session_news import Held, WorkspaceEvent, WorkspaceNews
@@ -62,6 +63,54 @@ class WorkspaceKeeper:
         self.unsaved: set[str] = set()
         """Keys whose last save failed: their next session restores nothing (an older
         workspace is not what the user had)."""
+        self.snapshot_why: dict[str, str] = {}
+        """Why a key's session could not be paused to, or resumed from, a memory snapshot
+        (its workspace came back instead): for its next run's note."""
+
+    async def resume(self, key: str) -> Live | None:
+        """The key's session resumed from the memory snapshot it was paused to, with its
+        files put back; None when it has none, or it cannot be resumed (then the workspace
+        saved with it comes back as usual, and the next run says why)."""
+        saved = await self._saved(key)
+        if saved is None or saved.paused is None:
+            return None
+        backend = self.pool.backend
+        if not isinstance(backend, SnapshotKeeper):
+            self.snapshot_why[key] = "this executor cannot resume memory snapshots"
+            return None
+        try:
+            sandbox = await backend.resume(saved.paused, key)
+        except ExecutorError as exc:
+            log.warning("could not resume session %s from its snapshot: %s", key, exc)
+            self.snapshot_why[key] = f"it could not be resumed: {exc}"
+            return None
+        now = time.monotonic()
+        # Its kernel holds everything it had: nothing more is ever restored into it.
+        live = Live(
+            lease=self.pool.adopt(sandbox),
+            created=now,
+            last_used=now,
+            files_back=True,
+            restored=Held.RESTORED,
+            ran=True,
+        )
+        # Every variable is in the kernel, pickled or not; what is missing are the files the
+        # workspace could not hold (the data folder is emptied by the pause).
+        missing = {name: why for name, why in saved.skipped.items() if not name.isidentifier()}
+        back = tuple(sorted(saved.files))
+        if saved.files:
+            try:
+                await sandbox.put_files(
+                    build_workspace_tar(saved.files, self.limits.uid, self.limits.gid)
+                )
+            except (SandboxError, InvalidInput) as exc:
+                log.warning("could not put back the files of session %s: %s", key, exc)
+                missing["files"] = str(exc)
+                back = ()
+        self.notes[key] = WorkspaceNews(
+            WorkspaceEvent.RESUMED, saved.paused.paused_at, back, missing=missing
+        )
+        return live
 
     async def started(self, key: str, live: Live) -> None:
         """A new session of a key with a saved workspace: with automatic restore, its files
@@ -235,9 +284,10 @@ class WorkspaceKeeper:
     async def saved_workspace(self, key: str) -> Workspace | None:
         return await self._saved(key)
 
-    def save_in_background(self, key: str, live: Live) -> None:
-        """Save the ended session's workspace, then release its sandbox."""
-        task = asyncio.create_task(self._save_then_release(key, live))
+    def save_in_background(self, key: str, live: Live, pause_mb: int | None = None) -> None:
+        """Save the ended session's workspace, then release its sandbox; with `pause_mb`,
+        pause the sandbox to a memory snapshot of at most that size first (see `save`)."""
+        task = asyncio.create_task(self.save_and_release(key, live, pause_mb=pause_mb))
         self.saving[key] = task
         task.add_done_callback(lambda done: self._forget_saving(key, done))
 
@@ -245,18 +295,36 @@ class WorkspaceKeeper:
         if self.saving.get(key) is task:
             del self.saving[key]
 
-    async def _save_then_release(
-        self, key: str, live: Live, timeout_s: float = WORKSPACE_TIMEOUT_S
+    async def save_and_release(
+        self,
+        key: str,
+        live: Live,
+        timeout_s: float = WORKSPACE_TIMEOUT_S,
+        pause_mb: int | None = None,
     ) -> None:
         try:
-            await self.save(key, live, timeout_s)
+            await self.save(key, live, timeout_s, pause_mb)
         finally:
-            self.pool.release(live.lease.sandbox)
+            if live.paused:
+                self.pool.let_go(live.lease.sandbox)
+            else:
+                self.pool.release(live.lease.sandbox)
 
-    async def save(self, key: str, live: Live, timeout_s: float = WORKSPACE_TIMEOUT_S) -> bool:
+    async def save(
+        self,
+        key: str,
+        live: Live,
+        timeout_s: float = WORKSPACE_TIMEOUT_S,
+        pause_mb: int | None = None,
+    ) -> bool:
         """Save the session's workspace within `timeout_s`; a failure is kept for the next
         run to mention (False). Saved variables that were never loaded into a session where no
-        code ran are kept as they were (its kernel has none of its own)."""
+        code ran are kept as they were (its kernel has none of its own).
+
+        With `pause_mb`, the sandbox is then paused to a memory snapshot (`live.paused`),
+        which the workspace names for the next run to resume; the files and variables saved
+        are what comes back if it cannot be. A sandbox that cannot be paused is saved as
+        usual, and the next run says why."""
         assert self.store is not None
         limits = self.settings
         sandbox = live.lease.sandbox
@@ -305,9 +373,14 @@ class WorkspaceKeeper:
                         cells=carried.cells,
                         skipped={**carried.skipped, **workspace.skipped},
                     )
+                if pause_mb is not None:
+                    workspace = await self._paused(key, live, workspace, pause_mb)
                 await self.store.save(key, pack(workspace))
                 return True
         except (WorkspaceError, SandboxError, TimeoutError, ValueError) as exc:
+            if live.paused:
+                # Nothing names the snapshot: it can never be resumed.
+                await self._drop_snapshot(workspace.paused)
             why = str(exc)
             log.warning(
                 "could not save the workspace of session %s: %s", key, why or "it took too long"
@@ -319,12 +392,41 @@ class WorkspaceKeeper:
                 await self.store.delete(key)
             return False
 
+    async def _paused(self, key: str, live: Live, workspace: Workspace, max_mb: int) -> Workspace:
+        """`workspace` naming the snapshot the session's sandbox was just paused to; as it
+        was when the sandbox cannot be paused (said in the next run's note)."""
+        backend = self.pool.backend
+        if not isinstance(backend, SnapshotKeeper):
+            return workspace
+        try:
+            paused = await backend.pause(live.lease.sandbox, max_mb)
+        except ExecutorError as exc:
+            log.warning("could not pause session %s to a snapshot: %s", key, exc)
+            self.snapshot_why[key] = f"it could not be paused: {exc}"
+            return workspace
+        live.paused = True
+        return dataclasses.replace(workspace, paused=paused)
+
+    async def _drop_snapshot(self, paused: PausedSandbox | None) -> None:
+        backend = self.pool.backend
+        if paused is not None and isinstance(backend, SnapshotKeeper):
+            try:
+                await backend.remove_paused(paused)
+            except ExecutorError as exc:
+                log.warning("could not remove a paused sandbox: %s", exc)
+
     async def forget(self, key: str) -> None:
-        """The key's session was closed on request: its workspace is not kept."""
+        """The key's session was closed on request: its workspace is not kept, nor the
+        snapshot it was paused to."""
         self.notes.pop(key, None)
+        self.snapshot_why.pop(key, None)
         pending = self.saving.pop(key, None)
         if pending is not None:
             await asyncio.wait([pending])
+        with contextlib.suppress(WorkspaceError):
+            saved = await self.store.load(key) if self.store is not None else None
+            if saved is not None:
+                await self._drop_snapshot(unpack(saved, 1_000_000, 2**40).paused)
         if self.store is not None:
             try:
                 await self.store.delete(key)

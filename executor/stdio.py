@@ -58,6 +58,11 @@ class RunnerStream:
         """Lines that were not sealed by the runner (forged, replayed or damaged)."""
 
     @property
+    def key(self) -> bytes:
+        """The key lines are sealed with now."""
+        return self._key
+
+    @property
     def ended(self) -> bool:
         return self._ended or (self._reader is not None and self._reader.at_eof())
 
@@ -98,7 +103,13 @@ class RunnerStream:
         if request.get("op") == wire.Resume.op:
             return self.resume_line(str(request.get("nonce", "")))
         self._sent += 1
-        return seal(self._key, self._sent, wire.dumps(request))
+        line = seal(self._key, self._sent, wire.dumps(request))
+        if request.get("op") == wire.Rekey.op:
+            # The last line under the old key: from here on both sides seal with the new one,
+            # numbered afresh, and whatever the old key sealed no longer counts.
+            self._key = bytes.fromhex(str(request["key"]))
+            self._sent = self._received = 0
+        return line
 
     def resume_line(self, nonce: str) -> bytes:
         """A `resume` request from a host that attaches again (see executor/wire/): its

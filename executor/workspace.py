@@ -8,6 +8,7 @@ regular files with plain relative names come out, within the caps it is given.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -18,6 +19,7 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from executor.errors import WorkspaceError
+from executor.protocol import PausedSandbox
 from executor.wire import pins
 
 MANIFEST = "manifest.json"
@@ -86,6 +88,9 @@ class Workspace:
     files: Mapping[str, bytes] = field(default_factory=dict)
     packages: tuple[str, ...] = ()
     """What the session installed with pip (`name==version`): installed again on restore."""
+    paused: PausedSandbox | None = None
+    """The memory snapshot the session was paused to, which its next run resumes; the
+    files and variables here are what comes back when it cannot be."""
 
     @property
     def names(self) -> list[str]:
@@ -102,6 +107,8 @@ def pack(workspace: Workspace) -> bytes:
         "cells": list(workspace.cells),
         "packages": list(workspace.packages),
     }
+    if workspace.paused is not None:
+        manifest["paused"] = dataclasses.asdict(workspace.paused)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         _add(tar, MANIFEST, json.dumps(manifest).encode())
@@ -148,7 +155,26 @@ def unpack(data: bytes, max_files: int, max_total_bytes: int) -> Workspace:
         files=files,
         # Only pins: a store may be tampered with, and these reach pip.
         packages=pins(tuple(str(pin) for pin in manifest.get("packages", []))),
+        paused=_paused(manifest.get("paused")),
     )
+
+
+def _paused(found: object) -> PausedSandbox | None:
+    """The paused-sandbox record of a manifest, read within bounds (None: none, or not one)."""
+    if not isinstance(found, dict):
+        return None
+    try:
+        paused = PausedSandbox(
+            backend=str(found["backend"])[:40],
+            sandbox=str(found["sandbox"])[:200],
+            checkpoint=str(found["checkpoint"])[:100],
+            key=str(found["key"]),
+            paused_at=float(found["paused_at"]),
+        )
+        bytes.fromhex(paused.key)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return paused if len(paused.key) == 64 else None
 
 
 def _add(tar: tarfile.TarFile, name: str, content: bytes) -> None:

@@ -33,10 +33,17 @@ wanted = {
     },
 }
 changed = [name for name, runtime in wanted.items() if runtimes.get(name) != runtime]
-if changed:
-    runtimes.update(wanted)
+runtimes.update(wanted)
+# Checkpoints (`docker checkpoint`, which pauses gVisor sessions to memory snapshots) are
+# an experimental feature of the engine; an operator's explicit false is kept.
+experimental = "experimental" not in config
+config.setdefault("experimental", True)
+if changed or experimental:
     path.write_text(json.dumps(config, indent=2) + "\n")
+if changed:
     print(f"[cellmate] registered runtime(s) {', '.join(changed)} ({runsc}) in {path}")
+if experimental:
+    print(f"[cellmate] enabled the engine's experimental features (checkpoints) in {path}")
 PY
 }
 

@@ -39,6 +39,8 @@ Requests (host to runner), in `REQUESTS`:
     Env        set environment variables in the kernel; `EnvSet`.
     Claim      remember whose session the sandbox holds. No answer.
     Resume     a host that attached again asks who holds the sandbox; `Resumed`.
+    Rekey      replace the key (and, with `reseed`, re-seed the kernel's random
+               generators); `Rekeyed`, the first line sealed with the new key.
     Shutdown   stop the kernel and exit.
     Requests that need an answer carry an `id`, which the answer repeats; the host makes it
     long enough that the user's code cannot guess it. Snapshot, Restore, Install and Env
@@ -55,6 +57,14 @@ Attaching again
     `Resume` with a number above any used before (a clock in nanoseconds) and a fresh nonce,
     and takes the sealed `Resumed` repeating that nonce as the start of the runner's
     numbering; nothing before it counts.
+
+Snapshots (memory checkpoints under gVisor)
+    A sandbox restored from a checkpoint holds the key and numbers it had when it was
+    taken. The host attaches as above (`Resume`, whose answer proves the restored runner
+    holds the key: a snapshot of any other sandbox cannot answer) and then, before any
+    run, sends `Rekey` with a fresh key: the runner answers `Rekeyed` under the new key,
+    numbered from 1 each way, and forgets the old one, so nothing sealed for the snapshot,
+    or for another clone of it, is accepted again. Clones of one template are re-seeded too.
 
 Junk
     Each side decodes here and nowhere else. On the runner, a line that is not sealed is
@@ -94,6 +104,8 @@ from executor.wire.messages import (
     Preview,
     Previewed,
     Ready,
+    Rekey,
+    Rekeyed,
     Request,
     Restore,
     Restored,
@@ -149,6 +161,8 @@ __all__ = [
     "Preview",
     "Previewed",
     "Ready",
+    "Rekey",
+    "Rekeyed",
     "Request",
     "Restore",
     "Restored",

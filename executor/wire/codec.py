@@ -33,6 +33,8 @@ from executor.wire.messages import (
     Preview,
     Previewed,
     Ready,
+    Rekey,
+    Rekeyed,
     Request,
     Restore,
     Restored,
@@ -43,7 +45,7 @@ from executor.wire.messages import (
     SnapshotTaken,
     Warm,
 )
-from executor.wire.sealing import loads
+from executor.wire.sealing import KEY_BYTES, loads
 
 
 def encode(message: Request | Event) -> dict[str, Any]:
@@ -131,6 +133,11 @@ def decode_request(payload: bytes) -> Request:
         return Claim(session=read.text("session")[:1000])
     if kind is Resume:
         return Resume(nonce=read.text("nonce")[:100])
+    if kind is Rekey:
+        key = read.text("key")
+        if len(key) != 2 * KEY_BYTES or any(c not in "0123456789abcdef" for c in key):
+            raise Malformed("a rekey's key is not 64 lowercase hex digits")
+        return Rekey(nonce=read.text("nonce")[:100], key=key, reseed=read.flag("reseed"))
     return kind()  # type: ignore[call-arg]  # Interrupt and Shutdown have no fields
 
 
@@ -184,6 +191,8 @@ def _event(kind: type[Event], read: _Reader) -> Event:
         return Resumed(
             nonce=read.text("nonce"), session=read.text("session"), busy=read.flag("busy")
         )
+    if kind is Rekeyed:
+        return Rekeyed(nonce=read.text("nonce")[:100], reseeded=read.flag("reseeded"))
     if kind is SnapshotTaken:
         return SnapshotTaken(
             id=read.text("id"),

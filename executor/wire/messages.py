@@ -113,6 +113,17 @@ class Resume:
 
 
 @dataclass(frozen=True, slots=True)
+class Rekey:
+    op: ClassVar[str] = "rekey"
+    nonce: str
+    key: str
+    """The new key (64 hex digits): every later line, both ways, is sealed with it."""
+    reseed: bool = False
+    """Re-seed the kernel's random generators from the system's entropy first (a clone of
+    a template must not repeat its siblings' numbers)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     op: ClassVar[str] = "shutdown"
 
@@ -129,6 +140,7 @@ Request = (
     | Env
     | Claim
     | Resume
+    | Rekey
     | Shutdown
 )
 REQUEST_KINDS = (
@@ -143,6 +155,7 @@ REQUEST_KINDS = (
     Env,
     Claim,
     Resume,
+    Rekey,
     Shutdown,
 )
 REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in REQUEST_KINDS}
@@ -219,6 +232,13 @@ class Resumed:
 
 
 @dataclass(frozen=True, slots=True)
+class Rekeyed:
+    type: ClassVar[str] = "rekeyed"
+    nonce: str
+    reseeded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotTaken:
     type: ClassVar[str] = "snapshot"
     id: str
@@ -289,6 +309,7 @@ Event = (
     | Exported
     | Previewed
     | Resumed
+    | Rekeyed
     | SnapshotTaken
     | Restored
     | Installed
@@ -306,6 +327,7 @@ EVENTS: dict[str, type[Event]] = {
         Exported,
         Previewed,
         Resumed,
+        Rekeyed,
         SnapshotTaken,
         Restored,
         Installed,

@@ -194,6 +194,27 @@ async def test_a_claimed_sandbox_answers_a_resume_and_goes_on(sandbox: Sandbox) 
     assert text(outputs) == "42\n"
 
 
+async def test_a_rekeyed_runner_takes_only_lines_sealed_with_the_new_key(
+    sandbox: Sandbox,
+) -> None:
+    """What a restored snapshot gets before any run: a fresh key (and fresh random
+    generators); a line sealed with the old key, numbered above anything sent, no longer
+    counts, so nothing sealed for the snapshot or for another clone of it is accepted."""
+    old = getattr(getattr(sandbox, "_events", None), "key", b"\0" * 32)
+    client = RunnerClient(sandbox)
+    rekeyed = await client.rekey(reseed=True)
+    assert rekeyed is not None
+    assert rekeyed.reseeded
+    replayed = wire.Run(id="replayed", cells=("print('old key')",))
+    await sandbox._write(wire.seal(old, 10**18, wire.dumps(wire.encode(replayed))))  # type: ignore[attr-defined]
+    run_id = await client.run(
+        ["print(6 * 7)"], output_limit=10**6, rich_limit=10**7, rich_count_limit=100
+    )
+    notices, outputs = await notices_and_outputs(client, run_id)
+    assert notices == ["unsealed request ignored"]
+    assert text(outputs) == "42\n"
+
+
 async def test_junk_on_the_runners_input_is_ignored_and_said(sandbox: Sandbox) -> None:
     await sandbox.send({"op": "bogus"})
     await sandbox.send({"op": "run", "id": "j", "cells": "not a list"})
@@ -202,16 +223,7 @@ async def test_junk_on_the_runners_input_is_ignored_and_said(sandbox: Sandbox) -
     run_id = await client.run(
         ["print(6 * 7)"], output_limit=10**6, rich_limit=10**7, rich_count_limit=100
     )
-    notices: list[str] = []
-    outputs: list[Any] = []
-    async with asyncio.timeout(120):
-        while (event := await client.event()) is not None:
-            if isinstance(event, wire.Log):
-                notices.append(event.message)
-            elif isinstance(event, wire.Output) and event.id == run_id:
-                outputs.append(event.output)
-            elif isinstance(event, wire.Done) and event.id == run_id:
-                break
+    notices, outputs = await notices_and_outputs(client, run_id)
     assert notices == [
         "malformed request ignored",
         "malformed request ignored",
@@ -240,3 +252,18 @@ async def test_a_sessions_file_and_environment_calls_answer(
         assert await session.info("out") is None
         await session.set_env({ENV_NAME: "teal"})
         assert [f.path for f in await session.files()] == ["in", "in/sales.csv"]
+
+
+async def notices_and_outputs(client: RunnerClient, run_id: str) -> tuple[list[str], list[Any]]:
+    """The runner's notices, and every output (of any run), until the run's `done`."""
+    notices: list[str] = []
+    outputs: list[Any] = []
+    async with asyncio.timeout(120):
+        while (event := await client.event()) is not None:
+            if isinstance(event, wire.Log):
+                notices.append(event.message)
+            elif isinstance(event, wire.Output):
+                outputs.append(event.output)
+            elif isinstance(event, wire.Done) and event.id == run_id:
+                break
+    return notices, outputs

@@ -135,6 +135,7 @@ def test_env_example_lists_every_setting_and_loads() -> None:
         POOL_PREFIX,
         QUOTA_PREFIX,
         SANDBOX_PREFIX,
+        SESSION_NAMES,
         SLACK_PREFIX,
         STORAGE_PREFIX,
         DiscordSettings,
@@ -164,6 +165,9 @@ def test_env_example_lists_every_setting_and_loads() -> None:
                 continue  # not a setting: the bot derives it
             if section is SandboxLimits and item.name in NETWORK_NAMES:
                 assert NETWORK_NAMES[item.name] in text, item.name
+                continue
+            if section is PoolSettings and item.name in SESSION_NAMES:
+                assert SESSION_NAMES[item.name] in text, item.name
                 continue
             assert prefix + item.name.upper() in text, item.name
     for name in (

@@ -282,3 +282,15 @@ def _cellmate_restore(folder):
 _cellmate_with_data_off(lambda: _cellmate_restore(FOLDER))
 del _cellmate_restore, _cellmate_with_data_off
 """
+
+
+# A clone of a template snapshot starts with the template's generators: the global ones are
+# drawn afresh from the system's entropy (which gVisor's restored sandbox reads from the
+# host), so no two clones repeat each other's numbers.
+RESEED_CODE = """
+import sys as _cellmate_sys, random as _cellmate_random
+_cellmate_random.seed()
+if "numpy" in _cellmate_sys.modules:
+    _cellmate_sys.modules["numpy"].random.seed()
+del _cellmate_sys, _cellmate_random
+"""

@@ -29,6 +29,7 @@ from runner.kernel_scripts import (
     KERNEL_REAP,
     KERNEL_SETUP,
     PREVIEW_SCRIPT,
+    RESEED_CODE,
     RESTORE_CODE,
     SNAPSHOT_CODE,
     WARM_LIMIT_S,
@@ -330,6 +331,7 @@ class Runner:
                 "-I",
                 "-c",
                 PREVIEW_SCRIPT,
+                RESEED_CODE,
                 *paths,
                 cwd=str(DATA_DIR),
                 stdin=asyncio.subprocess.DEVNULL,
@@ -444,6 +446,21 @@ class Runner:
         content = reply.get("content", {}) if isinstance(reply, dict) else {}
         self.emit(wire.EnvSet(id=request.id, ok=content.get("status") == "ok"))
 
+    async def rekey(self, request: wire.Rekey) -> None:
+        """Take the host's new key at once (its next lines are sealed with it), forget the
+        old one, and answer under the new key once the kernel is re-seeded when asked."""
+        key = bytes.fromhex(request.key)
+        self.sealer, self.opener = wire.Sealer(key), wire.Opener(key)
+        reseeded = False
+        if request.reseed:
+            async with self.kernel_awake():
+                reply = await self.client.kc.execute_interactive(
+                    RESEED_CODE, silent=True, store_history=False, timeout=30
+                )
+            content = reply.get("content", {}) if isinstance(reply, dict) else {}
+            reseeded = content.get("status") == "ok"
+        self.emit(wire.Rekeyed(nonce=request.nonce, reseeded=reseeded))
+
     async def interrupt(self) -> None:
         # A resting kernel runs nothing to interrupt; the signal would wait for it, and stop
         # the next request's code instead.
@@ -478,6 +495,8 @@ class Runner:
             self.emit(files_op(request))
         elif isinstance(request, wire.Claim):
             self.session = request.session
+        elif isinstance(request, wire.Rekey):
+            await self.rekey(request)
         elif isinstance(request, wire.Resume):
             busy = self.running is not None and not self.running.done()
             self.emit(wire.Resumed(nonce=request.nonce, session=self.session, busy=busy))
