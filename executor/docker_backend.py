@@ -43,6 +43,7 @@ from executor.docker_specs import (
     remove_plain_volumes,
     sandbox_specs,
 )
+from executor.docker_templates import Templates
 from executor.egress import EgressNetwork, NetworkInfo, engine_runtime
 from executor.errors import EngineUnavailable, ImageNotFound, SandboxError, SnapshotFailed
 from executor.limits import SandboxLimits
@@ -120,6 +121,10 @@ class DockerBackend:
         self._egress: EgressNetwork | None = None
         self._checked_runtimes: set[str] = set()
         self._info: dict[str, Any] | None = None
+        self.templates_enabled = False
+        """Cold gVisor sandboxes are clones of a warmed template (docker_templates.py); the
+        executor turns it on (`PoolSettings.template`)."""
+        self.templates = Templates(self.client)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -166,6 +171,21 @@ class DockerBackend:
 
     async def start(self, limits: SandboxLimits, input_tar: bytes | None) -> DockerSandbox:
         client = await self.client()
+        if self.templates_enabled and Templates.usable(limits):
+            clone = await self.templates.clone(limits, self._created, self._started)
+            if clone is not None:
+                await self._put_input(clone, input_tar)
+                return clone
+        return await self._started(limits, input_tar, client)
+
+    async def _started(
+        self,
+        limits: SandboxLimits,
+        input_tar: bytes | None = None,
+        client: docker.DockerClient | None = None,
+    ) -> DockerSandbox:
+        """A sandbox started cold: its runner starts a kernel and warms it up."""
+        client = client or await self.client()
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 return await self._start(client, limits, input_tar)
@@ -175,11 +195,21 @@ class DockerBackend:
                 log.warning("%s; starting another sandbox", exc)
         raise AssertionError("unreachable")
 
-    async def _start(
-        self, client: docker.DockerClient, limits: SandboxLimits, input_tar: bytes | None
-    ) -> DockerSandbox:
+    async def _created(self, limits: SandboxLimits) -> tuple[DockerSandbox, str]:
+        """A sandbox's container made and attached, not started (a clone starts from a
+        checkpoint); its id."""
+        client = await self.client()
         name = f"cellmate-{uuid.uuid4().hex[:16]}"
-        network = await self._network(client, limits) if limits.egress == "allowlist" else None
+        sandbox, _ = await self._make(client, name, limits, None)
+        return sandbox, sandbox.id
+
+    async def _make(
+        self,
+        client: docker.DockerClient,
+        name: str,
+        limits: SandboxLimits,
+        network: NetworkInfo | None,
+    ) -> tuple[DockerSandbox, socket.socket]:
         # The thread goes on making the container when the caller is cancelled (a pool that
         # closes): the clean-up waits for it, so nothing it makes afterwards is left behind.
         creating = asyncio.ensure_future(
@@ -195,21 +225,39 @@ class DockerBackend:
             # how much the stream buffers unread (twice it) before it stops reading the
             # socket, so between runs a sandbox cannot make the bot hold more than that.
             reader, writer = await asyncio.open_connection(sock=raw, limit=UNREAD_BYTES)
-            sandbox = DockerSandbox(client, container, name, reader, writer, os.urandom(32))
-            await asyncio.to_thread(container.start)
+        except BaseException:
+            raw.close()
+            await asyncio.shield(asyncio.to_thread(remove_sandbox, client, name, name))
+            raise
+        return DockerSandbox(client, container, name, reader, writer, os.urandom(32)), raw
+
+    async def _start(
+        self, client: docker.DockerClient, limits: SandboxLimits, input_tar: bytes | None
+    ) -> DockerSandbox:
+        name = f"cellmate-{uuid.uuid4().hex[:16]}"
+        network = await self._network(client, limits) if limits.egress == "allowlist" else None
+        sandbox, raw = await self._make(client, name, limits, network)
+        try:
+            await asyncio.to_thread(sandbox.container.start)
             if network is not None:
-                sandbox.address = await asyncio.to_thread(network_address, container, network)
+                sandbox.address = await asyncio.to_thread(
+                    network_address, sandbox.container, network
+                )
             await sandbox.hello()
-            # A tmpfs volume only holds data while it is mounted, that is while the container
-            # runs; so files go in after the start (the runner needs none to get ready). No
-            # user code exists yet, so this needs no freeze.
-            if input_tar:
-                await asyncio.to_thread(container.put_archive, DATA_DIR, input_tar)
+            await self._put_input(sandbox, input_tar)
         except BaseException:
             raw.close()
             await asyncio.shield(asyncio.to_thread(remove_sandbox, client, name, name))
             raise
         return sandbox
+
+    @staticmethod
+    async def _put_input(sandbox: DockerSandbox, input_tar: bytes | None) -> None:
+        # A tmpfs volume only holds data while it is mounted, that is while the container
+        # runs; so files go in after the start (the runner needs none to get ready). No user
+        # code exists yet, so this needs no freeze.
+        if input_tar:
+            await asyncio.to_thread(sandbox.container.put_archive, DATA_DIR, input_tar)
 
     def _create(
         self,
@@ -334,6 +382,7 @@ class DockerBackend:
         self._egress = None
 
     async def close(self) -> None:
+        await self.templates.close()
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
             self._client = None

@@ -17,6 +17,7 @@ import docker.errors
 import requests
 from docker.models.containers import Container
 
+from executor import wire
 from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_output_tar
 from executor.backoff import Backoff
 from executor.docker_specs import DATA_DIR
@@ -55,6 +56,21 @@ class DockerSandbox:
     @property
     def id(self) -> str:
         return str(self._container.id)
+
+    @property
+    def container(self) -> Container:
+        return self._container
+
+    def rekey_from(self, key: bytes) -> None:
+        """A clone restored from a template's checkpoint holds the template's key: this
+        side reads and seals with it until the handshake gives the clone its own."""
+        self._events.use_key(key)
+
+    def replay_start(self, startup_ms: int) -> None:
+        """A clone says nothing on start (the template said it all): its `ready` and `warm`
+        come from here, so that it is handed out as any started sandbox."""
+        self._events.replay(wire.encode(wire.Ready(startup_ms=startup_ms)))
+        self._events.replay(wire.encode(wire.Warm()))
 
     @property
     def name(self) -> str:

@@ -81,12 +81,12 @@ def checkpoint(client: docker.DockerClient, sandbox: DockerSandbox, max_mb: int)
             f"its memory ({used:.0f} MB) is more than a snapshot may hold ({max_mb} MB)"
         )
     paused_at = time.time()
-    response = _raw(client)._post_json(  # docker-py has no call for checkpoints
-        _raw(client)._url("/containers/{0}/checkpoints", sandbox.id),
+    response = raw_api(client)._post_json(  # docker-py has no call for checkpoints
+        raw_api(client)._url("/containers/{0}/checkpoints", sandbox.id),
         data={"CheckpointID": CHECKPOINT, "Exit": True},
     )
     if response.status_code >= 400:
-        raise SnapshotFailed(f"the engine could not checkpoint it: {_said(response)}")
+        raise SnapshotFailed(f"the engine could not checkpoint it: {said(response)}")
     return PausedSandbox(
         backend=BACKEND,
         sandbox=sandbox.name,
@@ -99,26 +99,27 @@ def checkpoint(client: docker.DockerClient, sandbox: DockerSandbox, max_mb: int)
 def start_from_checkpoint(client: docker.DockerClient, name: str, checkpoint_id: str) -> None:
     """`docker start --checkpoint` (blocking), tried again while containerd still holds the
     checkpoint's earlier copy."""
-    said = ""
+    refusal = ""
     for wait in RESTORE_RETRY.waits():
         if wait:
             time.sleep(wait)
-        response = _raw(client)._post(
-            _raw(client)._url("/containers/{0}/start", name), params={"checkpoint": checkpoint_id}
+        response = raw_api(client)._post(
+            raw_api(client)._url("/containers/{0}/start", name),
+            params={"checkpoint": checkpoint_id},
         )
         if response.status_code < 400:
             return
-        said = _said(response)
-        if "already exists" not in said:
+        refusal = said(response)
+        if "already exists" not in refusal:
             break
-    raise SnapshotFailed(f"the engine could not restore it: {said}")
+    raise SnapshotFailed(f"the engine could not restore it: {refusal}")
 
 
 def remove_checkpoint(client: docker.DockerClient, name: str, checkpoint_id: str) -> None:
     """Remove a checkpoint that was restored: it is never restored twice."""
     with contextlib.suppress(docker.errors.APIError):
-        _raw(client)._delete(
-            _raw(client)._url("/containers/{0}/checkpoints/{1}", name, checkpoint_id)
+        raw_api(client)._delete(
+            raw_api(client)._url("/containers/{0}/checkpoints/{1}", name, checkpoint_id)
         )
 
 
@@ -140,7 +141,9 @@ def paused_state(
 
 
 def checkpoints(client: docker.DockerClient, container_id: str) -> list[str]:
-    response = _raw(client)._get(_raw(client)._url("/containers/{0}/checkpoints", container_id))
+    response = raw_api(client)._get(
+        raw_api(client)._url("/containers/{0}/checkpoints", container_id)
+    )
     if response.status_code >= 400:
         return []
     found = response.json() or []
@@ -171,9 +174,10 @@ def _age_s(stamp: str) -> float:
     return time.time() - when.timestamp()
 
 
-async def handshake(sandbox: DockerSandbox, session: str) -> None:
+async def handshake(sandbox: DockerSandbox, session: str, reseed: bool = False) -> None:
     """Prove a restored runner is the snapshot's (it answers under the snapshot's key), that
-    it holds `session`, and give it a fresh key; SnapshotFailed otherwise."""
+    it holds `session`, and give it a fresh key (and, with `reseed`, fresh random
+    generators); SnapshotFailed otherwise."""
     client = RunnerClient(sandbox, timeout_s=HANDSHAKE_TIMEOUT_S)
     try:
         resumed = await client.resume()
@@ -181,7 +185,7 @@ async def handshake(sandbox: DockerSandbox, session: str) -> None:
             raise SnapshotFailed("the restored sandbox did not answer under its snapshot's key")
         if resumed.session != session:
             raise SnapshotFailed("the restored sandbox holds another conversation's session")
-        if await client.rekey() is None:
+        if await client.rekey(reseed) is None:
             raise SnapshotFailed("the restored sandbox did not take a fresh key")
     except TimeoutError:
         raise SnapshotFailed(
@@ -197,13 +201,13 @@ async def discard(client: docker.DockerClient, name: str) -> None:
         log.warning("could not remove paused sandbox %s: %s", name, exc)
 
 
-def _raw(client: docker.DockerClient) -> Any:
+def raw_api(client: docker.DockerClient) -> Any:
     """The engine's HTTP API as docker-py calls it, for the checkpoint calls it does not
     wrap."""
     return client.api
 
 
-def _said(response: Any) -> str:
+def said(response: Any) -> str:
     try:
         message = response.json().get("message")
     except ValueError:

@@ -47,6 +47,12 @@ class PoolSettings:
     pause_max_mb: int = 4096
     """`CELLMATE_SESSION_PAUSE_MAX_MB`: a sandbox using more memory is not paused; its
     workspace (files and pickled variables) is saved instead."""
+    template: bool = False
+    """`CELLMATE_POOL_TEMPLATE`: under gVisor on an engine with checkpoints, cold sandboxes
+    are clones restored from a warmed template (one per image and limits: numpy, pandas and
+    matplotlib imported, a first figure drawn), each with its own key and random generators,
+    instead of a kernel started and warmed again. The template holds one sandbox's memory,
+    and two primed clones (a checkpoint each, on the engine's disk) wait beside it."""
 
     def __post_init__(self) -> None:
         if self.size < 0 or self.max_live < 1 or self.queue_limit < 0:
@@ -92,8 +98,10 @@ class Executor:
             pause_after_s=settings.pause_after_s,
             pause_max_mb=settings.pause_max_mb,
         )
-        if isinstance(self.backend, DockerBackend) and workspace_settings is not None:
-            self.backend.paused_retention_s = workspace_settings.retention_days * 86400
+        if isinstance(self.backend, DockerBackend):
+            self.backend.templates_enabled = settings.template
+            if workspace_settings is not None:
+                self.backend.paused_retention_s = workspace_settings.retention_days * 86400
 
     @property
     def _keeper(self) -> SessionKeeper | None:
@@ -142,6 +150,8 @@ class Executor:
         if kept:
             log.info("left %d session(s) running for the next start to attach to", len(kept))
         await self.pool.close()
+        if isinstance(self.backend, DockerBackend):
+            await self.backend.templates.close()
         # A removal that failed while the engine was away (a restart) leaves a container or
         # volume behind; one sweep by this instance's labels catches those.
         try:

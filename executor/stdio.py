@@ -56,6 +56,7 @@ class RunnerStream:
         self._resuming: str | None = None
         self.refused = 0
         """Lines that were not sealed by the runner (forged, replayed or damaged)."""
+        self._replayed: deque[dict[str, Any]] = deque()
 
     @property
     def key(self) -> bytes:
@@ -72,6 +73,8 @@ class RunnerStream:
 
     async def receive(self) -> dict[str, Any] | None:
         """The next event, or None once the stream has ended."""
+        if self._replayed:
+            return self._replayed.popleft()
         while True:
             newline = self._stdout.find(b"\n")
             if newline >= 0:
@@ -92,6 +95,15 @@ class RunnerStream:
                 self._keep_stderr(payload)
             else:
                 self._stdout += payload
+
+    def use_key(self, key: bytes) -> None:
+        """Seal and open with `key` (a restored clone's, which it had from its template)."""
+        self._key = key
+
+    def replay(self, event: dict[str, Any]) -> None:
+        """An event this side knows the runner said before (a clone's template did), which
+        `receive` gives first."""
+        self._replayed.append(event)
 
     def hello_line(self) -> bytes:
         """The first line the runner reads (CELLMATE_RUNNER_AWAIT_HELLO=1): its key."""

@@ -14,6 +14,7 @@ from executor.archive import build_input_tar
 from executor.protocol import Sandbox, SandboxBackend
 from executor.runner_client import RunnerClient
 from tests.contract.conftest import ENV_NAME, started
+from tests.support.runner_events import notices_and_outputs
 
 FILES = {"in/sales.csv": b"a,b\n1,2\n", "top.txt": b"top"}
 
@@ -252,18 +253,3 @@ async def test_a_sessions_file_and_environment_calls_answer(
         assert await session.info("out") is None
         await session.set_env({ENV_NAME: "teal"})
         assert [f.path for f in await session.files()] == ["in", "in/sales.csv"]
-
-
-async def notices_and_outputs(client: RunnerClient, run_id: str) -> tuple[list[str], list[Any]]:
-    """The runner's notices, and every output (of any run), until the run's `done`."""
-    notices: list[str] = []
-    outputs: list[Any] = []
-    async with asyncio.timeout(120):
-        while (event := await client.event()) is not None:
-            if isinstance(event, wire.Log):
-                notices.append(event.message)
-            elif isinstance(event, wire.Output):
-                outputs.append(event.output)
-            elif isinstance(event, wire.Done) and event.id == run_id:
-                break
-    return notices, outputs

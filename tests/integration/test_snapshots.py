@@ -7,6 +7,7 @@ workspace path stays."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import timedelta
 from pathlib import Path
@@ -16,10 +17,13 @@ import pytest
 
 from bot.sandbox_words import spoken
 from bot.workspaces import StoredWorkspaces
-from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
+from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag, wire
 from executor.docker_backend import DockerBackend
+from executor.docker_sandbox import DockerSandbox
+from executor.runner_client import RunnerClient
 from executor.workspace import WorkspaceSettings, pack, unpack
 from storage.local import LocalStorage
+from tests.support.runner_events import notices_and_outputs
 from tests.support.sandboxes import TEST_INSTANCE
 
 pytestmark = pytest.mark.docker
@@ -160,3 +164,55 @@ async def test_the_engine_says_whether_it_can_checkpoint() -> None:
         assert "runc" in refused
     finally:
         await backend.close()
+
+
+RANDOM = (
+    "import random, sys, numpy\n"
+    "print(random.random(), numpy.random.rand(), 'pandas' in sys.modules)"
+)
+
+
+async def test_cold_sandboxes_are_clones_of_a_warm_template_with_their_own_keys_and_seeds(
+    docker_client: docker.DockerClient,
+) -> None:
+    limits = SandboxLimits(runtime="runsc", timeout_s=60)
+    pool = PoolSettings(size=0, template=True)
+    async with Executor(default_tag(), limits=limits, instance=TEST_INSTANCE, pool=pool) as ex:
+        first = await ex.session("cold").run("import sys\nprint('pandas' in sys.modules)")
+        assert first.stdout == "False\n"  # a cold start: pandas is not preloaded under runsc
+        backend = ex.backend
+        assert isinstance(backend, DockerBackend)
+        async with asyncio.timeout(180):
+            assert await backend.templates.warmed(limits)
+        one, two = await asyncio.gather(
+            ex.session("clone-1").run(RANDOM), ex.session("clone-2").run(RANDOM)
+        )
+        assert one.status is Status.OK, one.message + one.stderr
+        assert two.status is Status.OK, two.message + two.stderr
+        # Both come warm from the template (pandas imported there) ...
+        assert one.stdout.split()[2] == two.stdout.split()[2] == "True"
+        # ... and neither repeats the other's numbers.
+        assert one.stdout.split()[:2] != two.stdout.split()[:2]
+        assert one.stdout.split()[0] != two.stdout.split()[0]
+        assert one.stdout.split()[1] != two.stdout.split()[1]
+
+        sandboxes = [ex.sessions.live(key) for key in ("clone-1", "clone-2")]
+        assert sandboxes[0] is not None
+        assert sandboxes[1] is not None
+        a, b = (live.lease.sandbox for live in sandboxes)
+        assert isinstance(a, DockerSandbox)
+        assert isinstance(b, DockerSandbox)
+        (template,) = backend.templates._templates.values()
+        assert len({a.key, b.key, template.sandbox.key}) == 3
+        # A line sealed with one clone's key means nothing to the other.
+        forged = wire.Run(id="forged", cells=("print('forged')",))
+        await b._write(wire.seal(a.key, 10**18, wire.dumps(wire.encode(forged))))
+        client = RunnerClient(b)
+        run_id = await client.run(
+            ["print('mine')"], output_limit=10**6, rich_limit=10**7, rich_count_limit=100
+        )
+        notices, outputs = await notices_and_outputs(client, run_id)
+        assert notices == ["unsealed request ignored"]
+        assert [output.get("text") for output in outputs] == ["mine\n"]
+        for key in ("cold", "clone-1", "clone-2"):
+            await ex.session(key).close()

@@ -331,7 +331,6 @@ class Runner:
                 "-I",
                 "-c",
                 PREVIEW_SCRIPT,
-                RESEED_CODE,
                 *paths,
                 cwd=str(DATA_DIR),
                 stdin=asyncio.subprocess.DEVNULL,
