@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TextIO
 
 import docker
@@ -25,6 +25,7 @@ from bot.settings import Settings
 from executor import EngineUnavailable, ExecutorError
 from executor.backends import build_backend
 from executor.docker_backend import RuntimeMissing, check_runtime, connect
+from executor.docker_snapshots import pause_refusal
 from executor.egress import engine_runtime
 from executor.kubernetes_backend import KubernetesBackend
 
@@ -95,6 +96,15 @@ async def _kubernetes(settings: Settings) -> list[Finding]:
             found += await enforcement(backend, settings)
         except ExecutorError as exc:
             found.append(Finding("enforcement", False, f"could not be checked: {exc}"))
+        found.append(
+            Finding(
+                "snapshots",
+                False,
+                "Kubernetes offers no checkpoints here: idle sessions keep their workspace only "
+                "(files and pickled variables)",
+                required=False,
+            )
+        )
         found.append(
             Finding("restarts", True, "sessions carry on when the bot restarts")
             if backend.keeps_sessions
@@ -191,11 +201,37 @@ async def _docker(settings: Settings) -> list[Finding]:
                     "CELLMATE_SANDBOX_RUNTIME=runc",
                 )
             )
+        found.append(snapshots_finding(settings, info))
         if settings.sandbox.egress == "allowlist":
             found += await _doors(settings, info)
         return found
     finally:
         client.close()
+
+
+def snapshots_finding(settings: Settings, info: Mapping[str, Any]) -> Finding:
+    """Whether the engine can checkpoint gVisor sandboxes, and so whether idle sessions
+    pause to memory snapshots (else they keep their workspace: files and pickles)."""
+    pool = settings.pool
+    refusal = pause_refusal(info, settings.sandbox)
+    if refusal is None and "runsc" in (info.get("Runtimes") or {}):
+        if not pool.pause_after_s:
+            detail = "the engine can checkpoint; pausing is off (CELLMATE_SESSION_PAUSE_AFTER_S=0)"
+        else:
+            detail = (
+                f"the engine can checkpoint: a session idle {pool.pause_after_s:g} s is paused "
+                "to a memory snapshot"
+                + (", and cold sandboxes are clones of a warmed template" if pool.template else "")
+            )
+        return Finding("snapshots", True, detail, required=False)
+    return Finding(
+        "snapshots",
+        False,
+        f"idle sessions keep their workspace only (files and pickled variables): {refusal}",
+        "run sandboxes under gVisor (CELLMATE_SANDBOX_RUNTIME=runsc) on an engine with "
+        '"experimental": true (scripts/ensure-docker.sh sets it)',
+        required=False,
+    )
 
 
 async def _doors(settings: Settings, info: dict[str, Any]) -> list[Finding]:

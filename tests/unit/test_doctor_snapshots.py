@@ -1,0 +1,49 @@
+"""`cellmate doctor` says whether the engine can checkpoint gVisor sandboxes, and so whether
+idle sessions pause to memory snapshots or keep only their workspace."""
+
+from __future__ import annotations
+
+from bot.ops.doctor import snapshots_finding
+from bot.settings import load_settings
+
+RUNTIMES = {"runc": {}, "runsc": {}}
+
+
+def test_an_experimental_engine_with_gvisor_pauses_idle_sessions() -> None:
+    settings = load_settings({"CELLMATE_SANDBOX_RUNTIME": "runsc"}, env_file=None)
+    found = snapshots_finding(settings, {"ExperimentalBuild": True, "Runtimes": RUNTIMES})
+    assert found.ok
+    assert found.detail == (
+        "the engine can checkpoint: a session idle 300 s is paused to a memory snapshot"
+    )
+
+
+def test_without_experimental_features_the_doctor_says_how_to_turn_them_on() -> None:
+    settings = load_settings({"CELLMATE_SANDBOX_RUNTIME": "runsc"}, env_file=None)
+    found = snapshots_finding(settings, {"ExperimentalBuild": False, "Runtimes": RUNTIMES})
+    assert not found.ok
+    assert not found.required
+    assert "runs without experimental features" in found.detail
+    assert '"experimental": true' in found.fix
+
+
+def test_under_runc_sessions_keep_their_workspace() -> None:
+    settings = load_settings({"CELLMATE_SANDBOX_RUNTIME": "runc"}, env_file=None)
+    found = snapshots_finding(settings, {"ExperimentalBuild": True, "Runtimes": RUNTIMES})
+    assert not found.ok
+    assert found.detail.startswith("idle sessions keep their workspace only")
+    assert "runc" in found.detail
+
+
+def test_pausing_turned_off_is_said() -> None:
+    settings = load_settings(
+        {
+            "CELLMATE_SANDBOX_RUNTIME": "runsc",
+            "CELLMATE_SESSION_PAUSE_AFTER_S": "0",
+            "CELLMATE_POOL_TEMPLATE": "true",
+        },
+        env_file=None,
+    )
+    found = snapshots_finding(settings, {"ExperimentalBuild": True, "Runtimes": RUNTIMES})
+    assert found.ok
+    assert "pausing is off" in found.detail
