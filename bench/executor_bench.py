@@ -28,7 +28,7 @@ import docker
 from bot.settings import load_settings
 from bot.workspaces import StoredWorkspaces
 from executor import ExecutionResult, Executor, PoolSettings, SandboxLimits, Status
-from executor.docker_backend import connect
+from executor.docker_backend import DockerBackend, connect
 from executor.docker_specs import INSTANCE_LABEL
 from executor.kubernetes_backend import KubernetesBackend
 from executor.protocol import SandboxBackend
@@ -192,6 +192,85 @@ async def measure_workspaces(
         figures.summary["restore_ms"] = round(statistics.median(restores), 1)
 
 
+BIG_FRAME = (
+    "import numpy as np, pandas as pd\n"
+    "df = pd.DataFrame(np.random.rand(3_300_000, 8))\n"  # 200 MB
+    "int(df.memory_usage().sum() / 2**20)"
+)
+
+
+async def measure_snapshots(
+    image: str, limits: SandboxLimits, samples: int, figures: Figures, paused_count: int
+) -> None:
+    """gVisor on Docker: the first run of a cold session cloned from the warmed template; a
+    session holding a 200 MB DataFrame paused, then resumed by its next run; and the host
+    memory that `paused_count` paused idle sessions hold."""
+    cloned = PoolSettings(size=0, max_live=40, template=True)
+    async with Executor(image, limits=limits, instance=INSTANCE, pool=cloned) as executor:
+        backend = executor.backend
+        assert isinstance(backend, DockerBackend)
+        await executor.session("template").run("x = 1")  # a cold start makes the template
+        firsts: list[float] = []
+        for i in range(samples):
+            if not await backend.templates.warmed(limits):
+                raise SystemExit("the warmed template could not be made")
+            firsts.append(await timed(partial(executor.session(f"clone-{i}").run, "x = 1; x")))
+            await executor.session(f"clone-{i}").close()
+        figures.add("first run, cold session from the warmed template", firsts)
+        figures.summary["template_cold_session_ms"] = round(statistics.median(firsts), 1)
+
+    with tempfile.TemporaryDirectory() as folder:
+        secret = os.urandom(32)
+        store = StoredWorkspaces(LocalStorage(Path(folder), secret), secret, timedelta(days=1))
+        pool = PoolSettings(size=0, max_live=paused_count + 2)
+        async with Executor(
+            image,
+            limits=limits,
+            instance=INSTANCE,
+            pool=pool,
+            workspaces=store,
+            workspace_settings=WorkspaceSettings(max_mb=100),
+        ) as executor:
+            pauses: list[float] = []
+            resumes: list[float] = []
+            for i in range(max(3, samples // 3)):
+                session = executor.session(f"paused-{i}")
+                await timed(partial(session.run, BIG_FRAME))
+                started = time.perf_counter()
+                if (why := await session.pause()) is not None:
+                    raise SystemExit(f"the session could not be paused: {why}")
+                pauses.append((time.perf_counter() - started) * 1000)
+                resumes.append(await timed(partial(session.run, "df.shape")))
+                await session.close()
+            figures.add("pause, session holding a 200 MB DataFrame", pauses)
+            figures.add("resume and first run of that session", resumes)
+            figures.summary["pause_ms"] = round(statistics.median(pauses), 1)
+            figures.summary["resume_ms"] = round(statistics.median(resumes), 1)
+
+            sessions = [executor.session(f"idle-{i}") for i in range(paused_count)]
+            before = host_memory_used_mib()
+            await asyncio.gather(*(s.run("import numpy, pandas; x = 1") for s in sessions))
+            live = host_memory_used_mib()
+            for session in sessions:
+                await session.pause()
+            paused = host_memory_used_mib()
+            figures.summary["live_idle_mib"] = round((live - before) / paused_count, 1)
+            figures.summary["paused_idle_mib"] = round(max(0.0, paused - before) / paused_count, 1)
+            for session in sessions:
+                await session.close()
+
+
+def host_memory_used_mib() -> float:
+    """The host's memory in use (total less available: page cache the kernel can drop, such
+    as checkpoint files just written, does not count)."""
+    fields = dict(
+        line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line
+    )
+    total = int(fields["MemTotal"].split()[0])
+    available = int(fields["MemAvailable"].split()[0])
+    return (total - available) / 1024
+
+
 def idle_memory_mib(executor: Executor) -> float:
     """Memory of the idle session sandboxes (cgroup usage less reclaimable page cache)."""
     client = connect()
@@ -273,6 +352,12 @@ def main(argv: list[str]) -> int:
         choices=["docker", "kubernetes"],
         help="default: CELLMATE_EXECUTOR_BACKEND (kubernetes reads CELLMATE_KUBERNETES_*)",
     )
+    parser.add_argument(
+        "--paused", type=int, default=30, help="idle sessions paused for paused_idle_mib (runsc)"
+    )
+    parser.add_argument(
+        "--skip-snapshots", action="store_true", help="runsc: leave out pause, resume, template"
+    )
     args = parser.parse_args(argv)
     settings = load_settings()
     if args.backend:
@@ -308,6 +393,12 @@ def main(argv: list[str]) -> int:
             backend=lambda: dataclasses.replace(settings, sandbox=limits).sandbox_backend(),
         )
     )
+    if (
+        limits.runtime == "runsc"
+        and settings.executor_backend == "docker"
+        and not args.skip_snapshots
+    ):
+        asyncio.run(measure_snapshots(settings.image, limits, args.samples, figures, args.paused))
     follow_up = figures.summary["follow_up_p50_ms"]
     figures.summary["speedup_vs_baseline"] = round(
         figures.summary["baseline_nbconvert_ms"] / follow_up, 1
@@ -320,5 +411,11 @@ def main(argv: list[str]) -> int:
         print(f"{name:48} {p50:9.1f} {p95:9.1f} {count:5}")
     if "idle_session_mib" in figures.summary:
         print(f"{'idle session memory (MiB)':48} {figures.summary['idle_session_mib']:9.1f}")
+    for key, name in (
+        ("live_idle_mib", "host memory per live idle session (MiB)"),
+        ("paused_idle_mib", "host memory per paused idle session (MiB)"),
+    ):
+        if key in figures.summary:
+            print(f"{name:48} {figures.summary[key]:9.1f}")
     print(json.dumps(figures.summary))
     return 0
