@@ -57,8 +57,9 @@ def pause_refusal(info: Mapping[str, Any], limits: SandboxLimits) -> str | None:
         return "sandboxes with network access are not paused (their connections cannot be kept)"
     if not info.get("ExperimentalBuild"):
         return (
-            "the Docker engine runs without experimental features, which its checkpoints need "
-            '(set "experimental": true in /etc/docker/daemon.json and restart it)'
+            "the Docker engine offers no checkpoints here (an experimental feature: set "
+            '"experimental": true in /etc/docker/daemon.json and restart the engine; the '
+            "Docker API proxy passes none)"
         )
     return None
 

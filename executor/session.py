@@ -244,6 +244,7 @@ class SessionManager:
         if live is not None:
             return live, None
         if self.pool.full:
+            await self.pause_refusal()  # known before the room is made, with no await there
             self._make_room(key)
         if self.workspaces is not None:
             resumed = await self.keeper.resume(key)
@@ -329,10 +330,19 @@ class SessionManager:
         if not idle:
             return False
         _, oldest = min(idle)
-        log.info("ending idle session %s to make room", oldest)
         # No await between choosing and ending: the session cannot start a run in between.
+        live = self._live[oldest]
+        if self._pausing_known() and live.lease.sandbox.alive:
+            # Paused, it gives its sandbox back and its conversation loses nothing.
+            self._pause_in_background(oldest, live)
+            return True
+        log.info("ending idle session %s to make room", oldest)
         self._drop(oldest, Ended(Ending.MADE_ROOM), save=True)
         return True
+
+    def _pausing_known(self) -> bool:
+        """Whether idle sessions are paused, as far as already checked (no await)."""
+        return self.pause_after_s > 0 and self._pause_checked and self._pause_refusal is None
 
     def _drop(self, key: str, reason: Ended | None, save: bool = False) -> None:
         """End a session; with `save` (it ended though its kernel was fine), its workspace is

@@ -210,3 +210,16 @@ async def test_the_console_says_a_paused_session_was_resumed(
         back = await console.pipe("/run print(conn)")
         assert f"{RESUMED}." in back
         assert "<connection>" in back.splitlines()
+
+
+async def test_a_session_that_makes_room_for_another_is_paused_not_ended(
+    backend: FakeBackend, storage: LocalStorage
+) -> None:
+    async with executor(backend, storage, max_live=1) as ex:
+        await ex.session("conv-a").run("conn = connect()")
+        assert (await ex.session("conv-b").run("x = 41")).status is Status.OK
+        assert len(backend.paused) == 1
+        back = spoken(await ex.session("conv-a").run("print(conn)"))
+        assert back.stdout == "<connection>\n"
+        assert back.message.startswith(RESUMED)
+        assert not back.session_restarted

@@ -23,7 +23,7 @@ def test_without_experimental_features_the_doctor_says_how_to_turn_them_on() -> 
     found = snapshots_finding(settings, {"ExperimentalBuild": False, "Runtimes": RUNTIMES})
     assert not found.ok
     assert not found.required
-    assert "runs without experimental features" in found.detail
+    assert "offers no checkpoints here" in found.detail
     assert '"experimental": true' in found.fix
 
 
