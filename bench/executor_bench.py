@@ -81,7 +81,9 @@ async def measure(
     figures: Figures,
     backend: Callable[[], SandboxBackend | None],
 ) -> None:
-    pool = PoolSettings(size=2, max_live=40, queue_limit=50)
+    # No warmed template here: a cold session is a kernel started and warmed (the template
+    # is measured on its own, in measure_snapshots).
+    pool = PoolSettings(size=2, max_live=40, queue_limit=50, template=False)
     async with Executor(
         image, limits=limits, backend=backend(), instance=INSTANCE, pool=pool
     ) as executor:
@@ -160,19 +162,9 @@ async def measure_workspaces(
 ) -> None:
     """Saving a workspace (a 10 MB DataFrame and 20 MB of files) when its session ends, and
     the first run of the next session, which restores it first (local storage)."""
-    pool = PoolSettings(size=2, max_live=10, idle_timeout_s=0.01)
+    pool = PoolSettings(size=2, max_live=10, idle_timeout_s=0.01, template=False)
     with tempfile.TemporaryDirectory() as folder:
-        secret = os.urandom(32)
-        store = StoredWorkspaces(LocalStorage(Path(folder), secret), secret, timedelta(days=1))
-        async with Executor(
-            image,
-            limits=limits,
-            backend=backend(),
-            instance=INSTANCE,
-            pool=pool,
-            workspaces=store,
-            workspace_settings=WorkspaceSettings(max_mb=100),
-        ) as executor:
+        async with keeping_workspaces(image, limits, pool, Path(folder), backend()) as executor:
             saves: list[float] = []
             restores: list[float] = []
             for i in range(samples):
@@ -220,17 +212,8 @@ async def measure_snapshots(
         figures.summary["template_cold_session_ms"] = round(statistics.median(firsts), 1)
 
     with tempfile.TemporaryDirectory() as folder:
-        secret = os.urandom(32)
-        store = StoredWorkspaces(LocalStorage(Path(folder), secret), secret, timedelta(days=1))
-        pool = PoolSettings(size=0, max_live=paused_count + 2)
-        async with Executor(
-            image,
-            limits=limits,
-            instance=INSTANCE,
-            pool=pool,
-            workspaces=store,
-            workspace_settings=WorkspaceSettings(max_mb=100),
-        ) as executor:
+        pool = PoolSettings(size=0, max_live=paused_count + 2, template=False)
+        async with keeping_workspaces(image, limits, pool, Path(folder)) as executor:
             pauses: list[float] = []
             resumes: list[float] = []
             for i in range(max(3, samples // 3)):
@@ -258,6 +241,26 @@ async def measure_snapshots(
             figures.summary["paused_idle_mib"] = round(max(0.0, paused - before) / paused_count, 1)
             for session in sessions:
                 await session.close()
+
+
+def keeping_workspaces(
+    image: str,
+    limits: SandboxLimits,
+    pool: PoolSettings,
+    folder: Path,
+    backend: SandboxBackend | None = None,
+) -> Executor:
+    """An executor whose sessions keep their workspaces in local storage under `folder`."""
+    secret = os.urandom(32)
+    return Executor(
+        image,
+        limits=limits,
+        backend=backend,
+        instance=INSTANCE,
+        pool=pool,
+        workspaces=StoredWorkspaces(LocalStorage(folder, secret), secret, timedelta(days=1)),
+        workspace_settings=WorkspaceSettings(max_mb=100),
+    )
 
 
 def host_memory_used_mib() -> float:

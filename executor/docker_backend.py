@@ -171,7 +171,11 @@ class DockerBackend:
 
     async def start(self, limits: SandboxLimits, input_tar: bytes | None) -> DockerSandbox:
         client = await self.client()
-        if self.templates_enabled and Templates.usable(limits):
+        if (
+            self.templates_enabled
+            and Templates.usable(limits)
+            and await self.pause_refusal(limits) is None
+        ):
             clone = await self.templates.clone(limits, self._created, self._started)
             if clone is not None:
                 await self._put_input(clone, input_tar)

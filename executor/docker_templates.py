@@ -77,6 +77,9 @@ class Templates:
         self._making: dict[tuple[object, ...], asyncio.Task[None]] = {}
         self._root: str | None = None
         self._closed = False
+        self.refusal: str | None = None
+        """Why clones are no longer made (the engine refused to checkpoint a template):
+        sandboxes start cold instead."""
 
     @staticmethod
     def usable(limits: SandboxLimits) -> bool:
@@ -106,7 +109,7 @@ class Templates:
         being made (in the background, at the first call) or when cloning fails."""
         key = template_limits(limits).container_spec()
         template = self._templates.get(key)
-        if self._closed:
+        if self._closed or self.refusal is not None:
             return None
         if template is None or not template.sandbox.alive:
             self._templates.pop(key, None)
@@ -154,7 +157,9 @@ class Templates:
                 template.primed.append(await self._prime(template))
             except ExecutorError as exc:
                 if not self._closed:
-                    log.warning("could not prime a clone of the warmed template: %s", exc)
+                    # An engine that refuses once refuses again: sandboxes start cold.
+                    self.refusal = str(exc)
+                    log.warning("cold sandboxes start without the warmed template: %s", exc)
                 return
 
     async def _prime(self, template: Template) -> DockerSandbox:

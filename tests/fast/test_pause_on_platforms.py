@@ -5,18 +5,15 @@ says the session was resumed, and what could not be pickled is still there."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from bench.standins.discord_server import ALICE
 from bench.standins.slack_server import C_GENERAL
-from bot.workspaces import StoredWorkspaces
 from executor import Executor
 from executor.fake_backend import FakeBackend, FakeRun
-from executor.workspace import WorkspaceSettings, WorkspaceStore
-from storage.local import LocalStorage
+from executor.workspace import WorkspaceSettings
+from tests.fast.restore_fixtures import workspaces
 from tests.fast.test_discord_turns import sandbox_limits
 from tests.fast.test_discord_turns import start_bot as start_discord
 from tests.fast.test_slack_turns import mode
@@ -24,7 +21,7 @@ from tests.fast.test_slack_turns import start_bot as start_slack
 from tests.support.on_discord import Bot as DiscordBot
 from tests.support.on_slack import Bot as SlackBot
 
-__all__ = ["mode", "sandbox_limits", "start_discord", "start_slack"]
+__all__ = ["mode", "sandbox_limits", "start_discord", "start_slack", "workspaces"]
 
 RESUMED = "Resumed your session from a moment ago: every variable is as you left it."
 
@@ -35,12 +32,6 @@ def fake_backend() -> FakeBackend:
         {"conn = connect()": FakeRun(unsaveable=["conn"]), "print(conn)": FakeRun(shows="conn")},
         pausable=True,
     )
-
-
-@pytest.fixture
-def workspaces(tmp_path: Path) -> WorkspaceStore:
-    secret = b"q" * 32
-    return StoredWorkspaces(LocalStorage(tmp_path / "ws", secret), secret, timedelta(days=1))
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from executor.docker_backend import connect
 from tests.support.sandboxes import TEST_INSTANCE
 
 RUNTIMES = ["runc", "runsc"]
-NO_POOL = PoolSettings(size=0)
+NO_POOL = PoolSettings(size=0, template=False)
+"""Each run starts exactly the sandbox it needs (no warm pool, no warmed template)."""
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +49,10 @@ def pooled(runtime: str) -> Pooled:
     def make(**pool: int) -> Executor:
         limits = SandboxLimits(runtime=runtime)  # type: ignore[arg-type]
         return Executor(
-            default_tag(), limits=limits, instance=TEST_INSTANCE, pool=PoolSettings(**pool)
+            default_tag(),
+            limits=limits,
+            instance=TEST_INSTANCE,
+            pool=PoolSettings(**{"template": False, **pool}),
         )
 
     return make

@@ -55,7 +55,7 @@ def plain_sandbox_volumes(client: docker.DockerClient) -> set[str]:
 async def test_engine_restart_mid_run(runtime: str, docker_client: docker.DockerClient) -> None:
     before = plain_sandbox_volumes(docker_client)
     limits = SandboxLimits(runtime=runtime)  # type: ignore[arg-type]
-    pool = PoolSettings(size=1, max_live=4)
+    pool = PoolSettings(size=1, max_live=4, template=False)
     async with Executor(
         default_tag(), limits=limits, instance=TEST_INSTANCE, pool=pool
     ) as executor:

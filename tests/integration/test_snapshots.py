@@ -61,12 +61,12 @@ def store(tmp_path: Path) -> StoredWorkspaces:
     return StoredWorkspaces(LocalStorage(tmp_path / "files", SECRET), SECRET, timedelta(days=1))
 
 
-def executor(runtime: str, store: StoredWorkspaces) -> Executor:
+def executor(runtime: str, store: StoredWorkspaces, pause_max_mb: int = 4096) -> Executor:
     return Executor(
         default_tag(),
         limits=SandboxLimits(runtime=runtime, timeout_s=60),  # type: ignore[arg-type]
         instance=TEST_INSTANCE,
-        pool=PoolSettings(size=0),
+        pool=PoolSettings(size=0, pause_max_mb=pause_max_mb, template=False),
         workspaces=store,
         workspace_settings=WorkspaceSettings(),
     )
@@ -152,6 +152,25 @@ async def test_runc_sessions_keep_the_workspace_path(store: StoredWorkspaces) ->
         back = spoken(await session.run("print(y, 's' in globals())"))
         assert back.stdout == "5 False\n"
         assert back.message.startswith("Restored your workspace from a moment ago"), back.message
+        await session.close()
+
+
+async def test_a_sandbox_over_the_snapshot_cap_keeps_its_workspace_instead(
+    store: StoredWorkspaces,
+) -> None:
+    async with executor("runsc", store, pause_max_mb=50) as ex:
+        session = ex.session("conv-big")
+        assert (await session.run("import numpy\nz = 7")).status is Status.OK
+        why = await session.pause()
+        assert why is not None
+        assert why.startswith("it could not be paused: its memory (")
+        assert why.endswith("MB) is more than a snapshot may hold (50 MB)")
+        back = spoken(await session.run("print(z)"))
+        assert back.stdout == "7\n"
+        assert back.message.startswith(
+            "Your paused session could not be kept in memory (it could not be paused: its memory ("
+        ), back.message
+        assert "Restored your workspace from a moment ago: z" in back.message
         await session.close()
 
 

@@ -60,7 +60,8 @@ def executor(runtime: str, store: StoredWorkspaces, **pool: float) -> Executor:
         default_tag(),
         limits=SandboxLimits(runtime=runtime, timeout_s=60),  # type: ignore[arg-type]
         instance=TEST_INSTANCE,
-        pool=PoolSettings(size=0, **pool),  # type: ignore[arg-type]
+        # Sessions end and save their workspace: none is paused to a memory snapshot.
+        pool=PoolSettings(size=0, template=False, pause_after_s=0, **pool),  # type: ignore[arg-type]
         workspaces=store,
         workspace_settings=WorkspaceSettings(max_mb=20, max_variables_mb=2),
     )

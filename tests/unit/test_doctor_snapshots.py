@@ -14,7 +14,8 @@ def test_an_experimental_engine_with_gvisor_pauses_idle_sessions() -> None:
     found = snapshots_finding(settings, {"ExperimentalBuild": True, "Runtimes": RUNTIMES})
     assert found.ok
     assert found.detail == (
-        "the engine can checkpoint: a session idle 300 s is paused to a memory snapshot"
+        "the engine can checkpoint: a session idle 300 s is paused to a memory snapshot, "
+        "and cold sandboxes are clones of a warmed template"
     )
 
 
@@ -47,3 +48,16 @@ def test_pausing_turned_off_is_said() -> None:
     found = snapshots_finding(settings, {"ExperimentalBuild": True, "Runtimes": RUNTIMES})
     assert found.ok
     assert "pausing is off" in found.detail
+
+
+def test_only_the_docker_backend_takes_snapshots() -> None:
+    """Kubernetes' runtime interface offers no checkpoint here: its sessions keep the
+    workspace path (the session manager checks for the protocol)."""
+    from executor.docker_backend import DockerBackend
+    from executor.kubernetes_backend import KubernetesBackend
+    from executor.protocol import SnapshotKeeper
+
+    assert all(hasattr(DockerBackend, name) for name in ("pause", "resume", "remove_paused"))
+    assert not any(hasattr(KubernetesBackend, name) for name in ("pause", "resume"))
+    assert issubclass(DockerBackend, SnapshotKeeper)
+    assert not issubclass(KubernetesBackend, SnapshotKeeper)
