@@ -250,6 +250,7 @@ class DockerBackend:
             await sandbox.hello()
             await self._put_input(sandbox, input_tar)
         except BaseException:
+            sandbox.close_stream()
             raw.close()
             await asyncio.shield(asyncio.to_thread(remove_sandbox, client, name, name))
             raise

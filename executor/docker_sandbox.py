@@ -214,6 +214,10 @@ class DockerSandbox:
 
         await _engine(kill)
 
+    def close_stream(self) -> None:
+        """Close this process's stream to the runner at once (a start that failed)."""
+        self._writer.close()
+
     async def let_go(self) -> None:
         """Close this process's stream to the runner, leaving the container as it is."""
         self._writer.close()

@@ -44,8 +44,9 @@ BACKEND = "docker"
 CHECKPOINT = "cellmate-paused"
 RESTORE_RETRY = Backoff(attempts=40, first_s=0.05, factor=1.5, max_s=0.5)
 """A restore refused while containerd still holds the checkpoint's copy (about 15 s in all)."""
-HANDSHAKE_TIMEOUT_S = 10.0
-"""A restored runner answers at once; one that cannot open the host's lines never does."""
+HANDSHAKE_TIMEOUT_S = 30.0
+"""A restored runner answers within moments, and re-seeding wakes its kernel; on a loaded
+host either may take seconds. One that cannot open the host's lines never answers."""
 MB = 1024 * 1024
 
 
@@ -88,6 +89,7 @@ def checkpoint(client: docker.DockerClient, sandbox: DockerSandbox, max_mb: int)
     )
     if response.status_code >= 400:
         raise SnapshotFailed(f"the engine could not checkpoint it: {said(response)}")
+    _until_stopped(client, sandbox.id)
     return PausedSandbox(
         backend=BACKEND,
         sandbox=sandbox.name,
@@ -95,6 +97,24 @@ def checkpoint(client: docker.DockerClient, sandbox: DockerSandbox, max_mb: int)
         key=sandbox.key.hex(),
         paused_at=paused_at,
     )
+
+
+STOP_WAIT = Backoff(attempts=60, first_s=0.05, factor=1.2, max_s=0.5)
+"""How long the engine may take to see a checkpointed container as stopped (it learns of the
+exit from containerd's events after the checkpoint call has returned)."""
+
+
+def _until_stopped(client: docker.DockerClient, container_id: str) -> None:
+    for wait in STOP_WAIT.waits():
+        if wait:
+            time.sleep(wait)
+        try:
+            state = client.api.inspect_container(container_id).get("State", {})
+        except docker.errors.NotFound:
+            raise SnapshotFailed("its sandbox went away while it was checkpointed") from None
+        if not state.get("Running"):
+            return
+    raise SnapshotFailed("the engine still shows it running after its checkpoint")
 
 
 def start_from_checkpoint(client: docker.DockerClient, name: str, checkpoint_id: str) -> None:
@@ -182,16 +202,18 @@ async def handshake(sandbox: DockerSandbox, session: str, reseed: bool = False) 
     client = RunnerClient(sandbox, timeout_s=HANDSHAKE_TIMEOUT_S)
     try:
         resumed = await client.resume()
-        if resumed is None:
-            raise SnapshotFailed("the restored sandbox did not answer under its snapshot's key")
-        if resumed.session != session:
-            raise SnapshotFailed("the restored sandbox holds another conversation's session")
-        if await client.rekey(reseed) is None:
-            raise SnapshotFailed("the restored sandbox did not take a fresh key")
     except TimeoutError:
-        raise SnapshotFailed(
-            "the restored sandbox did not answer under its snapshot's key in time"
-        ) from None
+        resumed = None
+    if resumed is None:
+        raise SnapshotFailed("the restored sandbox did not answer under its snapshot's key")
+    if resumed.session != session:
+        raise SnapshotFailed("the restored sandbox holds another conversation's session")
+    try:
+        rekeyed = await client.rekey(reseed)
+    except TimeoutError:
+        rekeyed = None
+    if rekeyed is None:
+        raise SnapshotFailed("the restored sandbox did not take a fresh key")
 
 
 async def discard(client: docker.DockerClient, name: str) -> None:

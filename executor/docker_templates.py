@@ -207,6 +207,8 @@ class Templates:
         self._closed = True
         for task in list(self._making.values()):
             task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ExecutorError):
+                await task
         for template in list(self._templates.values()):
             if template.priming is not None:
                 template.priming.cancel()

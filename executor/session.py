@@ -438,7 +438,17 @@ class SessionManager:
             return sandbox
         if self.workspaces is not None and sandbox.alive:
             started = time.monotonic()
-            if await self.keeper.save(key, live, self.shutdown_save_s):
-                log.info("saved session %s in %.1f s on shutdown", key, time.monotonic() - started)
-        self.pool.release(sandbox)
+            # Where snapshots work, the session is paused too, within the same deadline: the
+            # next process resumes it whole (its workspace, saved first, is the fallback).
+            pausing = self.pause_after_s > 0 and await self.pause_refusal() is None
+            pause_mb = self.pause_max_mb if pausing else None
+            if await self.keeper.save(key, live, self.shutdown_save_s, pause_mb):
+                how = "paused" if live.paused else "saved"
+                log.info(
+                    "%s session %s in %.1f s on shutdown", how, key, time.monotonic() - started
+                )
+        if live.paused:
+            self.pool.let_go(sandbox)
+        else:
+            self.pool.release(sandbox)
         return None

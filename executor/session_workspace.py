@@ -321,14 +321,16 @@ class WorkspaceKeeper:
         run to mention (False). Saved variables that were never loaded into a session where no
         code ran are kept as they were (its kernel has none of its own).
 
-        With `pause_mb`, the sandbox is then paused to a memory snapshot (`live.paused`),
-        which the workspace names for the next run to resume; the files and variables saved
-        are what comes back if it cannot be. A sandbox that cannot be paused is saved as
-        usual, and the next run says why."""
+        With `pause_mb`, the sandbox is then paused to a memory snapshot (`live.paused`)
+        within what is left of `timeout_s`, and the workspace is saved again naming it, for
+        the next run to resume; the files and variables saved first are what comes back if
+        it cannot be. A sandbox that cannot be paused keeps that workspace, and the next run
+        says why."""
         assert self.store is not None
         limits = self.settings
         sandbox = live.lease.sandbox
         carried = live.saved if live.saved is not None and not live.ran else None
+        deadline = time.monotonic() + timeout_s
         try:
             async with asyncio.timeout(timeout_s):
                 variables_cap = min(limits.max_variables_mb, limits.max_mb) * MB
@@ -373,14 +375,8 @@ class WorkspaceKeeper:
                         cells=carried.cells,
                         skipped={**carried.skipped, **workspace.skipped},
                     )
-                if pause_mb is not None:
-                    workspace = await self._paused(key, live, workspace, pause_mb)
                 await self.store.save(key, pack(workspace))
-                return True
         except (WorkspaceError, SandboxError, TimeoutError, ValueError) as exc:
-            if live.paused:
-                # Nothing names the snapshot: it can never be resumed.
-                await self._drop_snapshot(workspace.paused)
             why = str(exc)
             log.warning(
                 "could not save the workspace of session %s: %s", key, why or "it took too long"
@@ -391,21 +387,36 @@ class WorkspaceKeeper:
             with contextlib.suppress(WorkspaceError):
                 await self.store.delete(key)
             return False
+        if pause_mb is not None:
+            await self._pause(key, live, workspace, pause_mb, deadline - time.monotonic())
+        return True
 
-    async def _paused(self, key: str, live: Live, workspace: Workspace, max_mb: int) -> Workspace:
-        """`workspace` naming the snapshot the session's sandbox was just paused to; as it
-        was when the sandbox cannot be paused (said in the next run's note)."""
+    async def _pause(
+        self, key: str, live: Live, workspace: Workspace, max_mb: int, within_s: float
+    ) -> None:
+        """Pause the session's sandbox to a memory snapshot (`live.paused`) and name it in the
+        workspace, which is already saved: a pause that fails, or takes longer than
+        `within_s`, leaves that workspace as it is, and the next run says why."""
         backend = self.pool.backend
-        if not isinstance(backend, SnapshotKeeper):
-            return workspace
+        if not isinstance(backend, SnapshotKeeper) or self.store is None:
+            return
         try:
-            paused = await backend.pause(live.lease.sandbox, max_mb)
-        except ExecutorError as exc:
-            log.warning("could not pause session %s to a snapshot: %s", key, exc)
-            self.snapshot_why[key] = f"it could not be paused: {exc}"
-            return workspace
+            async with asyncio.timeout(max(within_s, 0.001)):
+                paused = await backend.pause(live.lease.sandbox, max_mb)
+        except (ExecutorError, TimeoutError) as exc:
+            # A checkpoint still under way when time ran out stops a sandbox that nothing
+            # names: it is released (removed) with the session.
+            why = str(exc) or "it took too long"
+            log.warning("could not pause session %s to a snapshot: %s", key, why)
+            self.snapshot_why[key] = f"it could not be paused: {why}"
+            return
         live.paused = True
-        return dataclasses.replace(workspace, paused=paused)
+        try:
+            await self.store.save(key, pack(dataclasses.replace(workspace, paused=paused)))
+        except WorkspaceError as exc:
+            # Nothing names the snapshot: it can never be resumed.
+            await self._drop_snapshot(paused)
+            self.snapshot_why[key] = f"it could not be recorded: {exc}"
 
     async def _drop_snapshot(self, paused: PausedSandbox | None) -> None:
         backend = self.pool.backend

@@ -238,7 +238,7 @@ async def test_a_sessions_file_and_environment_calls_answer(
 ) -> None:
     """What `Session` offers besides runs, on each backend (on the fake too)."""
     async with Executor(
-        "contract", limits=limits, backend=backend, pool=PoolSettings(size=0)
+        "contract", limits=limits, backend=backend, pool=PoolSettings(size=0, template=False)
     ) as executor:
         session = executor.session("contract")
         await session.put_files(FILES)

@@ -223,3 +223,41 @@ async def test_a_session_that_makes_room_for_another_is_paused_not_ended(
         assert back.stdout == "<connection>\n"
         assert back.message.startswith(RESUMED)
         assert not back.session_restarted
+
+
+async def test_a_shutdown_pauses_sessions_and_the_next_process_resumes_them(
+    backend: FakeBackend, storage: LocalStorage
+) -> None:
+    async with executor(backend, storage) as first:
+        await first.session("conv-a").run("conn = connect()")
+        await first.session("conv-b").run("x = 41")
+    assert len(backend.paused) == 2
+    async with executor(backend, storage) as second:
+        back = spoken(await second.session("conv-a").run("print(conn)"))
+        assert back.stdout == "<connection>\n"
+        assert back.message.startswith(RESUMED)
+        again = spoken(await second.session("conv-b").run("print(x)"))
+        assert again.stdout == "41\n"
+        await second.session("conv-a").close()
+        await second.session("conv-b").close()
+    assert backend.paused == {}
+
+
+async def test_a_pause_that_takes_too_long_keeps_the_workspace(
+    backend: FakeBackend, storage: LocalStorage
+) -> None:
+    """The workspace is saved before the checkpoint: a pause past the deadline loses
+    nothing that the workspace holds."""
+
+    async def slow_pause(*_: object) -> None:
+        await asyncio.sleep(30)
+
+    async with executor(backend, storage, shutdown_save_s=0.5) as first:
+        await first.session("conv-a").run("x = 41")
+        backend.pause = slow_pause  # type: ignore[assignment,method-assign]
+    assert backend.paused == {}
+    del backend.pause
+    async with executor(backend, storage) as second:
+        back = spoken(await second.session("conv-a").run("print(x)"))
+        assert back.stdout == "41\n"
+        assert back.message == "Restored your workspace from a moment ago: x, data.csv."

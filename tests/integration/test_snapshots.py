@@ -103,6 +103,20 @@ async def test_a_paused_session_comes_back_whole_in_the_next_process(
         docker_client.api.inspect_container(paused.sandbox)
 
 
+async def test_a_bot_restart_pauses_live_sessions_and_the_next_start_resumes_them(
+    store: StoredWorkspaces,
+) -> None:
+    async with executor("runsc", store) as first:
+        made = await first.session("conv-restart").run(WORK)
+        assert made.status is Status.OK, made.message + made.stderr
+    async with executor("runsc", store) as second:
+        session = second.session("conv-restart")
+        back = spoken(await session.run(CHECK))
+        assert back.stdout == "7 still here 9 2 Counter\nkept on disk\n", back.message
+        assert back.message.startswith("Resumed your session from a moment ago"), back.message
+        await session.close()
+
+
 async def test_a_snapshot_of_another_session_is_refused_and_the_workspace_comes_back(
     store: StoredWorkspaces,
 ) -> None:
