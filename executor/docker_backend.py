@@ -171,11 +171,9 @@ class DockerBackend:
 
     async def start(self, limits: SandboxLimits, input_tar: bytes | None) -> DockerSandbox:
         client = await self.client()
-        if (
-            self.templates_enabled
-            and Templates.usable(limits)
-            and await self.pause_refusal(limits) is None
-        ):
+        # A template is cloned by checkpoints: where sandboxes cannot be paused (runc,
+        # network access, an engine without checkpoints), there is none.
+        if self.templates_enabled and await self.pause_refusal(limits) is None:
             clone = await self.templates.clone(limits, self._created, self._started)
             if clone is not None:
                 await self._put_input(clone, input_tar)
@@ -199,13 +197,12 @@ class DockerBackend:
                 log.warning("%s; starting another sandbox", exc)
         raise AssertionError("unreachable")
 
-    async def _created(self, limits: SandboxLimits) -> tuple[DockerSandbox, str]:
+    async def _created(self, limits: SandboxLimits) -> DockerSandbox:
         """A sandbox's container made and attached, not started (a clone starts from a
-        checkpoint); its id."""
+        checkpoint)."""
         client = await self.client()
-        name = f"cellmate-{uuid.uuid4().hex[:16]}"
-        sandbox, _ = await self._make(client, name, limits, None)
-        return sandbox, sandbox.id
+        sandbox, _ = await self._make(client, f"cellmate-{uuid.uuid4().hex[:16]}", limits, None)
+        return sandbox
 
     async def _make(
         self,
@@ -225,15 +222,12 @@ class DockerBackend:
             await asyncio.shield(_abandon(client, name, creating))
             raise
         try:
-            # Frames are read with readexactly, which ignores the limit; the limit only sets
-            # how much the stream buffers unread (twice it) before it stops reading the
-            # socket, so between runs a sandbox cannot make the bot hold more than that.
-            reader, writer = await asyncio.open_connection(sock=raw, limit=UNREAD_BYTES)
+            sandbox = await _sandbox_on(client, container, raw, os.urandom(32))
         except BaseException:
             raw.close()
             await asyncio.shield(asyncio.to_thread(remove_sandbox, client, name, name))
             raise
-        return DockerSandbox(client, container, name, reader, writer, os.urandom(32)), raw
+        return sandbox, raw
 
     async def _start(
         self, client: docker.DockerClient, limits: SandboxLimits, input_tar: bytes | None
@@ -340,16 +334,15 @@ class DockerBackend:
             raise SnapshotFailed("it was not taken by a Docker sandbox")
         client = await self.client()
         name = paused.sandbox
+        # Checked before anything is touched: a record that names a container which is not
+        # a paused sandbox of this instance (a running session's, say) leaves it alone.
+        attrs = await asyncio.to_thread(snapshots.paused_state, client, name, self.labels)
         raw: socket.socket | None = None
         sandbox: DockerSandbox | None = None
         try:
-            await asyncio.to_thread(snapshots.paused_state, client, name, self.labels)
             raw = await asyncio.to_thread(_attach, client, name)
-            reader, writer = await asyncio.open_connection(sock=raw, limit=UNREAD_BYTES)
-            container = await asyncio.to_thread(client.containers.get, name)
-            sandbox = DockerSandbox(
-                client, container, name, reader, writer, bytes.fromhex(paused.key)
-            )
+            container = client.containers.prepare_model(attrs)
+            sandbox = await _sandbox_on(client, container, raw, bytes.fromhex(paused.key))
             await asyncio.to_thread(
                 snapshots.start_from_checkpoint, client, name, paused.checkpoint
             )
@@ -391,6 +384,18 @@ class DockerBackend:
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
             self._client = None
+
+
+async def _sandbox_on(
+    client: docker.DockerClient, container: Container, raw: socket.socket, key: bytes
+) -> DockerSandbox:
+    """The sandbox whose runner is reached through `raw` (its attached socket) with `key`."""
+    # Frames are read with readexactly, which ignores the limit; the limit only sets how
+    # much the stream buffers unread (twice it) before it stops reading the socket, so
+    # between runs a sandbox cannot make the bot hold more than that.
+    reader, writer = await asyncio.open_connection(sock=raw, limit=UNREAD_BYTES)
+    # A sandbox's container and its data volume share its name.
+    return DockerSandbox(client, container, str(container.name), reader, writer, key)
 
 
 def _attach(client: docker.DockerClient, name: str) -> socket.socket:

@@ -220,7 +220,7 @@ class DockerSandbox:
 
     async def let_go(self) -> None:
         """Close this process's stream to the runner, leaving the container as it is."""
-        self._writer.close()
+        self.close_stream()
         with contextlib.suppress(ConnectionError, OSError):
             await self._writer.wait_closed()
         self._destroyed = True

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import docker
@@ -83,12 +84,7 @@ def checkpoint(client: docker.DockerClient, sandbox: DockerSandbox, max_mb: int)
             f"its memory ({used:.0f} MB) is more than a snapshot may hold ({max_mb} MB)"
         )
     paused_at = time.time()
-    response = raw_api(client)._post_json(  # docker-py has no call for checkpoints
-        raw_api(client)._url("/containers/{0}/checkpoints", sandbox.id),
-        data={"CheckpointID": CHECKPOINT, "Exit": True},
-    )
-    if response.status_code >= 400:
-        raise SnapshotFailed(f"the engine could not checkpoint it: {said(response)}")
+    create_checkpoint(client, sandbox.id, CHECKPOINT, stop=True)
     _until_stopped(client, sandbox.id)
     return PausedSandbox(
         backend=BACKEND,
@@ -97,6 +93,26 @@ def checkpoint(client: docker.DockerClient, sandbox: DockerSandbox, max_mb: int)
         key=sandbox.key.hex(),
         paused_at=paused_at,
     )
+
+
+def create_checkpoint(
+    client: docker.DockerClient,
+    container: str,
+    checkpoint_id: str,
+    *,
+    stop: bool,
+    folder: str | None = None,
+) -> None:
+    """`docker checkpoint create` (blocking): the container stopped (`stop`) or left running,
+    the checkpoint in its own folder or in `folder` (another container's, for a clone)."""
+    body: dict[str, Any] = {"CheckpointID": checkpoint_id, "Exit": stop}
+    if folder is not None:
+        body["CheckpointDir"] = folder
+    response = raw_api(client)._post_json(  # docker-py has no call for checkpoints
+        raw_api(client)._url("/containers/{0}/checkpoints", container), data=body
+    )
+    if response.status_code >= 400:
+        raise SnapshotFailed(f"the engine could not checkpoint it: {said(response)}")
 
 
 STOP_WAIT = Backoff(attempts=60, first_s=0.05, factor=1.2, max_s=0.5)
@@ -186,8 +202,6 @@ def kept_paused(
 
 
 def _age_s(stamp: str) -> float:
-    from datetime import datetime
-
     try:
         when = datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00")
     except ValueError:

@@ -38,9 +38,8 @@ TEMPLATE_CHECKPOINT = "cellmate-template"
 STOCK = 2
 """Primed clones kept per template (disk only: a checkpoint each, no memory)."""
 
-Create = Callable[[SandboxLimits], Awaitable[tuple[DockerSandbox, str]]]
-"""Makes a sandbox's container (and its attached stream) without starting it: the sandbox
-and its container's id."""
+Create = Callable[[SandboxLimits], Awaitable[DockerSandbox]]
+"""Makes a sandbox's container (and its attached stream) without starting it."""
 Start = Callable[[SandboxLimits], Awaitable[DockerSandbox]]
 
 
@@ -80,10 +79,6 @@ class Templates:
         self.refusal: str | None = None
         """Why clones are no longer made (the engine refused to checkpoint a template):
         sandboxes start cold instead."""
-
-    @staticmethod
-    def usable(limits: SandboxLimits) -> bool:
-        return limits.runtime == "runsc" and limits.egress == "off" and not limits.network
 
     def ready(self, limits: SandboxLimits) -> bool:
         """Whether the template for `limits` is warm (clones come from it)."""
@@ -165,12 +160,20 @@ class Templates:
     async def _prime(self, template: Template) -> DockerSandbox:
         """A clone's container, made and given a checkpoint of the template (not started)."""
         client = await self._client()
-        sandbox, container_id = await template.create(template.limits)
+        sandbox = await template.create(template.limits)
         try:
             root = await self._engine_root(client)
-            folder = f"{root}/containers/{container_id}/checkpoints"
+            # The engine writes it straight into the clone's own checkpoint folder.
+            folder = f"{root}/containers/{sandbox.id}/checkpoints"
             async with template.lock:
-                await asyncio.to_thread(_checkpoint_into, client, template.sandbox.name, folder)
+                await asyncio.to_thread(
+                    snapshots.create_checkpoint,
+                    client,
+                    template.sandbox.name,
+                    TEMPLATE_CHECKPOINT,
+                    stop=False,
+                    folder=folder,
+                )
         except BaseException:
             await asyncio.shield(sandbox.destroy())
             raise
@@ -218,16 +221,3 @@ class Templates:
                 with contextlib.suppress(ExecutorError):
                     await sandbox.destroy()
         self._templates.clear()
-
-
-def _checkpoint_into(client: docker.DockerClient, template: str, folder: str) -> None:
-    """A checkpoint of the running template, written by the engine into `folder` (a new
-    container's own checkpoint folder); the template goes on."""
-    response = snapshots.raw_api(client)._post_json(
-        snapshots.raw_api(client)._url("/containers/{0}/checkpoints", template),
-        data={"CheckpointID": TEMPLATE_CHECKPOINT, "CheckpointDir": folder, "Exit": False},
-    )
-    if response.status_code >= 400:
-        raise SnapshotFailed(
-            f"the engine could not checkpoint the template: {snapshots.said(response)}"
-        )

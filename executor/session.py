@@ -61,6 +61,7 @@ class SessionManager:
         pause_max_mb: int = 4096,
     ) -> None:
         self.shutdown_save_s = shutdown_save_s
+        """On shutdown, sessions' workspaces are saved at once, each within this long."""
         self.pause_after_s = pause_after_s
         """A session idle this long is paused to a memory snapshot (where the backend can
         take one, and workspaces are kept) instead of waiting for its idle timeout: it
@@ -69,7 +70,6 @@ class SessionManager:
         """A sandbox using more memory than this is not paused (its workspace is saved)."""
         self._pause_refusal: str | None = None
         self._pause_checked = False
-        """On shutdown, sessions' workspaces are saved at once, each within this long."""
         self.workspaces = workspaces
         """Where a session's workspace goes when it ends for any reason but a reset, to be
         restored into the next session of the same key; None: sessions end with nothing kept."""
@@ -296,8 +296,7 @@ class SessionManager:
             if self.workspaces is None:
                 self._drop(key, Ended(Ending.IDLE, 0))
                 return refusal
-            self._live.pop(key, None)
-            self._resumed.discard(key)
+            self._take(key)
             pause_mb = self.pause_max_mb if refusal is None else None
             await self.keeper.save_and_release(key, live, pause_mb=pause_mb)
             return refusal if refusal is not None else self.keeper.snapshot_why.get(key)
@@ -340,15 +339,23 @@ class SessionManager:
         self._drop(oldest, Ended(Ending.MADE_ROOM), save=True)
         return True
 
+    async def _pausing(self) -> bool:
+        """Whether sessions are paused rather than ended (idle, on shutdown)."""
+        return self.pause_after_s > 0 and await self.pause_refusal() is None
+
     def _pausing_known(self) -> bool:
-        """Whether idle sessions are paused, as far as already checked (no await)."""
+        """`_pausing`, as far as already checked (no await)."""
         return self.pause_after_s > 0 and self._pause_checked and self._pause_refusal is None
+
+    def _take(self, key: str) -> Live | None:
+        """Take the key's session out of the live ones (no await: no run starts meanwhile)."""
+        self._resumed.discard(key)
+        return self._live.pop(key, None)
 
     def _drop(self, key: str, reason: Ended | None, save: bool = False) -> None:
         """End a session; with `save` (it ended though its kernel was fine), its workspace is
         saved first, in the background, and the sandbox released after."""
-        live = self._live.pop(key, None)
-        self._resumed.discard(key)
+        live = self._take(key)
         if live is None:
             return
         if reason is not None:
@@ -366,8 +373,7 @@ class SessionManager:
         """Pause an idle session to a memory snapshot (its workspace saved with it); the
         next run resumes it. No await before the session is gone from the live ones."""
         log.info("pausing idle session %s to a memory snapshot", key)
-        self._live.pop(key, None)
-        self._resumed.discard(key)
+        self._take(key)
         self.keeper.save_in_background(key, live, pause_mb=self.pause_max_mb)
 
     def stop(self, key: str) -> bool:
@@ -393,7 +399,7 @@ class SessionManager:
 
     async def reap(self) -> None:
         now = time.monotonic()
-        pausing = self.pause_after_s > 0 and await self.pause_refusal() is None
+        pausing = await self._pausing()
         for key, live in list(self._live.items()):
             if self.lock(key).locked():
                 continue
@@ -440,8 +446,7 @@ class SessionManager:
             started = time.monotonic()
             # Where snapshots work, the session is paused too, within the same deadline: the
             # next process resumes it whole (its workspace, saved first, is the fallback).
-            pausing = self.pause_after_s > 0 and await self.pause_refusal() is None
-            pause_mb = self.pause_max_mb if pausing else None
+            pause_mb = self.pause_max_mb if await self._pausing() else None
             if await self.keeper.save(key, live, self.shutdown_save_s, pause_mb):
                 how = "paused" if live.paused else "saved"
                 log.info(

@@ -434,10 +434,9 @@ class WorkspaceKeeper:
         pending = self.saving.pop(key, None)
         if pending is not None:
             await asyncio.wait([pending])
-        with contextlib.suppress(WorkspaceError):
-            saved = await self.store.load(key) if self.store is not None else None
-            if saved is not None:
-                await self._drop_snapshot(unpack(saved, 1_000_000, 2**40).paused)
+        saved = await self._saved(key)
+        if saved is not None:
+            await self._drop_snapshot(saved.paused)
         if self.store is not None:
             try:
                 await self.store.delete(key)

@@ -169,6 +169,36 @@ async def test_runc_sessions_keep_the_workspace_path(store: StoredWorkspaces) ->
         await session.close()
 
 
+async def test_a_record_naming_a_running_session_leaves_that_session_alone(
+    store: StoredWorkspaces,
+) -> None:
+    """A paused session's record pointed at another conversation's live sandbox: the resume
+    is refused before anything is touched, and the other session goes on untouched."""
+    async with executor("runsc", store) as ex:
+        one, other = ex.session("conv-one"), ex.session("conv-live")
+        assert (await one.run("x = 1")).status is Status.OK
+        assert (await other.run("y = 2")).status is Status.OK
+        assert await one.pause() is None
+        one_saved = unpack(await store.load("conv-one") or b"", 100, 10**9)
+        live = ex.sessions.live("conv-live")
+        assert one_saved.paused is not None
+        assert live is not None
+        running = live.lease.sandbox
+        assert isinstance(running, DockerSandbox)
+        swapped = dataclasses.replace(one_saved.paused, sandbox=running.name)
+        await store.save("conv-one", pack(dataclasses.replace(one_saved, paused=swapped)))
+        back = spoken(await one.run("print(x)"))
+        assert back.stdout == "1\n"
+        assert "(it could not be resumed: its sandbox is running, not paused)" in back.message
+        still = await other.run("print(y)")
+        assert still.stdout == "2\n"
+        assert not still.session_restarted
+        await one.close()
+        await other.close()
+        assert isinstance(ex.backend, DockerBackend)
+        await ex.backend.remove_paused(one_saved.paused)
+
+
 async def test_a_sandbox_over_the_snapshot_cap_keeps_its_workspace_instead(
     store: StoredWorkspaces,
 ) -> None:
