@@ -75,5 +75,10 @@ clean:
 # Azurite, Microsoft's Blob Storage emulator, for the storage tests (the tests start it).
 azurite: .tools/node_modules/.bin/azurite-blob
 
+# The registry sometimes lists a dependency's newest version a moment before it serves it
+# ("No matching version found"): the install is tried three times.
 .tools/node_modules/.bin/azurite-blob:
-	npm install --prefix .tools --no-audit --no-fund --loglevel=error azurite@3.37.0
+	for try in 1 2 3; do \
+	  npm install --prefix .tools --no-audit --no-fund --loglevel=error azurite@3.37.0 && exit 0; \
+	  echo "[cellmate] npm install of Azurite failed (try $$try of 3)" >&2; sleep 10; \
+	done; exit 1
