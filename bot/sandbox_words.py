@@ -49,6 +49,9 @@ ENDINGS = {
     Ending.KERNEL_DIED: "the previous one's kernel died",
     Ending.SANDBOX_STOPPED: "its sandbox had stopped",
     Ending.FLOODED: "its sandbox wrote too much outside its protocol and was stopped",
+    Ending.CHANNEL_DAMAGED: (
+        "code in its sandbox broke the runner's messages to the bot, so it was stopped"
+    ),
 }
 HELD = {
     Held.RESTORED: "Your workspace was already restored into this session",

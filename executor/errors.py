@@ -39,6 +39,11 @@ class SandboxError(ExecutorError, RuntimeError):
     """A sandbox could not start, or its runner broke the protocol."""
 
 
+class ChannelDamaged(SandboxError):
+    """Lines the runner sealed never arrived whole: something in the sandbox wrote into the
+    channel the runner answers on, so what it said can no longer be trusted to be complete."""
+
+
 class FreezeFailed(SandboxError):
     """The engine could not freeze the sandbox for one file operation, which was not done;
     the session and its files are as they were."""

@@ -36,7 +36,7 @@ from typing import Any
 
 from executor import wire
 from executor.archive import ExtractedFiles, OutputCaps, read_output_tar
-from executor.errors import EngineUnavailable, SnapshotFailed
+from executor.errors import ChannelDamaged, EngineUnavailable, SnapshotFailed
 from executor.fake_files import FakeTree
 from executor.limits import SandboxLimits
 from executor.protocol import ExitState, PausedSandbox, Recovered, Sandbox
@@ -71,8 +71,13 @@ class FakeRun:
     """Prints this variable's value, or raises NameError when the kernel has none."""
     installs: Sequence[str] = ()
     """Packages the cell installs with pip, as `name==version` (what a snapshot records)."""
+    breaks_channel: bool = False
+    """Writes into the runner's channel and breaks its next message (an output it sends
+    after this cell's own): the host's stream finds a message missing."""
 
 
+BROKEN: dict[str, Any] = {}
+"""In a fake sandbox's event queue: the message a real stream finds missing."""
 NOTICE_LIMIT = 20
 """As the runner: at most this many `log` events per sandbox."""
 Script = Mapping[str, FakeRun] | Callable[[str], FakeRun | None]
@@ -244,7 +249,10 @@ class FakeSandbox:
     async def receive(self) -> dict[str, Any] | None:
         if self._ended and self._events.empty():
             return None
-        return await self._events.get()
+        event = await self._events.get()
+        if event is BROKEN:
+            raise ChannelDamaged("1 of the runner's messages arrived broken (the fake's script)")
+        return event
 
     async def get_files(
         self,
@@ -311,6 +319,8 @@ class FakeSandbox:
                     await self._emit(wire.Output(id=run_id, cell=index, output=shown))
                 else:
                     error = ("NameError", f"name '{step.shows}' is not defined")
+            if step.breaks_channel and not self._frozen:
+                await self._events.put(BROKEN)
             if step.hang:
                 await self._interrupted.wait()
                 if step.ignore_interrupt:

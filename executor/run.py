@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from executor import wire
-from executor.errors import SandboxError
+from executor.errors import ChannelDamaged, SandboxError
 from executor.limits import SandboxLimits
 from executor.models import OutputCollector, OutputEvent, Status
 from executor.protocol import Sandbox
@@ -42,6 +42,9 @@ class RunOutcome:
     timed_out: bool = False
     stopped: bool = False
     killed_by_host: bool = False
+    damaged: str = ""
+    """Why the runner's channel can no longer be trusted (lines of it arrived broken): the
+    sandbox was stopped, since what it says may be missing parts."""
     duration_ms: int = 0
 
     @property
@@ -113,6 +116,9 @@ async def execute(
                 outcome.killed_by_host = True
                 await sandbox.kill()
         await _finish(collecting)
+        if outcome.damaged and not outcome.killed_by_host:
+            outcome.killed_by_host = True
+            await sandbox.kill()
     finally:
         for task in (collecting, stopping):
             if task is not None and not task.done():
@@ -139,22 +145,29 @@ async def _collect(
     outcome: RunOutcome,
     on_output: OutputCallback | None,
 ) -> None:
-    async for event in client.run_events(run_id):
-        if isinstance(event, wire.Output):
-            update = collector.add(event.output)
-            if update is not None and on_output is not None:
-                await _call(on_output, update)
-            continue
-        outcome.status = event.status
-        outcome.notebook = event.notebook
-        outcome.truncated = event.truncated
-        outcome.dropped_results = event.dropped_results
-        outcome.changed = list(event.changed)
-        outcome.kernel_exit_code = event.exit_code
-        outcome.execution_count = event.execution_count
-        outcome.kernel_oom = event.oom
-        return
+    try:
+        async for event in client.run_events(run_id):
+            if isinstance(event, wire.Output):
+                update = collector.add(event.output)
+                if update is not None and on_output is not None:
+                    await _call(on_output, update)
+                continue
+            _done(outcome, event)
+            return
+    except ChannelDamaged as exc:
+        outcome.damaged = str(exc)
     outcome.status = "lost"
+
+
+def _done(outcome: RunOutcome, event: wire.Done) -> None:
+    outcome.status = event.status
+    outcome.notebook = event.notebook
+    outcome.truncated = event.truncated
+    outcome.dropped_results = event.dropped_results
+    outcome.changed = list(event.changed)
+    outcome.kernel_exit_code = event.exit_code
+    outcome.execution_count = event.execution_count
+    outcome.kernel_oom = event.oom
 
 
 async def _call(callback: OutputCallback, event: OutputEvent) -> None:
@@ -174,6 +187,12 @@ def judge(
                 "The run was stopped on request; the sandbox had to be stopped too.",
             )
         return Status.KILLED, "The run was stopped on request."
+    if outcome.damaged:
+        return Status.KILLED, (
+            "Part of this run's output may be missing: code in the sandbox wrote into the "
+            "channel its runner answers on and broke the runner's messages, so the sandbox "
+            "was stopped."
+        )
     if outcome.timed_out:
         how = "it was stopped" if outcome.killed_by_host else "it was interrupted"
         return (

@@ -209,7 +209,8 @@ class SessionManager:
         else:
             state = await sandbox.exit_state()
             status, message = judge(outcome, state.oom_killed, state.exit_code, limits)
-            self._drop(key, ending_of_run(status.value, message, sandbox.alive))
+            damaged = bool(outcome.damaged)
+            self._drop(key, ending_of_run(status.value, message, sandbox.alive, damaged))
             files, skipped = [], []
         truncated = outcome.truncated or collector.truncated
         dropped = outcome.dropped_results + collector.dropped

@@ -28,6 +28,9 @@ class Ending(enum.Enum):
     """Its sandbox went (removed from outside, or everything in it ended)."""
     FLOODED = "flooded"
     """Its sandbox wrote too much outside its protocol and the backend stopped it."""
+    CHANNEL_DAMAGED = "channel damaged"
+    """Code in its sandbox broke the runner's messages (wrote into their channel); the host
+    stopped it, since what the runner said could no longer be trusted to be whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +95,10 @@ class WorkspaceNews:
     came back instead ('' when there was none to resume, or it was)."""
 
 
-def ending_of_run(status: str, message: str, alive: bool) -> Ended:
+def ending_of_run(status: str, message: str, alive: bool, damaged: bool = False) -> Ended:
     """Why a session ends after a run that left its sandbox unusable."""
+    if damaged:
+        return Ended(Ending.CHANNEL_DAMAGED)
     if status == "memory":
         return Ended(Ending.OUT_OF_MEMORY)
     if status == "timeout":

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from executor import wire
-from executor.errors import SandboxError
+from executor.errors import ChannelDamaged, SandboxError
 from executor.wire import seal, unseal
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,18 @@ class RunnerStream:
             if self.refused == 1:
                 log.warning("the sandbox wrote a line the runner did not seal; ignored")
             return None
-        self._received, line = opened
+        seq, line = opened
+        lost = seq - self._received - 1
+        # The runner numbers its lines one by one; a number skipped is a line that arrived
+        # broken (code in the sandbox writing into the same pipe cuts it). The first line of
+        # a numbering may start anywhere (a clone carries on from its template's).
+        if self._received and lost > 0:
+            self._received = seq
+            raise ChannelDamaged(
+                f"{lost} of the runner's messages arrived broken: code in the sandbox "
+                "wrote into the channel the runner answers on"
+            )
+        self._received = seq
         event = wire.loads(line)
         if event is None:
             log.warning("the sandbox wrote a line that is not a JSON object; ignored")

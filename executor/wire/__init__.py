@@ -20,7 +20,9 @@ Handshake and sealing
     MAC taken under the key over `"<seq> <json>"`, with `seq` (at most 20 digits) rising in
     each direction on its own. A line whose MAC is wrong, or whose number is not above the
     last one accepted, is not the other side's: it is ignored (`unseal`), so nothing the
-    user's code writes into the runner's pipes, or replays from them, counts.
+    user's code writes into the runner's pipes, or replays from them, counts. The runner
+    numbers its lines one by one, so the host knows when one of them arrived broken (code
+    wrote into the middle of it): a number skipped, within one numbering.
 
 Requests (host to runner), in `REQUESTS`:
     Run        run cells in order, stopping at the first error; answered by `Output`s, then
@@ -73,6 +75,9 @@ Junk
     a `Log`, a limited number of times, and goes on. On the host, an unsealed line is counted
     and dropped by the stream, and `decode_event` turns an unknown or malformed event into
     None, which the client skips; fields are read within bounds, never trusted as given.
+    A runner's number skipped (one of its lines broken on the way) is `ChannelDamaged`: the
+    run in progress ends saying part of its output may be missing, and the host stops that
+    sandbox, since nothing more it says can be taken as whole.
 """
 
 from executor.wire.codec import decode_event, decode_request, encode, pins

@@ -28,6 +28,7 @@ def backend() -> FakeBackend:
             "hog()": FakeRun(kernel_dies=-9, out_of_memory=True),
             "x": FakeRun(outputs=[result("42")]),
             "re:display": FakeRun(outputs=[result("shown")] * 5),
+            "scribble()": FakeRun(outputs=[stdout("a\n")], breaks_channel=True),
         }
     )
 
@@ -72,6 +73,26 @@ async def test_timeouts_stop_and_kernel_deaths(executor: Executor) -> None:
     assert "segmentation fault" in died.message
     oom = await session.run("hog()")
     assert oom.status is Status.MEMORY
+
+
+async def test_code_that_breaks_the_runners_messages_ends_its_session_and_says_so(
+    executor: Executor,
+) -> None:
+    session = executor.session("k")
+    await session.run("x = 1")
+    spoiled = spoken(await session.run("scribble()"))
+    assert spoiled.status is Status.KILLED
+    assert spoiled.message.startswith("Part of this run's output may be missing: code in the")
+    assert spoiled.stdout == "a\n"  # what arrived whole is kept
+    after = spoken(await session.run("x"))
+    assert after.session_restarted
+    assert after.message.startswith(
+        "This is a new session (code in its sandbox broke the runner's messages to the bot"
+    ), after.message
+    assert (after.status, after.results[-1].text) == (Status.OK, "42")
+    notebook = await executor.run_notebook(["scribble()", "x"])
+    assert notebook.status is Status.KILLED
+    assert "output may be missing" in notebook.message
 
 
 async def test_files_in_and_caps_on_results(executor: Executor, backend: FakeBackend) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from executor import Executor, Status
 from tests.integration.sandbox_probes import StreamCounter, idle_cpu_seconds, only_sandbox
+from tests.support.channel_breaker import breaks_the_runners_messages
 
 pytestmark = pytest.mark.docker
 
@@ -86,3 +87,9 @@ async def test_floods_reach_the_host_only_within_the_output_caps(
     assert counter.bytes < HOST_BYTES_LIMIT, f"{counter.bytes:,} bytes reached the host"
     growth = resident_bytes() - memory
     assert growth < HOST_MEMORY_GROWTH_LIMIT, f"the host grew by {growth:,} bytes"
+
+
+async def test_code_that_breaks_the_runners_messages_is_stopped_and_the_user_told(
+    executor: Executor,
+) -> None:
+    await breaks_the_runners_messages(executor.session("breaker"))

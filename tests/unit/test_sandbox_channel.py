@@ -53,7 +53,7 @@ async def test_only_events_sealed_with_the_hosts_key_count() -> None:
         sealed(2, {"type": "output", "id": "r1"}),
         sealed(2, {"type": "output", "id": "r1"}),  # replayed
         b"0" * 64 + b" 3 " + json.dumps(done).encode() + b"\n",  # a made-up seal
-        sealed(5, done),
+        sealed(3, done),
     )
     assert events == [{"type": "ready"}, {"type": "output", "id": "r1"}, done]
 

@@ -60,3 +60,48 @@ async def test_an_endless_line_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
     events = stream_of(frame(1, b"x" * 11), frame(1, b"y"))
     with pytest.raises(SandboxError, match="larger than"):
         await events.receive()
+
+
+def broken(line: bytes, junk: bytes, at: int) -> bytes:
+    """`line` with `junk` written into the middle of it, as a second writer on the pipe does."""
+    return line[:at] + junk + line[at:]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda line: broken(line, b"garbage\n", 30),  # cut in two by a line of junk
+        lambda line: broken(line, b"{" * 200, 90),  # junk inside its payload
+        lambda line: broken(line, b"0" * 64 + b" 2 ", 0),  # a forged header before it
+        lambda line: line[:40] + b"\n",  # its end lost
+        lambda line: b"",  # gone altogether
+    ],
+)
+async def test_a_message_broken_on_the_way_is_said_not_skipped(damage: Any) -> None:
+    events = stream_of(
+        frame(1, sealed(1, {"type": "ready"})),
+        frame(1, damage(sealed(2, {"type": "output", "text": "2"}))),
+        frame(1, sealed(3, {"type": "done"}) + sealed(4, {"type": "x"})),
+    )
+    assert await events.receive() == {"type": "ready"}
+    with pytest.raises(SandboxError, match="1 of the runner's messages arrived broken"):
+        await events.receive()
+    assert await events.receive() == {"type": "x"}
+
+
+async def test_junk_between_whole_messages_loses_nothing() -> None:
+    events = stream_of(
+        frame(1, sealed(1, {"type": "ready"}) + b"garbage\n" * 3),
+        frame(2, b"stderr noise\n"),
+        frame(1, sealed(1, {"type": "replayed"}) + sealed(2, {"type": "done"})),
+    )
+    assert await events.receive() == {"type": "ready"}
+    assert await events.receive() == {"type": "done"}
+    assert events.refused == 4
+
+
+async def test_the_first_message_of_a_numbering_may_start_anywhere() -> None:
+    # A clone restored from a template carries on with its template's numbers.
+    events = stream_of(frame(1, sealed(41, {"type": "a"}) + sealed(42, {"type": "b"})))
+    assert await events.receive() == {"type": "a"}
+    assert await events.receive() == {"type": "b"}
