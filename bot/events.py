@@ -80,6 +80,32 @@ class ApprovalDecided:
 
 
 @dataclass(frozen=True, slots=True)
+class InputRequested:
+    """The running code waits in `input()` (or `getpass()`: `password`) for `person` to
+    answer; the front end shows the prompt with an Answer control, named by `key`."""
+
+    key: str
+    prompt: str
+    password: bool
+    person: str
+    """Whose turn it is (a user id): only they may answer."""
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class InputAnswered:
+    """What became of the input waiting under `key`: its Answer control goes away."""
+
+    key: str
+    outcome: str
+    """One of: answered, timed out, stopped."""
+    shown: str = ""
+    """The answer as the thread may show it: the text of an `input()`, `••••` for a
+    `getpass()` (whose answer is shown nowhere); '' when none came."""
+    by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     text: str
 
@@ -100,6 +126,8 @@ TurnEvent = (
     | Notice
     | ApprovalRequested
     | ApprovalDecided
+    | InputRequested
+    | InputAnswered
     | AnswerDelta
     | Answer
     | Failure

@@ -90,6 +90,23 @@ class TextFormatter(logging.Formatter):
 
 
 AZURE_HTTP_LOGGER = "azure.core.pipeline.policies.http_logging_policy"
+PAYLOAD_LOGGERS = ("discord", "slack_bolt", "slack_sdk")
+"""Chat libraries whose DEBUG lines carry whole payloads: what people type into the bot's
+boxes (answers to the code's getpass() among them). They log at INFO at most."""
+
+
+def quiet_payloads() -> None:
+    for name in PAYLOAD_LOGGERS:
+        payload_logger(name)
+
+
+def payload_logger(name: str) -> logging.Logger:
+    """The logger `name` of a chat library, at INFO at most (see PAYLOAD_LOGGERS). Slack's
+    app takes one: its own loggers copy the root's level otherwise."""
+    logger = logging.getLogger(name)
+    if logger.getEffectiveLevel() < logging.INFO:
+        logger.setLevel(logging.INFO)
+    return logger
 
 
 def setup_logging(form: str = "text", level: str = "WARNING", secrets: Iterable[str] = ()) -> None:
@@ -107,3 +124,4 @@ def setup_logging(form: str = "text", level: str = "WARNING", secrets: Iterable[
     # bot's own lines. Those come through at DEBUG only.
     chatty = logging.getLogger(AZURE_HTTP_LOGGER)
     chatty.setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING)
+    quiet_payloads()

@@ -289,6 +289,9 @@ class Settings:
     """User ids (Discord or Slack) who may see /usage."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM, how long running turns may take to finish before they are stopped."""
+    input_timeout_s: float = 120.0
+    """How long the code's `input()` or `getpass()` waits for the person's answer in the
+    chat (less when the turn's time budget would run out first); then it raises EOFError."""
     log_format: typing.Literal["text", "json"] = "text"
     log_level: typing.Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     sandbox_image: str = ""

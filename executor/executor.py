@@ -17,6 +17,7 @@ from executor.notebook import run_notebook
 from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import SandboxBackend, SessionKeeper
 from executor.run import OutputCallback
+from executor.run_input import InputCallback
 from executor.session import SHUTDOWN_SAVE_S, Restore, Restored, SessionManager
 from executor.session_news import WorkspaceNews
 from executor.workspace import WorkspaceSettings, WorkspaceStore
@@ -209,6 +210,7 @@ class Session:
         on_queued: QueueCallback | None = None,
         stop: asyncio.Event | None = None,
         restore: Restore = Restore.VARIABLES,
+        on_input: InputCallback | None = None,
         **overrides: Any,
     ) -> ExecutionResult:
         """Run code in the session's kernel; variables and files carry over between runs.
@@ -217,7 +219,8 @@ class Session:
         still waited for its sandbox. `restore`: in a new session that starts from a saved
         workspace, whether its variables are loaded before the code (loading them runs
         code: Restore.FILES where a run of them would not be allowed); files come back
-        either way."""
+        either way. `on_input`: asks a person when the code calls `input()` or `getpass()`
+        (the time limit waits meanwhile); without it, those raise as in a notebook run."""
         return await self._manager.run(
             self.key,
             _cells(code),
@@ -225,6 +228,7 @@ class Session:
             on_queued=on_queued,
             stop=stop,
             restore=restore,
+            on_input=on_input,
             **overrides,
         )
 

@@ -71,6 +71,11 @@ class FakeRun:
     """Prints this variable's value, or raises NameError when the kernel has none."""
     installs: Sequence[str] = ()
     """Packages the cell installs with pip, as `name==version` (what a snapshot records)."""
+    asks: Sequence[tuple[str, bool]] = ()
+    """Prompts the cell asks with `input()` (False) or `getpass()` (True), in order, after
+    its outputs; then it prints the answers on one line, separated by spaces (as
+    `print(a, b)` would), a `getpass()` one masked as the runner masks it. Without an answer
+    the cell raises EOFError, and in a run that allows no input, StdinNotImplementedError."""
     breaks_channel: bool = False
     """Writes into the runner's channel and breaks its next message (an output it sends
     after this cell's own): the host's stream finds a message missing."""
@@ -115,6 +120,10 @@ class FakeSandbox:
         self._id = f"fake-{uuid.uuid4().hex[:12]}"
         self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._interrupted = asyncio.Event()
+        self._reply: asyncio.Future[wire.InputReply | None] | None = None
+        """The answer the cell waits for in `input()`."""
+        self.secrets: set[str] = set()
+        """Answers given to `getpass()` (the runner keeps them to mask them)."""
         self._running: asyncio.Task[None] | None = None
         self._cells: list[tuple[str, list[Mapping[str, Any]]]] = []
         self.files: dict[str, bytes] = {}
@@ -172,6 +181,11 @@ class FakeSandbox:
             self._running = asyncio.create_task(self._run(request))
         elif isinstance(request, wire.Interrupt):
             self._interrupted.set()
+            if self._reply is not None and not self._reply.done():
+                self._reply.set_result(None)
+        elif isinstance(request, wire.InputReply):
+            if self._reply is not None and not self._reply.done():
+                self._reply.set_result(request)
         elif isinstance(request, wire.Export):
             await self._emit(wire.Exported(id=request.id, content=self._notebook(self._cells)))
         elif isinstance(request, wire.Preview):
@@ -212,6 +226,36 @@ class FakeSandbox:
             cells=tuple(code for code, _ in self._cells),
             packages=tuple(self.packages),
         )
+
+    async def _ask(
+        self,
+        request: wire.Run,
+        index: int,
+        asks: Sequence[tuple[str, bool]],
+        kept: list[Mapping[str, Any]],
+    ) -> tuple[str, str] | None:
+        """The cell's `input()` and `getpass()` calls: the error they end it with, if any."""
+        shown: list[str] = []
+        for prompt, password in asks:
+            if not request.stdin:
+                return (
+                    "StdinNotImplementedError",
+                    "raw_input was called, but this frontend does not support input requests.",
+                )
+            self._reply = asyncio.get_running_loop().create_future()
+            await self._emit(wire.InputRequest(id=request.id, prompt=prompt, password=password))
+            reply = await self._reply
+            if reply is None:
+                return ("KeyboardInterrupt", "Interrupted by user")
+            if not reply.given:
+                return ("EOFError", "EOF when reading a line")
+            if password:
+                self.secrets.add(reply.value)
+            shown.append("••••" if password else reply.value)
+        printed = stdout(" ".join(shown) + "\n")
+        kept.append(printed)
+        await self._emit(wire.Output(id=request.id, cell=index, output=printed))
+        return None
 
     def _installed(self, pins: Sequence[str]) -> None:
         self.packages.extend(pin for pin in pins if pin not in self.packages)
@@ -319,6 +363,8 @@ class FakeSandbox:
                     await self._emit(wire.Output(id=run_id, cell=index, output=shown))
                 else:
                     error = ("NameError", f"name '{step.shows}' is not defined")
+            if error is None and step.asks:
+                error = await self._ask(request, index, step.asks, kept)
             if step.breaks_channel and not self._frozen:
                 await self._events.put(BROKEN)
             if step.hang:

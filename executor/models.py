@@ -134,6 +134,33 @@ class OutputEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class InputAsked:
+    """The code waits in `input()` (or, with `password`, `getpass()`) for an answer."""
+
+    prompt: str
+    password: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InputExchange:
+    """One `input()` or `getpass()` of a run, and what became of it."""
+
+    prompt: str
+    password: bool
+    answered: bool
+    answer: str = ""
+    """What was answered; always '' for `getpass()`, whose answer is never kept."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt": self.prompt,
+            "password": self.password,
+            "answered": self.answered,
+            "answer": self.answer,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutionResult:
     status: Status
     stdout: str = ""
@@ -172,6 +199,8 @@ class ExecutionResult:
     session_restarted: bool = False
     """In session mode: the conversation's earlier session had ended, so its variables and
     files are gone (`ended` says why)."""
+    inputs: tuple[InputExchange, ...] = ()
+    """The code's `input()` and `getpass()` calls, in order, with what became of each."""
 
     @property
     def ok(self) -> bool:
@@ -195,6 +224,7 @@ class ExecutionResult:
             "session_restarted": self.session_restarted,
             "execution_count": self.execution_count,
             "workspace": self.workspace,
+            "inputs": [i.to_json() for i in self.inputs],
         }
 
 

@@ -18,8 +18,9 @@ from typing import Any
 from executor import wire
 from executor.errors import ChannelDamaged, SandboxError
 from executor.limits import SandboxLimits
-from executor.models import OutputCollector, OutputEvent, Status
+from executor.models import InputExchange, OutputCollector, OutputEvent, Status
 from executor.protocol import Sandbox
+from executor.run_input import InputAsking, InputCallback, RunClock
 from executor.runner_client import RunnerClient
 
 OutputCallback = Callable[[OutputEvent], Awaitable[None] | None]
@@ -46,6 +47,9 @@ class RunOutcome:
     """Why the runner's channel can no longer be trusted (lines of it arrived broken): the
     sandbox was stopped, since what it says may be missing parts."""
     duration_ms: int = 0
+    inputs: list[InputExchange] = field(default_factory=list)
+    secret_given: bool = False
+    """An answer to `getpass()` went into the kernel."""
 
     @property
     def sandbox_usable(self) -> bool:
@@ -83,8 +87,10 @@ async def execute(
     on_output: OutputCallback | None = None,
     stop: asyncio.Event | None = None,
     want_notebook: bool = False,
+    on_input: InputCallback | None = None,
 ) -> RunOutcome:
-    """Run cells; on the time limit or a stop request, interrupt, then freeze the sandbox."""
+    """Run cells; on the time limit or a stop request, interrupt, then freeze the sandbox.
+    With `on_input`, the code may ask for input, and the time limit waits while it does."""
     outcome = RunOutcome()
     if stop is not None and stop.is_set():
         # Stopped while waiting for the sandbox: the code never starts, the kernel is as it was.
@@ -99,12 +105,17 @@ async def execute(
         rich_count_limit=limits.max_rich_results,
         background=limits.background_processes,
         notebook=want_notebook,
+        stdin=on_input is not None,
     )
-    collecting = asyncio.create_task(_collect(client, run_id, collector, outcome, on_output))
+    clock = RunClock(limits.timeout_s)
+    asking = InputAsking(client, on_input, clock)
+    collecting = asyncio.create_task(
+        _collect(client, run_id, collector, outcome, on_output, asking)
+    )
     stopping = asyncio.create_task(stop.wait()) if stop is not None else None
     try:
         waiting: set[asyncio.Future[Any]] = {collecting} | ({stopping} if stopping else set())
-        await asyncio.wait(waiting, timeout=limits.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        await _until_done_or_late(waiting, clock)
         if not collecting.done():
             outcome.stopped = stopping is not None and stopping.done()
             outcome.timed_out = not outcome.stopped
@@ -120,6 +131,9 @@ async def execute(
             outcome.killed_by_host = True
             await sandbox.kill()
     finally:
+        await asking.close()
+        outcome.inputs = list(asking.exchanges)
+        outcome.secret_given = asking.secret_given
         for task in (collecting, stopping):
             if task is not None and not task.done():
                 task.cancel()
@@ -127,6 +141,25 @@ async def execute(
                     await task
     outcome.duration_ms = round((time.monotonic() - started) * 1000)
     return outcome
+
+
+async def _until_done_or_late(waiting: set[asyncio.Future[Any]], clock: RunClock) -> None:
+    """Until one of `waiting` is done, or the run's time is up (not counting the time its
+    code waited for input)."""
+    while True:
+        remaining = clock.remaining()
+        if remaining is not None and remaining <= 0:
+            return
+        clock.changed.clear()
+        changed = asyncio.ensure_future(clock.changed.wait())
+        try:
+            done, _ = await asyncio.wait(
+                waiting | {changed}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            changed.cancel()
+        if done & waiting:
+            return
 
 
 async def _finish(task: asyncio.Task[None]) -> None:
@@ -144,9 +177,13 @@ async def _collect(
     collector: OutputCollector,
     outcome: RunOutcome,
     on_output: OutputCallback | None,
+    asking: InputAsking,
 ) -> None:
     try:
         async for event in client.run_events(run_id):
+            if isinstance(event, wire.InputRequest):
+                asking.ask(event)
+                continue
             if isinstance(event, wire.Output):
                 update = collector.add(event.output)
                 if update is not None and on_output is not None:
@@ -254,3 +291,13 @@ def describe_exit(code: int | None) -> str:
         }
         return f"from {name}{meaning.get(name, '')}"
     return f"with exit code {code}"
+
+
+def unanswered_note(message: str, inputs: Sequence[InputExchange]) -> str:
+    """The run's message, with a note for each `input()` nobody answered."""
+    for asked in inputs:
+        if not asked.answered:
+            how = "getpass()" if asked.password else "input()"
+            prompt = f" ({asked.prompt.strip()[:80]!r})" if asked.prompt.strip() else ""
+            message = f"{message} Nobody answered the code's {how}{prompt}, so it raised EOFError."
+    return message.strip()

@@ -20,6 +20,7 @@ from executor import wire
 from executor.protocol import Sandbox
 
 REQUEST_TIMEOUT_S = 60.0
+RUN_EVENTS = wire.Output | wire.InputRequest | wire.Done
 Answer = TypeVar("Answer", bound=wire.Event)
 
 
@@ -66,6 +67,7 @@ class RunnerClient:
         rich_count_limit: int,
         background: bool = False,
         notebook: bool = False,
+        stdin: bool = False,
         run_id: str = "",
     ) -> str:
         """Start a run; its id, for `run_events`. The id is long enough that it cannot be
@@ -80,14 +82,18 @@ class RunnerClient:
                 rich_count_limit=rich_count_limit,
                 background=background,
                 notebook=notebook,
+                stdin=stdin,
             )
         )
         return run_id
 
-    async def run_events(self, run_id: str) -> AsyncIterator[wire.Output | wire.Done]:
-        """The run's outputs, then its `done`; ends early when the sandbox's output does."""
+    async def run_events(
+        self, run_id: str
+    ) -> AsyncIterator[wire.Output | wire.InputRequest | wire.Done]:
+        """The run's outputs and input requests, then its `done`; ends early when the
+        sandbox's output does."""
         while (event := await self.event()) is not None:
-            if isinstance(event, wire.Output | wire.Done) and event.id == run_id:
+            if isinstance(event, RUN_EVENTS) and event.id == run_id:
                 yield event
                 if isinstance(event, wire.Done):
                     return

@@ -21,10 +21,19 @@ from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, OutputCollector, Status
 from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import Recovered, Sandbox, SnapshotKeeper
-from executor.run import OutputCallback, RunOutcome, execute, judge, new_collector, truncation_note
+from executor.run import (
+    OutputCallback,
+    RunOutcome,
+    execute,
+    judge,
+    new_collector,
+    truncation_note,
+    unanswered_note,
+)
+from executor.run_input import InputCallback
 from executor.runner_client import RunnerClient
 from executor.session_files import SessionFiles, changed_files
-from executor.session_live import Found, Live, Restore, run_limits, unless_stopped
+from executor.session_live import Found, Live, Restore, RunHooks, run_limits, unless_stopped
 from executor.session_news import (
     Ended,
     Ending,
@@ -126,6 +135,7 @@ class SessionManager:
         on_queued: QueueCallback | None = None,
         stop: asyncio.Event | None = None,
         restore: Restore = Restore.VARIABLES,
+        on_input: InputCallback | None = None,
         **overrides: Any,
     ) -> ExecutionResult:
         """Run cells in the key's session. `restore`: whether a saved workspace's variables
@@ -144,9 +154,8 @@ class SessionManager:
                         Status.KILLED, STOPPED_BEFORE_START, runtime=limits.runtime
                     )
                 waiting.discard(stop)
-                result = await self._run_on(
-                    key, found, cells, limits, on_output, on_queued, stop, restore
-                )
+                hooks = RunHooks(on_output, on_queued, on_input)
+                result = await self._run_on(key, found, cells, limits, hooks, stop, restore)
         finally:
             waiting.discard(stop)
             if not waiting:
@@ -160,8 +169,7 @@ class SessionManager:
         found: Found,
         cells: Sequence[str],
         limits: SandboxLimits,
-        on_output: OutputCallback | None,
-        on_queued: QueueCallback | None,
+        hooks: RunHooks,
         stop: asyncio.Event,
         restore: Restore,
     ) -> ExecutionResult:
@@ -169,25 +177,31 @@ class SessionManager:
         live, ending = found
         self._stops[key] = stop
         collector = new_collector(limits)
-        sandbox = live.lease.sandbox
+
+        async def run_in(sandbox: Sandbox) -> RunOutcome:
+            return await execute(
+                sandbox,
+                cells,
+                limits,
+                collector,
+                on_output=hooks.on_output,
+                stop=stop,
+                on_input=hooks.on_input,
+            )
+
         try:
             await self.keeper.before_run(key, live, restore)
             try:
-                outcome = await execute(
-                    sandbox, cells, limits, collector, on_output=on_output, stop=stop
-                )
+                outcome = await run_in(live.lease.sandbox)
             except SandboxError:
                 if collector.stdout or collector.results:
                     raise
                 # The sandbox vanished before the code started: nothing ran, so run it in
                 # a new session instead of failing.
                 self._drop(key, Ended(Ending.SANDBOX_STOPPED))
-                live, ending = await self._session(key, on_queued)
+                live, ending = await self._session(key, hooks.on_queued)
                 await self.keeper.before_run(key, live, restore)
-                sandbox = live.lease.sandbox
-                outcome = await execute(
-                    sandbox, cells, limits, collector, on_output=on_output, stop=stop
-                )
+                outcome = await run_in(live.lease.sandbox)
         finally:
             self._stops.pop(key, None)
         live.last_used = time.monotonic()
@@ -212,9 +226,11 @@ class SessionManager:
             damaged = bool(outcome.damaged)
             self._drop(key, ending_of_run(status.value, message, sandbox.alive, damaged))
             files, skipped = [], []
+        live.secret_given |= outcome.secret_given
         truncated = outcome.truncated or collector.truncated
         dropped = outcome.dropped_results + collector.dropped
         message = truncation_note(message, truncated, limits, dropped)
+        message = unanswered_note(message, outcome.inputs)
         news = self.news(key)
         resumed = ending is None and news is None and key in self._resumed
         if resumed:
@@ -234,6 +250,7 @@ class SessionManager:
             ended=ending,
             workspace_news=news,
             resumed=resumed,
+            inputs=tuple(outcome.inputs),
         )
 
     async def _session(self, key: str, on_queued: QueueCallback | None) -> Found:

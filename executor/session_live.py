@@ -14,7 +14,9 @@ from typing import Any, Protocol
 
 from executor.errors import InvalidInput
 from executor.limits import SandboxLimits
-from executor.pool import Lease
+from executor.pool import Lease, QueueCallback
+from executor.run import OutputCallback
+from executor.run_input import InputCallback
 from executor.session_news import Ended, Held, WorkspaceNews
 from executor.workspace import Workspace
 
@@ -29,6 +31,15 @@ class Restore(enum.Enum):
     """Files, then the variables."""
     FILES = "files"
     """Files only: a run then goes on without the variables, which are not loaded later."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunHooks:
+    """What a run tells its caller as it goes, and asks of it."""
+
+    on_output: OutputCallback | None = None
+    on_queued: QueueCallback | None = None
+    on_input: InputCallback | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -47,6 +58,9 @@ class Live:
     """What became of the saved workspace's packages (only its package fields are set)."""
     paused: bool = False
     """Its sandbox was paused to a memory snapshot: let go of, not removed."""
+    secret_given: bool = False
+    """Code in it was given an answer to `getpass()`: it is never paused to a memory
+    snapshot (its workspace, which leaves such variables out, is saved instead)."""
 
 
 Found = tuple[Live, Ended | None]

@@ -400,6 +400,10 @@ class WorkspaceKeeper:
         backend = self.pool.backend
         if not isinstance(backend, SnapshotKeeper) or self.store is None:
             return
+        if live.secret_given:
+            # A memory snapshot would hold the answer on the host's disk.
+            self.snapshot_why[key] = "it was given a getpass() answer, which is never saved"
+            return
         try:
             async with asyncio.timeout(max(within_s, 0.001)):
                 paused = await backend.pause(live.lease.sandbox, max_mb)

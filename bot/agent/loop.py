@@ -402,7 +402,11 @@ class Agent:
         # A Stop pressed while the sandbox is still starting applies to this run as well.
         result = spoken(
             await self.executor.session(conversation).run(
-                code, on_output=forward, stop=turn.stop_requested, restore=restore
+                code,
+                on_output=forward,
+                stop=turn.stop_requested,
+                restore=restore,
+                on_input=turn.ask_input,
             )
         )
         if self.refusals is not None:

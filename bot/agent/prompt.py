@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from executor import ExecutionResult, Status
+from executor import ExecutionResult, InputExchange, Status
 from storage.artifacts import Artifact
 
 PYTHON_TOOL: dict[str, Any] = {
@@ -55,6 +55,10 @@ def system_prompt(network: bool, doors: bool = False) -> str:
         "are installed.\n"
         f"- {reach}\n"
         "- If the code fails, read the error, fix the code and try again.\n"
+        "- `input()` and `getpass()` work: the user is asked in the chat and the code waits "
+        "for the answer. Prefer asking in your reply and putting the answer in the code; use "
+        "getpass() only for a secret the user should not tell you (its answer never reaches "
+        "you, and is masked in the output).\n"
         "- Never write links to files or charts yourself: the chat shows them. Refer to files "
         "by name. Answer briefly, in the user's language."
     )
@@ -77,6 +81,8 @@ def tool_result(result: ExecutionResult, manifest: list[Artifact], budget: int) 
                 ("value:\n" if rich.is_main_result else "display:\n")
                 + _trim(rich.text, budget // 4)
             )
+    for asked in result.inputs:
+        parts.append(_input_line(asked))
     if result.error is not None and result.status is Status.ERROR:
         trace = "\n".join(result.error.traceback[-30:])
         parts.append(
@@ -91,6 +97,18 @@ def tool_result(result: ExecutionResult, manifest: list[Artifact], budget: int) 
                 f"{kind} {item.name} could not be delivered ({item.status}: {item.reason})."
             )
     return _trim("\n".join(parts), budget)
+
+
+def _input_line(asked: InputExchange) -> str:
+    """One `input()` or `getpass()` of the run, as the model may know it: never what a
+    getpass() was answered."""
+    how = "getpass" if asked.password else "input"
+    said = f"{how}({asked.prompt[:200]!r})"
+    if not asked.answered:
+        return f"{said}: nobody answered in time (the code got EOFError)."
+    if asked.password:
+        return f"{said}: the user answered; the answer is hidden from you and from the chat."
+    return f"{said}: the user answered {asked.answer[:500]!r}."
 
 
 def _trim(text: str, limit: int) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from executor import InputAsked
 from executor.session import Restore
 
 
@@ -77,6 +78,9 @@ class Turn:
     """Raises a `Refused` when the person may not run more code now (a quota)."""
     approve: Callable[[str], Awaitable[Decision]] | None = None
     """Decides whether code the model wrote runs (the place's approval policy)."""
+    ask_input: Callable[[InputAsked], Awaitable[str | None]] | None = None
+    """Asks the person whose turn it is when the running code calls `input()` or
+    `getpass()`; their answer, or None (none came). None: the code cannot ask."""
 
     async def approval(self, code: str) -> Decision:
         """Before each run of code the model wrote: whether it runs, and which code."""

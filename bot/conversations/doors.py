@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from bot.agent.turn import Turn
 from bot.conversations.keys import ConversationKey
-from bot.conversations.moderation import Moderation, _pressed_in
+from bot.conversations.moderation import Moderation, pressed_in
 from bot.conversations.network import NetworkCommand, NetworkGrants, Verdict
 from bot.conversations.people import Admission, Person
 from bot.errors import NotHere, Refused
@@ -216,7 +216,7 @@ class Doors(Moderation):
         card = self.door_cards.get(card_key)
         if card is None or self.network is None:
             raise Refused(DOOR_GONE)
-        if not _pressed_in(person, card.conversation):
+        if not pressed_in(person, card.conversation):
             raise Refused(DOOR_ELSEWHERE)
         if not await self.moderates(person):
             raise Refused(NETWORK_FOR_APPROVERS)

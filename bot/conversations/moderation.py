@@ -56,7 +56,7 @@ class Moderation:
         waiting = self.pending.get(key)
         if waiting is None or waiting.decided.done():
             raise Refused(ALREADY_DECIDED)
-        if not _pressed_in(person, waiting.conversation):
+        if not pressed_in(person, waiting.conversation):
             raise Refused(ELSEWHERE)
         approvers = self.policies.settings.approvers if self.policies else "requester"
         if approvers == "requester" and person.user == waiting.requester:
@@ -140,7 +140,7 @@ class Moderation:
         return self.usage(server)
 
 
-def _pressed_in(person: Person, key: ConversationKey) -> bool:
+def pressed_in(person: Person, key: ConversationKey) -> bool:
     """Whether a press comes from the conversation `key` (its server and channel; a DM's own
     person), so that a decision key seen in one place decides nothing in another."""
     if key.is_dm:

@@ -29,7 +29,17 @@ from bot.conversations.approval import (
     Pending,
 )
 from bot.conversations.doors import Doorbell, DoorCard, Doors
+from bot.conversations.input_prompts import ELSEWHERE as INPUT_ELSEWHERE
+from bot.conversations.input_prompts import (
+    MAX_ANSWER_CHARS,
+    NOT_YOURS,
+    TOO_LONG,
+    InputAsker,
+    WaitingInput,
+)
+from bot.conversations.input_prompts import NOT_WAITING as INPUT_NOT_WAITING
 from bot.conversations.keys import ConversationKey
+from bot.conversations.moderation import pressed_in
 from bot.conversations.network import NetworkGrants
 from bot.conversations.people import Admission, Person
 from bot.conversations.policy import Policies
@@ -73,6 +83,7 @@ class Conversations(Doors):
         quotas: Quotas | None = None,
         policies: Policies | None = None,
         network: NetworkGrants | None = None,
+        input_timeout_s: float = 120.0,
     ) -> None:
         self.agent = agent
         self.quotas = quotas
@@ -90,6 +101,9 @@ class Conversations(Doors):
         self.doorbells: dict[str, Doorbell] = {}
         self.door_cards: dict[str, DoorCard] = {}
         self.last_runs: OrderedDict[str, str] = OrderedDict()
+        self.input_timeout_s = input_timeout_s
+        self.inputs: dict[str, WaitingInput] = {}
+        """The code's prompts waiting for an answer, by the key of their Answer control."""
 
     # ── turns ────────────────────────────────────────────────────────────
 
@@ -127,6 +141,15 @@ class Conversations(Doors):
                     emit = self._metered(reply, person.user, message.server, entry.turn)
                     self._keep_off(entry.turn, key, message.text)
                     emit = self.watch_runs(key, entry.turn, emit)
+                    entry.turn.ask_input = InputAsker(
+                        self.inputs,
+                        key,
+                        person.user,
+                        emit,
+                        entry.turn.stop_requested,
+                        self.input_timeout_s,
+                        lambda: self._approval_deadline(entry.turn),
+                    )
                     approver = None
                     if self.policies is not None:
                         approver = entry.turn.approve = Approver(
@@ -273,6 +296,34 @@ class Conversations(Doors):
         key = None if spec.conversation is None else ConversationKey.parse(spec.conversation)
         await self.check(door, person, key, spec.owner)
         return spec.code, key
+
+    def answerable(self, door: Admission, person: Person, key: str) -> WaitingInput:
+        """The code's prompt waiting under `key`, for the person who may answer it (whose
+        turn it is); raises a `Refused` saying why not."""
+        if not door.allows(person.place):
+            raise NotHere
+        waiting = self.inputs.get(key)
+        if waiting is None or waiting.answer.done():
+            raise Refused(INPUT_NOT_WAITING)
+        if not pressed_in(person, waiting.conversation):
+            raise Refused(INPUT_ELSEWHERE)
+        if person.user != waiting.person:
+            raise Refused(NOT_YOURS)
+        return waiting
+
+    async def answer_input(
+        self, door: Admission, person: Person, key: str, answer: str | None
+    ) -> None:
+        """Give `answer` to the code's prompt waiting under `key` (None: the person gives
+        none, and the code gets EOFError now); raises a `Refused` saying why the person may
+        not (only the person whose turn it is may answer)."""
+        waiting = self.answerable(door, person, key)
+        if answer is not None and len(answer) > MAX_ANSWER_CHARS:
+            raise Refused(TOO_LONG.format(limit=MAX_ANSWER_CHARS))
+        if not waiting.settle(None if answer is None else (answer, person.user)):
+            raise Refused(INPUT_NOT_WAITING)
+        # Never the answer itself: a getpass() one is a secret.
+        log.info("the code's prompt in %s was answered", waiting.conversation.id)
 
     async def reset(self, door: Admission, person: Person, key: ConversationKey) -> None:
         await self.check(door, person, key)

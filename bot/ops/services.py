@@ -121,6 +121,7 @@ async def services(
                 quotas=quotas,
                 policies=policies,
                 network=network,
+                input_timeout_s=settings.input_timeout_s,
             )
             link = None
             if settings.sandbox.egress == "allowlist":

@@ -9,6 +9,8 @@ Where the policy is approve, the model's code is shown first and runs only after
 edit it: lines up to one holding only a dot run instead); n declines it. When code hits a
 closed network door, the door is named at once and, once the turn ends, the console asks
 whether to allow it once (o), in the console (c) or not (n); an allow runs the code again.
+When the running code calls `input()` or `getpass()`, its prompt is asked here (a password
+without echo), and the answer goes to the code.
 
 A turn's events are printed by the console's reply, `console_reply.Renderer`.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import json
 import logging
 import signal
@@ -47,7 +50,7 @@ from bot.conversations.approval import (
 from bot.conversations.doors import DoorCard, DoorChoice
 from bot.conversations.network import parse_network
 from bot.conversations.policy import parse_command
-from bot.events import ApprovalRequested
+from bot.events import ApprovalRequested, InputRequested
 from bot.platforms.console_reply import Renderer
 from bot.terminal import clean, show_name
 from bot.text import human_size
@@ -95,6 +98,8 @@ class Console:
         self.door = Admission(AccessRules())
         self.read: Read | None = None
         """How to ask the person something while a turn runs (set by the input loop)."""
+        self.read_secret: Read | None = None
+        """How to ask for a password: without echoing it, in a terminal (else `read`)."""
         self.doors: list[DoorCard] = []
         """Closed doors met by the code, asked about once its turn ends."""
         conversations.doorbells["console"] = self._ring
@@ -153,6 +158,7 @@ class Console:
             self.attachments.clear()
             self.renderer = Renderer(self.out, interactive)
             self.renderer.approve = self._approve
+            self.renderer.answer_input = self._answer_input
             try:
                 await self.conversations.turn(self.door, ME, CONVERSATION, message, self.renderer)
             finally:
@@ -223,6 +229,21 @@ class Console:
                 self._say(f"✗ {exc}")
                 if verdict is not Verdict.EDITED:
                     return
+
+    async def _answer_input(self, event: InputRequested) -> None:
+        """The code's `input()` or `getpass()`: asked here, answered for the code (the end of
+        input answers nothing, and the code gets EOFError)."""
+        if event.password:
+            self._say("⌨️ The code asks for a password (getpass); it is not shown as you type.")
+        else:
+            self._say("⌨️ The code asks for input:")
+        prompt = clean(event.prompt) or ("Password: " if event.password else "> ")
+        read = self.read_secret if event.password and self.read_secret else self.read
+        answer = None if read is None else await read(prompt)
+        try:
+            await self.conversations.answer_input(self.door, ME, event.key, answer)
+        except Refused as exc:
+            self._say(f"✗ {exc}")
 
     async def _edited(self) -> str:
         self._say("Type the code to run instead; end it with a line holding only a dot (.).")
@@ -323,7 +344,14 @@ async def run_interactive(console: Console, banner: str) -> None:
         except EOFError:
             return None
 
+    async def read_secret(prompt: str) -> str | None:
+        try:
+            return await asyncio.to_thread(getpass.getpass, prompt)
+        except EOFError:
+            return None
+
     console.read = read
+    console.read_secret = read_secret
     console.out.write(f"{banner}\n{HELP}\n")
     try:
         while True:

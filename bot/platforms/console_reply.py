@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TextIO
 
 from bot.conversations.approval import outcome
+from bot.conversations.input_prompts import answered_text
 from bot.events import (
     Answer,
     AnswerDelta,
@@ -23,6 +24,8 @@ from bot.events import (
     CodeStarted,
     ExecutionFinished,
     Failure,
+    InputAnswered,
+    InputRequested,
     Notice,
     OutputChunk,
     Thinking,
@@ -48,6 +51,9 @@ class Renderer:
         self.approve: Callable[[ApprovalRequested], Awaitable[None]] | None = None
         """Asks whether code the model wrote may run (the place's policy is approve)."""
         self._asked: dict[str, ApprovalRequested] = {}
+        self.answer_input: Callable[[InputRequested], Awaitable[None]] | None = None
+        """Asks in the terminal when the running code calls `input()` or `getpass()`."""
+        self._prompts: dict[str, InputRequested] = {}
         self._at_line_start = True
         self._spinner: asyncio.Task[None] | None = None
         self._streams = {"stdout": TerminalText(), "stderr": TerminalText()}
@@ -78,6 +84,17 @@ class Renderer:
             self._stop_spinner()
             self._asked[event.key] = event
             return self.approve(event)
+        if isinstance(event, InputRequested) and self.answer_input is not None:
+            self._stop_spinner()
+            if not self._at_line_start:
+                self._write("\n")
+            self._prompts[event.key] = event
+            return self.answer_input(event)
+        if isinstance(event, InputAnswered):
+            prompt = self._prompts.pop(event.key, None)
+            if prompt is not None:
+                self._line(answered_text(prompt, event, "you"))
+            return None
         if isinstance(event, ApprovalDecided):
             asked = self._asked.pop(event.key, None)
             self._line(outcome(event, "you", restore_only=asked is not None and not asked.code))

@@ -3,8 +3,8 @@
     queued?  a progress message with a Stop control ("⏳ Waiting for …")
     start    the progress message says the turn began ("⏳ Working on it…")
     events   folded into a `TurnView`; the progress message redrawn at most once per
-             interval; code waiting for approval gets a message of its own, edited once
-             decided
+             interval; code waiting for approval, and the code's `input()` prompts, get a
+             message of their own, edited once decided or answered
     finish   the last progress state and the answer (the platform's `answer`)
     refused  instead: why the turn did not start (on the progress message, or to the asker)
     failed   instead: what broke
@@ -21,7 +21,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from bot.events import ApprovalDecided, ApprovalRequested, TurnEvent
+from bot.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    InputAnswered,
+    InputRequested,
+    TurnEvent,
+)
 from bot.platforms.progress import WORKING, Pacer, TurnView
 
 log = logging.getLogger(__name__)
@@ -45,6 +51,8 @@ class TurnReply(ABC, Generic[Message]):
         self.pacer = Pacer(self._draw, interval)
         self.approvals: dict[str, tuple[ApprovalRequested, Message]] = {}
         """Approval messages by key, with what they asked."""
+        self.prompts: dict[str, tuple[InputRequested, Message]] = {}
+        """The code's prompt messages by key, with what they asked."""
 
     # ── what each platform supplies ──────────────────────────────────────
 
@@ -84,6 +92,16 @@ class TurnReply(ABC, Generic[Message]):
         """Turn the approval message into what became of the code (no controls)."""
 
     @abstractmethod
+    async def ask_input(self, event: InputRequested) -> Message:
+        """Post the code's prompt for the person whose turn it is, with its Answer control."""
+
+    @abstractmethod
+    async def input_answered(
+        self, message: Message, asked: InputRequested, event: InputAnswered
+    ) -> None:
+        """Turn the prompt message into what became of it (no controls)."""
+
+    @abstractmethod
     async def answer(self, rerun: Any) -> None:
         """The last progress state (with `rerun`, the Re-run control, or None) and the
         answer; exactly one answer, whatever fails."""
@@ -111,7 +129,24 @@ class TurnReply(ABC, Generic[Message]):
             return self._ask(event)
         if isinstance(event, ApprovalDecided):
             return self._decided(event)
+        if isinstance(event, InputRequested):
+            return self._ask_input(event)
+        if isinstance(event, InputAnswered):
+            return self._input_answered(event)
         return None
+
+    async def _ask_input(self, event: InputRequested) -> None:
+        self.prompts[event.key] = (event, await self.ask_input(event))
+
+    async def _input_answered(self, event: InputAnswered) -> None:
+        found = self.prompts.pop(event.key, None)
+        if found is None:
+            return
+        asked, message = found
+        try:
+            await self.input_answered(message, asked, event)
+        except self.api_error:
+            log.warning("could not update the prompt message", exc_info=True)
 
     async def _ask(self, event: ApprovalRequested) -> None:
         self.approvals[event.key] = (event, await self.ask(event))

@@ -43,6 +43,8 @@ Requests (host to runner), in `REQUESTS`:
     Resume     a host that attached again asks who holds the sandbox; `Resumed`.
     Rekey      replace the key (and, with `reseed`, re-seed the kernel's random
                generators); `Rekeyed`, the first line sealed with the new key.
+    InputReply the answer to a run's `InputRequest` (`given` False: none came, and the
+               code's `input()` raises EOFError). No answer.
     Shutdown   stop the kernel and exit.
     Requests that need an answer carry an `id`, which the answer repeats; the host makes it
     long enough that the user's code cannot guess it. Snapshot, Restore, Install and Env
@@ -51,7 +53,15 @@ Requests (host to runner), in `REQUESTS`:
 
 Events (runner to host), in `EVENTS`:
     Ready first (the kernel started), Warm once the data stack is loaded, Log for a notice
-    (at most a few per sandbox), and the answers above.
+    (at most a few per sandbox), and the answers above. During a `Run` with `stdin`, an
+    `InputRequest` (the prompt, and whether `getpass()` asked) each time the code waits for
+    input; the code waits until the `InputReply`.
+
+Secrets
+    An answer to `getpass()` (`InputRequest.password`) stays in the runner's memory only: the
+    runner replaces it with `••••` in every output it sends later (streams, results,
+    errors, the exported notebook), and a `Snapshot` leaves out every variable whose pickle
+    holds it (skipped, with why). The host never logs it nor keeps it.
 
 Attaching again
     A host that attaches to a running sandbox later (a Kubernetes Pod, after the bot
@@ -84,8 +94,10 @@ from executor.wire.codec import decode_event, decode_request, encode, pins
 from executor.wire.messages import (
     EVENTS,
     FS_ACTIONS,
+    MAX_INPUT_CHARS,
     MAX_LIST,
     MAX_PACKAGES,
+    MAX_PROMPT_CHARS,
     PACKAGE_PIN,
     REQUEST_KINDS,
     REQUESTS,
@@ -100,6 +112,8 @@ from executor.wire.messages import (
     Fs,
     FsAction,
     FsDone,
+    InputReply,
+    InputRequest,
     Install,
     Installed,
     Interrupt,
@@ -139,8 +153,10 @@ __all__ = [
     "EVENTS",
     "FS_ACTIONS",
     "KEY_BYTES",
+    "MAX_INPUT_CHARS",
     "MAX_LIST",
     "MAX_PACKAGES",
+    "MAX_PROMPT_CHARS",
     "MAX_SEQ_DIGITS",
     "PACKAGE_PIN",
     "REQUESTS",
@@ -156,6 +172,8 @@ __all__ = [
     "Fs",
     "FsAction",
     "FsDone",
+    "InputReply",
+    "InputRequest",
     "Install",
     "Installed",
     "Interrupt",

@@ -10,8 +10,10 @@ from typing import Any
 from executor.wire.messages import (
     EVENTS,
     FS_ACTIONS,
+    MAX_INPUT_CHARS,
     MAX_LIST,
     MAX_PACKAGES,
+    MAX_PROMPT_CHARS,
     PACKAGE_PIN,
     REQUEST_KINDS,
     REQUESTS,
@@ -25,6 +27,8 @@ from executor.wire.messages import (
     Exported,
     Fs,
     FsDone,
+    InputReply,
+    InputRequest,
     Install,
     Installed,
     Log,
@@ -97,6 +101,7 @@ def decode_request(payload: bytes) -> Request:
             rich_count_limit=read.number("rich_count_limit", 100),
             background=read.flag("background"),
             notebook=read.flag("notebook"),
+            stdin=read.flag("stdin"),
         )
     if kind is Export:
         return Export(id=read.text("id"))
@@ -138,6 +143,11 @@ def decode_request(payload: bytes) -> Request:
         if len(key) != 2 * KEY_BYTES or any(c not in "0123456789abcdef" for c in key):
             raise Malformed("a rekey's key is not 64 lowercase hex digits")
         return Rekey(nonce=read.text("nonce")[:100], key=key, reseed=read.flag("reseed"))
+    if kind is InputReply:
+        value = read.text("value")
+        if len(value) > MAX_INPUT_CHARS:
+            raise Malformed(f"an input reply longer than {MAX_INPUT_CHARS} characters")
+        return InputReply(id=read.text("id"), value=value, given=read.flag("given", True))
     return kind()  # type: ignore[call-arg]  # Interrupt and Shutdown have no fields
 
 
@@ -166,6 +176,12 @@ def _event(kind: type[Event], read: _Reader) -> Event:
     if kind is Output:
         return Output(
             id=read.text("id"), cell=read.number("cell", 0), output=read.mapping("output")
+        )
+    if kind is InputRequest:
+        return InputRequest(
+            id=read.text("id"),
+            prompt=read.text("prompt")[:MAX_PROMPT_CHARS],
+            password=read.flag("password"),
         )
     if kind is Done:
         count = read.optional_number("execution_count")

@@ -15,6 +15,10 @@ PACKAGE_PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}==[A-Za-z0-9][A-Za-z0-
 """One installed distribution as `Install` and `SnapshotTaken` carry it: `name==version`,
 nothing else (no option, URL or path can pass for one)."""
 MAX_PACKAGES = 300
+MAX_PROMPT_CHARS = 2000
+"""The most of an `input()` prompt the host reads."""
+MAX_INPUT_CHARS = 4000
+"""The longest answer to an `input()` (what a chat's text box takes)."""
 
 FsAction = Literal["list", "info", "make_dir", "remove", "rename"]
 FS_ACTIONS: tuple[FsAction, ...] = ("list", "info", "make_dir", "remove", "rename")
@@ -38,6 +42,10 @@ class Run:
     background: bool = False
     notebook: bool = False
     """Whether `Done` carries the notebook."""
+    stdin: bool = False
+    """Whether the code may ask for input (`input()`, `getpass()`): each ask is an
+    `InputRequest`, answered by an `InputReply`. Without it asking raises
+    StdinNotImplementedError, as in any notebook run without a front end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +132,16 @@ class Rekey:
 
 
 @dataclass(frozen=True, slots=True)
+class InputReply:
+    op: ClassVar[str] = "input_reply"
+    id: str
+    """The run whose `InputRequest` this answers."""
+    value: str = ""
+    given: bool = True
+    """False: nobody answered; the code's `input()` raises EOFError."""
+
+
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     op: ClassVar[str] = "shutdown"
 
@@ -141,6 +159,7 @@ Request = (
     | Claim
     | Resume
     | Rekey
+    | InputReply
     | Shutdown
 )
 REQUEST_KINDS = (
@@ -156,6 +175,7 @@ REQUEST_KINDS = (
     Claim,
     Resume,
     Rekey,
+    InputReply,
     Shutdown,
 )
 REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in REQUEST_KINDS}
@@ -189,6 +209,16 @@ class Output:
     cell: int
     output: Mapping[str, Any]
     """One nbformat output."""
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequest:
+    type: ClassVar[str] = "input_request"
+    id: str
+    """The run whose code waits in `input()` or `getpass()` (asked with `Run.stdin`)."""
+    prompt: str = ""
+    password: bool = False
+    """Asked by `getpass()`: the answer is a secret (see the package docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +335,7 @@ Event = (
     | Warm
     | Log
     | Output
+    | InputRequest
     | Done
     | Exported
     | Previewed
@@ -323,6 +354,7 @@ EVENTS: dict[str, type[Event]] = {
         Warm,
         Log,
         Output,
+        InputRequest,
         Done,
         Exported,
         Previewed,

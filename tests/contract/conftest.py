@@ -22,6 +22,7 @@ from tests.support.sandboxes import TEST_INSTANCE
 __all__ = ["admin", "bot_kubeconfig", "deployed"]  # the cluster's fixtures, used by name
 
 ENV_NAME = "CONTRACT_COLOR"
+ASKING = "from getpass import getpass\na = input('First? ')\nb = getpass('Second? ')\nprint(a, b)"
 FAKE_SCRIPT: Mapping[str, FakeRun] = {
     "print(6 * 7)": FakeRun(outputs=[stdout("42\n")]),
     "raise ValueError('no')": FakeRun(error=("ValueError", "no")),
@@ -30,6 +31,8 @@ FAKE_SCRIPT: Mapping[str, FakeRun] = {
         outputs=[stdout("started\n")], hang=True
     ),
     "import os\nprint(os.environ.get('CONTRACT_COLOR'))": FakeRun(outputs=[stdout("teal\n")]),
+    ASKING: FakeRun(asks=[("First? ", False), ("Second? ", True)]),
+    "input('anyone? ')": FakeRun(asks=[("anyone? ", False)]),
     "x = 41": FakeRun(assigns={"x": "41"}),
     "print(x + 1)": FakeRun(outputs=[stdout("42\n")]),
 }

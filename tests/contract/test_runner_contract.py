@@ -13,7 +13,7 @@ from executor import Executor, PoolSettings, SandboxLimits, wire
 from executor.archive import build_input_tar
 from executor.protocol import Sandbox, SandboxBackend
 from executor.runner_client import RunnerClient
-from tests.contract.conftest import ENV_NAME, started
+from tests.contract.conftest import ASKING, ENV_NAME, started
 from tests.support.runner_events import notices_and_outputs
 
 FILES = {"in/sales.csv": b"a,b\n1,2\n", "top.txt": b"top"}
@@ -72,6 +72,39 @@ async def test_interrupt_stops_a_cell_and_the_kernel_goes_on(sandbox: Sandbox) -
     assert errors == ["KeyboardInterrupt"]
     outputs, again = await run(client, ["print(6 * 7)"])
     assert (text(outputs), again.status) == ("42\n", "ok")
+
+
+async def test_input_is_asked_answered_and_a_getpass_answer_masked(sandbox: Sandbox) -> None:
+    client = RunnerClient(sandbox)
+    limits = {"output_limit": 10**6, "rich_limit": 10**7, "rich_count_limit": 100}
+    run_id = await client.run([ASKING], stdin=True, **limits)
+    await client.send(wire.InputReply(id="another-run", value="stray"))  # ignored
+    answers = iter(["one", "two-secret"])
+    asked, outputs = [], []
+    async with asyncio.timeout(120):
+        async for event in client.run_events(run_id):
+            if isinstance(event, wire.InputRequest):
+                asked.append((event.prompt, event.password))
+                await client.send(wire.InputReply(id=run_id, value=next(answers)))
+            elif isinstance(event, wire.Output):
+                outputs.append(event.output)
+            else:
+                assert event.status == "ok"
+    assert asked == [("First? ", False), ("Second? ", True)]
+    assert text(outputs) == "one ••••\n"
+
+    run_id = await client.run(["input('anyone? ')"], stdin=True, **limits)
+    async with asyncio.timeout(120):
+        async for event in client.run_events(run_id):
+            if isinstance(event, wire.InputRequest):
+                await client.send(wire.InputReply(id=run_id, given=False))
+            elif isinstance(event, wire.Done):
+                assert event.status == "error"
+            else:
+                assert event.output.get("ename") == "EOFError"
+    outputs, done = await run(client, ["input('anyone? ')"])  # a run without stdin
+    assert done.status == "error"
+    assert [o.get("ename") for o in outputs] == ["StdinNotImplementedError"]
 
 
 async def test_file_operations_in_mnt_data(sandbox: Sandbox, limits: SandboxLimits) -> None:

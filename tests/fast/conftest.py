@@ -3,10 +3,12 @@ The model server and agent factory are the same as the platform tests use."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from bot.logs import PAYLOAD_LOGGERS, quiet_payloads
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend
 from executor.workspace import WorkspaceSettings, WorkspaceStore
@@ -55,3 +57,14 @@ async def fake_executor(
     ) as executor:
         yield executor
     assert not fake_backend.live, "a fake sandbox was left behind"
+
+
+@pytest.fixture
+def debug_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """Every log line at DEBUG, as the bot logs with CELLMATE_LOG_LEVEL=DEBUG."""
+    kept = {name: logging.getLogger(name).level for name in PAYLOAD_LOGGERS}
+    caplog.set_level(logging.DEBUG)
+    quiet_payloads()
+    yield caplog
+    for name, level in kept.items():
+        logging.getLogger(name).setLevel(level)

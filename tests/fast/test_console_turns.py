@@ -19,6 +19,7 @@ from bot.conversations import Conversations
 from bot.platforms.console import Console, run_piped
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, image, stdout
+from tests.support.prompts import ASK_HIDDEN, ASK_NAME, ASKING, HIDDEN_ANSWER, assert_kept_nowhere
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -43,6 +44,7 @@ def fake_backend() -> FakeBackend:
             "keep()": FakeRun(outputs=[stdout("kept\n")], files={"notes.txt": b"hi"}),
             "crash()": FakeRun(outputs=[stdout("going down\n")], kernel_dies=-9),
             "slow()": FakeRun(outputs=[stdout("first "), stdout("done\n")], delay_s=0.2),
+            **ASKING,
         }
     )
 
@@ -234,3 +236,56 @@ async def test_a_kernel_death_is_reported_and_the_next_run_gets_a_new_kernel(
     assert "■ killed in" in out
     assert "42\n" in out
     assert fake_backend.started == 2
+
+
+# ── input() and getpass() ─────────────────────────────────────────────────────────────────
+
+
+async def test_the_codes_input_is_asked_in_the_terminal_and_the_answer_reaches_it(
+    chat: Callable[..., Chat], model: ScriptedModel
+) -> None:
+    model.script(runs(ASK_NAME), says("Hello, Ada."))
+    out = await chat().pipe("ask my name", "Ada")
+    assert "⌨️ The code asks for input:\nName: \n" in out
+    assert "\nAda\n" in out  # what the code printed
+    assert "⌨️ you answered: Ada\n" in out
+    told = json.dumps(model.requests[-1]["messages"])
+    assert "the user answered 'Ada'" in told
+    assert out.splitlines()[-1] == "Hello, Ada."
+
+
+async def test_a_getpass_answer_reaches_the_code_and_nothing_else(
+    chat: Callable[..., Chat],
+    model: ScriptedModel,
+    fake_backend: FakeBackend,
+    tmp_path: Path,
+    debug_logs: pytest.LogCaptureFixture,
+) -> None:
+    model.script(runs(ASK_HIDDEN), says("Logged in."))
+    console = chat()
+    out = await console.pipe("log in", HIDDEN_ANSWER, "/export")
+    assert "⌨️ The code asks for a password (getpass); it is not shown as you type." in out
+    assert "\n••••\n" in out
+    assert "⌨️ you answered: ••••\n" in out
+    (sandbox,) = fake_backend.live
+    assert sandbox.secrets == {HIDDEN_ANSWER}  # it reached the code
+    told = json.dumps(model.requests[-1]["messages"])
+    assert "the answer is hidden from you and from the chat" in told
+    await assert_kept_nowhere(
+        HIDDEN_ANSWER,
+        shown=[out],
+        model_requests=model.requests,
+        logs=debug_logs.text,
+        root=tmp_path,
+    )
+
+
+async def test_no_answer_to_input_gives_the_code_eof_and_says_so(
+    chat: Callable[..., Chat], model: ScriptedModel
+) -> None:
+    model.script(runs(ASK_NAME), says("No name, then."))
+    out = await chat().pipe("ask my name")  # the input ends: nothing more is typed
+    assert "⌛ Nobody answered in time; the code's input() got no answer (EOFError)." in out
+    assert "EOFError" in out
+    assert "Nobody answered the code's input() ('Name:'), so it raised EOFError." in out
+    assert _answers(out, "No name, then.") == 1

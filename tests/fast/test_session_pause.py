@@ -35,6 +35,7 @@ def backend() -> FakeBackend:
             "conn = connect()": FakeRun(unsaveable=["conn"]),
             "print(x)": FakeRun(shows="x"),
             "print(conn)": FakeRun(shows="conn"),
+            "key = getpass()": FakeRun(asks=[("Password: ", True)]),
         },
         pausable=True,
     )
@@ -164,6 +165,30 @@ async def test_a_sandbox_that_cannot_be_paused_saves_its_workspace_and_says_why(
         "(5000 MB) is more than a snapshot may hold (4096 MB)), so its saved workspace came "
         "back instead. Restored your workspace from a moment ago: x, data.csv."
     )
+
+
+async def test_a_session_given_a_getpass_answer_is_never_paused_to_a_snapshot(
+    paused: Executor, backend: FakeBackend
+) -> None:
+    session = paused.session("conv-a")
+    await session.run("x = 41")
+
+    async def answer(asked: object) -> str:
+        return "hunter2-secret"
+
+    await session.run("key = getpass()", on_input=answer)
+    await pause_idle_sessions(paused)
+    assert backend.paused == {}  # a memory image would hold the answer on the host's disk
+    back = spoken(await session.run("print(x)"))
+    assert back.stdout == "41\n"
+    assert back.message.startswith(
+        "Your paused session could not be kept in memory (it was given a getpass() answer, "
+        "which is never saved), so its saved workspace came back instead."
+    )
+    # Only a sandbox that was given one: the new session of conv-a, and another, pause.
+    await paused.session("conv-b").run("x = 41")
+    await pause_idle_sessions(paused)
+    assert len(backend.paused) == 2
 
 
 async def test_where_no_snapshot_can_be_taken_pause_saves_the_workspace(

@@ -3,12 +3,20 @@ off its messages: buttons, modals, what a user was shown."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+from collections.abc import AsyncIterator
 from typing import Any
 
-from bench.standins.discord_server import DiscordServer, Interaction, Message
+import discord
+import yarl
+
+from bench.standins.discord_server import TOKEN, DiscordServer, Interaction, Message
 from bot.agent import Agent
-from bot.platforms.on_discord import CellmateDiscord
+from bot.conversations import Conversations
+from bot.platforms.on_discord import CellmateDiscord, build_client, run_discord
+from bot.settings import DiscordSettings
 from tests.support.platforms import turns_ended
 
 
@@ -76,3 +84,27 @@ async def interaction_reply(bot: Bot, interaction: Interaction) -> str:
         return messages[0].content if messages and messages[0].content else None
 
     return await bot.server.wait_for(shown)  # type: ignore[return-value]
+
+
+@contextlib.asynccontextmanager
+async def running_bot(agent: Agent, conversations: Conversations) -> AsyncIterator[Bot]:
+    """The real discord.py client of `conversations` on a Discord stand-in of its own, from
+    its first gateway connection until it and the stand-in are closed again."""
+    base, gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    server = DiscordServer()
+    await server.start()
+    settings = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0)
+    client = build_client(conversations, settings)
+    client._connection.guild_ready_timeout = 0.05
+    task = asyncio.create_task(run_discord(client))
+    try:
+        await server.wait_ready()
+        await asyncio.wait_for(client.connected.wait(), 10)
+        yield Bot(server, client, agent)
+    finally:
+        await client.close()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(task, 10)
+        await server.close()
+        discord.http.Route.BASE = base
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(str(gateway))

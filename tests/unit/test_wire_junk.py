@@ -84,3 +84,17 @@ def test_a_sealed_line_counts_only_with_a_plain_rising_decimal_number(head: byte
     mac = good.split(b" ", 1)[0]
     # The runner's MAC with a number written any other way is not the runner's line.
     assert unseal(KEY, mac + b" " + head + b" " + payload + b"\n", 0) is None
+
+
+def test_an_input_reply_longer_than_a_chat_box_is_refused_and_a_long_prompt_cut() -> None:
+    reply = {"op": "input_reply", "id": "r", "value": "x" * (wire.MAX_INPUT_CHARS + 1)}
+    with pytest.raises(wire.Malformed):
+        wire.decode_request(wire.dumps(reply))
+    given = wire.decode_request(wire.dumps({**reply, "value": "ok"}))
+    assert given == wire.InputReply(id="r", value="ok", given=True)
+    none = wire.decode_request(wire.dumps({"op": "input_reply", "id": "r", "given": False}))
+    assert none == wire.InputReply(id="r", value="", given=False)
+    asked = wire.decode_event({"type": "input_request", "id": "r", "prompt": "p" * 10**5})
+    assert isinstance(asked, wire.InputRequest)
+    assert len(asked.prompt) == wire.MAX_PROMPT_CHARS
+    assert not asked.password

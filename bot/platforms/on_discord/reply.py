@@ -14,13 +14,14 @@ from typing import Any, Protocol
 
 import discord
 
-from bot.events import ApprovalDecided, ApprovalRequested
+from bot.events import ApprovalDecided, ApprovalRequested, InputAnswered, InputRequested
 from bot.platforms.on_discord.approval import (
     approval_view,
     decided_text,
     request_files,
     request_text,
 )
+from bot.platforms.on_discord.prompts import answered_text, input_view, prompt_text
 from bot.platforms.on_discord.render import MARKS, Outgoing, answer_messages, progress_text
 from bot.platforms.turn_reply import TurnReply
 
@@ -195,6 +196,14 @@ class Reply(TurnReply[Any]):
 
     async def decided(self, message: Any, asked: ApprovalRequested, event: ApprovalDecided) -> None:
         await self.surface.edit(message, decided_text(asked, event), None)
+
+    async def ask_input(self, event: InputRequested) -> Any:
+        return await self.surface.send(prompt_text(event), view=input_view(event.key))
+
+    async def input_answered(
+        self, message: Any, asked: InputRequested, event: InputAnswered
+    ) -> None:
+        await self.surface.edit(message, answered_text(asked, event), None)
 
     async def answer(self, rerun: Any) -> None:
         messages = answer_messages(self.view, self.upload_limit, self.max_files)

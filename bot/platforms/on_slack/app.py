@@ -29,6 +29,7 @@ from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
 from bot.fences import direct_code
+from bot.logs import payload_logger
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_slack.buttons import register_buttons
@@ -36,6 +37,7 @@ from bot.platforms.on_slack.commands import register_commands
 from bot.platforms.on_slack.doors import register_doors
 from bot.platforms.on_slack.modals import RUN_MODAL, run_modal, submitted
 from bot.platforms.on_slack.mrkdwn import unescape
+from bot.platforms.on_slack.prompts import register_prompts
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
 from bot.settings import SlackSettings
 from storage.intake import SLACK_FILE_HOSTS, IncomingFile, http_fetcher
@@ -73,6 +75,7 @@ class CellmateSlack:
             client=self.client,
             signing_secret=settings.signing_secret if http_mode else None,
             request_verification_enabled=http_mode,
+            logger=payload_logger("slack_bolt.app"),
         )
         self.door = Admission(
             AccessRules(
@@ -121,6 +124,7 @@ class CellmateSlack:
         register_commands(app, self)
         register_buttons(app, self)
         register_doors(app, self)
+        register_prompts(app, self)
 
     # ── messages ──────────────────────────────────────────────────────────
 

@@ -9,8 +9,9 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.events import ApprovalDecided, ApprovalRequested
+from bot.events import ApprovalDecided, ApprovalRequested, InputAnswered, InputRequested
 from bot.platforms.on_slack.approval import decided_message, request_files, request_message
+from bot.platforms.on_slack.prompts import answered_message, prompt_message
 from bot.platforms.on_slack.render import MARKS, answer_texts, blocks, progress_text, uploads
 from bot.platforms.progress import shown_artifacts
 from bot.platforms.turn_reply import TurnReply
@@ -112,6 +113,16 @@ class SlackReply(TurnReply[str]):
 
     async def decided(self, message: str, asked: ApprovalRequested, event: ApprovalDecided) -> None:
         text, shown = decided_message(asked, event)
+        await self.thread.update(message, text, shown)
+
+    async def ask_input(self, event: InputRequested) -> str:
+        text, shown = prompt_message(event)
+        return await self.thread.post(text, shown)
+
+    async def input_answered(
+        self, message: str, asked: InputRequested, event: InputAnswered
+    ) -> None:
+        text, shown = answered_message(asked, event)
         await self.thread.update(message, text, shown)
 
     async def answer(self, rerun: Any) -> None:

@@ -16,6 +16,7 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from nbclient import NotebookClient
 
 from executor import wire
+from runner.stdin import Secrets
 
 STDERR_TAIL_BYTES = 16 * 1024
 STDERR_REPORT_CHARS = 4000
@@ -27,9 +28,12 @@ end (`kernel_launch.IOPUB_QUEUE`), for the same reason."""
 class CappedClient(NotebookClient):  # type: ignore[misc]
     """A notebook client that streams each output to the host and caps what it keeps."""
 
-    def __init__(self, nb: Any, emit: Callable[[wire.Event], None], **kw: Any) -> None:
+    def __init__(
+        self, nb: Any, emit: Callable[[wire.Event], None], secrets: Secrets, **kw: Any
+    ) -> None:
         super().__init__(nb, **kw)
         self.emit = emit
+        self.secrets = secrets
         self.run_id = ""
         self.text_limit = 1_000_000
         self.rich_limit = 20_000_000
@@ -42,6 +46,12 @@ class CappedClient(NotebookClient):  # type: ignore[misc]
         self.rich_count = 0
         self.dropped = 0
         self.truncated = False
+
+    def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
+        # Every output, and every update of one, passes here before it is kept or sent.
+        if self.secrets and isinstance(msg.get("content"), dict):
+            msg["content"] = self.secrets.mask(msg["content"])
+        return super().process_message(msg, cell, cell_index)
 
     def output(self, outs: list[Any], msg: dict[str, Any], display_id: Any, cell_index: int) -> Any:
         msg_type = msg["msg_type"]

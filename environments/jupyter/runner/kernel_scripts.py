@@ -235,6 +235,7 @@ def _cellmate_snapshot(folder, limit):
         if isinstance(value, type(threading.Lock())) or isinstance(value, threading.Thread):
             return 'a thread or lock'
         return f'cannot be saved: {type(exc).__name__}'
+    secrets = [bytes.fromhex(secret) for secret in SECRETS]
     saved, skipped, blobs, total = [], {}, {}, 0
     for name, value in list(shell.user_ns.items()):
         if name.startswith('_') or name in hidden:
@@ -246,6 +247,9 @@ def _cellmate_snapshot(folder, limit):
             blob = cloudpickle.dumps(value)
         except Exception as exc:
             skipped[name] = why(value, exc)
+            continue
+        if any(secret in blob for secret in secrets):
+            skipped[name] = 'holds an answer to getpass(), which is never saved'
             continue
         if total + len(blob) > limit:
             skipped[name] = f'too large ({len(blob) / 1e6:.1f} MB, past the workspace cap)'

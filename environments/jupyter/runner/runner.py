@@ -38,6 +38,7 @@ from runner.kernel_scripts import (
     WITH_DATA_OFF,
 )
 from runner.packages import INSTALL_CODE, INSTALL_TIMEOUT_S, installed
+from runner.stdin import InputRelay, Secrets
 from runner.system import (
     ignore,
     is_stopped,
@@ -75,9 +76,12 @@ class Runner:
             "display_name": "Python 3",
             "language": "python",
         }
+        self.secrets = Secrets()
+        """Answers to `getpass()`: masked in every later output, left out of snapshots."""
         self.client = CappedClient(
             self.nb,
             self.emit,
+            self.secrets,
             timeout=None,
             allow_errors=False,
             kernel_name="python3",
@@ -104,6 +108,7 @@ class Runner:
         between requests, whether or not the warm-up has finished."""
         self.background = False
         self.reap_in_kernel = False
+        self.input_relay: InputRelay | None = None
 
     def notice(self, message: str) -> None:
         """A `log` event, a limited number of times: lines the user's code may write into the
@@ -169,6 +174,11 @@ class Runner:
         self.client.reset_caps()
         self.background = request.background
         self.user_code_ran = True
+        self.client.kc.allow_stdin = request.stdin
+        relaying: asyncio.Task[None] | None = None
+        if request.stdin:
+            self.input_relay = InputRelay(self.client.kc, self.emit, self.secrets)
+            relaying = asyncio.create_task(self.input_relay.relay(run_id))
         async with self.kernel_awake():
             for source in request.cells:
                 cell = nbformat.v4.new_code_cell(source)  # type: ignore[no-untyped-call]
@@ -184,6 +194,11 @@ class Runner:
                     exit_code = await kernel_exit_code(self.client)
                     oom = oom_kills() > oom_before
                     break
+        if relaying is not None:
+            relaying.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await relaying
+        self.input_relay = None
         after = snapshot()
         changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
         counts = [c.get("execution_count") for c in self.nb.cells if c.get("execution_count")]
@@ -372,7 +387,8 @@ class Runner:
         event = wire.SnapshotTaken(id=request.id)
         folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
         try:
-            report = await self.in_kernel(SNAPSHOT_CODE.replace("LIMIT", str(limit)), folder)
+            code = SNAPSHOT_CODE.replace("LIMIT", str(limit))
+            report = await self.in_kernel(code.replace("SECRETS", repr(self.secrets.hex())), folder)
             variables = read_at_most(folder / "variables.pkl", limit + 1_000_000)
             if len(variables) > limit + 500_000:
                 raise ValueError("the saved variables are larger than the cap")
@@ -475,6 +491,9 @@ class Runner:
             self.running = asyncio.create_task(self.run(request))
         elif isinstance(request, wire.Interrupt):
             await self.interrupt()
+        elif isinstance(request, wire.InputReply):
+            if self.input_relay is not None:
+                self.input_relay.answer(request)
         elif isinstance(request, wire.Export):
             if self.running is not None and not self.running.done():
                 await asyncio.wait([self.running])
