@@ -5,8 +5,14 @@
 # to both phases (paths, -k, ...); a phase that selects no test is not a failure as long
 # as the other one ran some.
 # CELLMATE_TEST_WORKERS sets the parallel phase's workers (default 3; 0 runs it in-process).
+# Each run labels its sandboxes with an instance of its own (CELLMATE_TEST_INSTANCE, unless
+# given), so that what an earlier run left when it was killed (an engine restart cut short
+# leaves stopped containers) fails no later run: it is that run's, not this one's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+CELLMATE_TEST_INSTANCE="${CELLMATE_TEST_INSTANCE:-tests-$(head -c 3 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
+export CELLMATE_TEST_INSTANCE
+echo "[cellmate] this run's sandboxes are labelled cellmate.instance=$CELLMATE_TEST_INSTANCE(-gwN)"
 PYTEST=.venv/bin/pytest
 WORKERS="${CELLMATE_TEST_WORKERS:-3}"
 parallel=(-m "not serial" --durations=15)
