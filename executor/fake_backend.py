@@ -251,7 +251,7 @@ class FakeSandbox:
                 return ("EOFError", "EOF when reading a line")
             if password:
                 self.secrets.add(reply.value)
-            shown.append("••••" if password else reply.value)
+            shown.append(wire.MASKED if password else reply.value)
         printed = stdout(" ".join(shown) + "\n")
         kept.append(printed)
         await self._emit(wire.Output(id=request.id, cell=index, output=printed))

@@ -27,17 +27,17 @@ from typing import Any
 
 from bot.conversations.keys import ConversationKey
 from bot.events import InputAnswered, InputRequested, TurnEvent
-from executor import InputAsked
+from executor import InputAsked, wire
 
 log = logging.getLogger(__name__)
 
-MASK = "••••"
+MASK = wire.MASKED
 ANSWERED, TIMED_OUT, STOPPED = "answered", "timed out", "stopped"
 NOT_WAITING = "That prompt has already been answered, or it is no longer waiting."
 NOT_YOURS = "Only the person whose turn it is can answer the code's prompt."
 ELSEWHERE = "That prompt waits in another conversation; it can only be answered there."
 TOO_LONG = "That answer is too long (at most {limit:,} characters); the prompt still waits."
-MAX_ANSWER_CHARS = 4000
+MAX_ANSWER_CHARS = wire.MAX_INPUT_CHARS
 
 Emit = Callable[[TurnEvent], Awaitable[None] | None]
 

@@ -94,6 +94,7 @@ from executor.wire.codec import decode_event, decode_request, encode, pins
 from executor.wire.messages import (
     EVENTS,
     FS_ACTIONS,
+    MASKED,
     MAX_INPUT_CHARS,
     MAX_LIST,
     MAX_PACKAGES,
@@ -153,6 +154,7 @@ __all__ = [
     "EVENTS",
     "FS_ACTIONS",
     "KEY_BYTES",
+    "MASKED",
     "MAX_INPUT_CHARS",
     "MAX_LIST",
     "MAX_PACKAGES",

@@ -19,6 +19,8 @@ MAX_PROMPT_CHARS = 2000
 """The most of an `input()` prompt the host reads."""
 MAX_INPUT_CHARS = 4000
 """The longest answer to an `input()` (what a chat's text box takes)."""
+MASKED = "••••"
+"""What a `getpass()` answer is shown as, by the runner in outputs and by the host."""
 
 FsAction = Literal["list", "info", "make_dir", "remove", "rename"]
 FS_ACTIONS: tuple[FsAction, ...] = ("list", "info", "make_dir", "remove", "rename")

@@ -12,7 +12,7 @@ from executor import wire
 SECRET_MIN_CHARS = 3
 """Shorter answers to `getpass()` are not masked in outputs: masking a one-letter answer
 would mask that letter everywhere."""
-MASK = "••••"
+MASK = wire.MASKED
 EOF = "\x04"
 """The reply that makes the kernel's `input()` raise EOFError (ipykernel's convention)."""
 UNMASKED_PREFIXES = ("image/", "application/pdf")
