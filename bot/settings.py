@@ -289,6 +289,10 @@ class Settings:
     """User ids (Discord or Slack) who may see /usage."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM, how long running turns may take to finish before they are stopped."""
+    session_secret: str = field(default="", repr=False)
+    """CELLMATE_SESSION_SECRET: with it, a restart of the bot keeps live sessions (their
+    kernels, mid-run too) on Docker as on Kubernetes: the next process derives each
+    sandbox's runner key again and attaches to it."""
     input_timeout_s: float = 120.0
     """How long the code's `input()` or `getpass()` waits for the person's answer in the
     chat (less when the turn's time budget would run out first); then it raises EOFError."""
@@ -306,13 +310,21 @@ class Settings:
         return self.sandbox_image or default_tag()
 
     def sandbox_backend(self) -> SandboxBackend | None:
-        """The chosen executor backend; None for the executor's default (Docker)."""
-        if self.executor_backend == "docker":
+        """The chosen executor backend; None for the executor's default (Docker without a
+        session secret)."""
+        if self.executor_backend == "docker" and not self.session_secret:
             return None
         if refusal := self.runc_refusal():
             raise SettingsError(refusal)
+        kubernetes = self.kubernetes
+        if not kubernetes.session_secret and self.session_secret:
+            kubernetes = dataclasses.replace(kubernetes, session_secret=self.session_secret)
         return build_backend(
-            self.executor_backend, self.image, instance=self.instance, kubernetes=self.kubernetes
+            self.executor_backend,
+            self.image,
+            instance=self.instance,
+            kubernetes=kubernetes,
+            session_secret=self.session_secret,
         )
 
     def runc_refusal(self) -> str | None:
@@ -343,6 +355,7 @@ class Settings:
             self.azure.connection_string,
             self.storage.link_secret,
             self.kubernetes.session_secret,
+            self.session_secret,
             self.network.control_token,
         ]
         # A connection string's account key also appears on its own.

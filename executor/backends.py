@@ -27,6 +27,7 @@ def build_backend(
     *,
     instance: str = ...,
     kubernetes: KubernetesSettings | None = ...,
+    session_secret: str = ...,
 ) -> DockerBackend: ...
 @overload
 def build_backend(
@@ -35,6 +36,7 @@ def build_backend(
     *,
     instance: str = ...,
     kubernetes: KubernetesSettings | None = ...,
+    session_secret: str = ...,
 ) -> KubernetesBackend: ...
 @overload
 def build_backend(
@@ -43,6 +45,7 @@ def build_backend(
     *,
     instance: str = ...,
     kubernetes: KubernetesSettings | None = ...,
+    session_secret: str = ...,
 ) -> FakeBackend: ...
 @overload
 def build_backend(
@@ -51,6 +54,7 @@ def build_backend(
     *,
     instance: str = ...,
     kubernetes: KubernetesSettings | None = ...,
+    session_secret: str = ...,
 ) -> SandboxBackend: ...
 def build_backend(
     name: BackendName,
@@ -58,11 +62,13 @@ def build_backend(
     *,
     instance: str = "default",
     kubernetes: KubernetesSettings | None = None,
+    session_secret: str = "",
 ) -> SandboxBackend:
     """The backend called `name`, starting sandboxes from `image` labelled with `instance`
-    (so that a start-up clean-up spares other instances' sandboxes)."""
+    (so that a start-up clean-up spares other instances' sandboxes). With `session_secret`,
+    Docker sandboxes keep their sessions across restarts (Kubernetes has its own setting)."""
     if name == "kubernetes":
         return KubernetesBackend(image, kubernetes, instance=instance)
     if name == "fake":
         return FakeBackend()
-    return DockerBackend(image, instance=instance)
+    return DockerBackend(image, instance=instance, session_secret=session_secret)

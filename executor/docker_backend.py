@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import logging
 import os
 import socket
@@ -47,7 +49,7 @@ from executor.docker_templates import Templates
 from executor.egress import EgressNetwork, NetworkInfo, engine_runtime
 from executor.errors import EngineUnavailable, ImageNotFound, SandboxError, SnapshotFailed
 from executor.limits import SandboxLimits
-from executor.protocol import PausedSandbox, Sandbox
+from executor.protocol import PausedSandbox, Recovered, Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +113,11 @@ class DockerBackend:
     """Starts sandboxes from `image` on the engine that DOCKER_HOST names; under gVisor it
     also pauses them to memory snapshots and resumes them (docker_snapshots.py)."""
 
-    def __init__(self, image: str, instance: str = "default") -> None:
+    def __init__(self, image: str, instance: str = "default", session_secret: str = "") -> None:
         self.image = image
         self.instance = instance
+        self._secret = session_secret.encode() or os.urandom(32)
+        self._keeps_sessions = bool(session_secret)
         self.paused_retention_s = 7 * 86400.0
         """A paused sandbox not resumed within this long is removed by the next sweep (the
         workspace that names it expires too)."""
@@ -129,6 +133,17 @@ class DockerBackend:
     @property
     def labels(self) -> dict[str, str]:
         return {SANDBOX_LABEL: "1", INSTANCE_LABEL: self.instance}
+
+    @property
+    def keeps_sessions(self) -> bool:
+        """With a session secret, sessions' containers outlive this process: the next one
+        derives their runners' keys again and attaches to them (`recover`)."""
+        return self._keeps_sessions
+
+    def key_for(self, name: str) -> bytes:
+        """The runner key of the container `name`: only a process with the secret can make
+        it (without one, the secret is this process's own random one)."""
+        return hmac.new(self._secret, b"cellmate-sandbox " + name.encode(), hashlib.sha256).digest()
 
     async def client(self) -> docker.DockerClient:
         if self._client is None:
@@ -222,7 +237,7 @@ class DockerBackend:
             await asyncio.shield(_abandon(client, name, creating))
             raise
         try:
-            sandbox = await _sandbox_on(client, container, raw, os.urandom(32))
+            sandbox = await _sandbox_on(client, container, raw, self.key_for(name))
         except BaseException:
             raw.close()
             await asyncio.shield(asyncio.to_thread(remove_sandbox, client, name, name))
@@ -293,6 +308,7 @@ class DockerBackend:
             for summary in listed:
                 names = {str(n).lstrip("/") for n in summary.get("Names") or []}
                 if summary["Id"] in spared or names & spared:
+                    spared.update(names)  # and its data volume, which has its name
                     continue
                 if snapshots.kept_paused(client, summary, self.paused_retention_s):
                     spared.update(names)
@@ -314,6 +330,45 @@ class DockerBackend:
             return removed
 
         return await asyncio.to_thread(sweep)
+
+    async def recover(self) -> list[Recovered]:
+        """The sessions an earlier process left running, attached to again: each runner
+        must answer under the key derived for its container, and say whose session it
+        holds (a run that process started is interrupted and waited for)."""
+        client = await self.client()
+        selector = [f"{k}={v}" for k, v in self.labels.items()]
+        # Labels are the only filter the Docker API proxy passes on.
+        listed = await asyncio.to_thread(client.api.containers, filters={"label": selector})
+        names = [
+            str(n).lstrip("/")
+            for summary in listed
+            if summary.get("State") == "running"  # not a frozen one, nor a paused session
+            for n in summary.get("Names") or []
+        ]
+
+        async def one(name: str) -> Recovered | None:
+            try:
+                container = await asyncio.to_thread(client.containers.get, name)
+                raw = await asyncio.to_thread(_attach, client, name)
+            except (docker.errors.APIError, OSError):
+                return None
+            sandbox = await _sandbox_on(client, container, raw, self.key_for(name))
+            # On the sandbox network (allowlist), the egress proxy knows it by its address.
+            networks = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+            sandbox.address = next(
+                (str(n["IPAddress"]) for n in networks.values() if n.get("IPAddress")), None
+            )
+            found = await sandbox.resume()
+            if found is None:
+                await sandbox.let_go()
+            return found
+
+        found = await asyncio.gather(*(one(name) for name in names if NAME_PATTERN.fullmatch(name)))
+        return [item for item in found if item is not None]
+
+    async def detach(self, sandbox: Sandbox) -> None:
+        if isinstance(sandbox, DockerSandbox):
+            await sandbox.let_go()
 
     async def pause_refusal(self, limits: SandboxLimits) -> str | None:
         if self._info is None:
@@ -347,7 +402,7 @@ class DockerBackend:
                 snapshots.start_from_checkpoint, client, name, paused.checkpoint
             )
             await asyncio.to_thread(snapshots.remove_checkpoint, client, name, paused.checkpoint)
-            await snapshots.handshake(sandbox, session)
+            await snapshots.handshake(sandbox, session, new_key=self.key_for(name))
         except BaseException as exc:
             if sandbox is not None:
                 await sandbox.let_go()

@@ -22,10 +22,13 @@ from executor.archive import ChunkReader, ExtractedFiles, OutputCaps, read_outpu
 from executor.backoff import Backoff
 from executor.docker_specs import DATA_DIR
 from executor.errors import EngineUnavailable, FreezeFailed, SandboxError
-from executor.protocol import ExitState
+from executor.protocol import ExitState, Recovered
+from executor.runner_client import claimed_session
 from executor.stdio import RunnerStream
 
 log = logging.getLogger(__name__)
+
+RESUME_ANSWER_S = 15.0
 T = TypeVar("T")
 
 FREEZE_RETRY = Backoff(attempts=6, first_s=0.05, factor=2.0, max_s=1.0)
@@ -60,6 +63,11 @@ class DockerSandbox:
     @property
     def container(self) -> Container:
         return self._container
+
+    async def resume(self) -> Recovered | None:
+        """Ask a runner an earlier process started whose session it holds (see
+        `claimed_session`)."""
+        return await claimed_session(self, RESUME_ANSWER_S)
 
     def rekey_from(self, key: bytes) -> None:
         """A clone restored from a template's checkpoint holds the template's key: this

@@ -209,9 +209,12 @@ def _age_s(stamp: str) -> float:
     return time.time() - when.timestamp()
 
 
-async def handshake(sandbox: DockerSandbox, session: str, reseed: bool = False) -> None:
+async def handshake(
+    sandbox: DockerSandbox, session: str, reseed: bool = False, new_key: bytes | None = None
+) -> None:
     """Prove a restored runner is the snapshot's (it answers under the snapshot's key), that
-    it holds `session`, and give it a fresh key (and, with `reseed`, fresh random
+    it holds `session`, and give it a fresh key (`new_key`: the one derived for its
+    container, which a next process can derive again; and, with `reseed`, fresh random
     generators); SnapshotFailed otherwise."""
     client = RunnerClient(sandbox, timeout_s=HANDSHAKE_TIMEOUT_S)
     try:
@@ -223,7 +226,7 @@ async def handshake(sandbox: DockerSandbox, session: str, reseed: bool = False) 
     if resumed.session != session:
         raise SnapshotFailed("the restored sandbox holds another conversation's session")
     try:
-        rekeyed = await client.rekey(reseed)
+        rekeyed = await client.rekey(reseed, new_key)
     except TimeoutError:
         rekeyed = None
     if rekeyed is None:

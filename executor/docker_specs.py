@@ -117,6 +117,9 @@ def sandbox_specs(
         "user": f"{limits.uid}:{limits.gid}",
         "working_dir": DATA_DIR,
         "stdin_open": True,
+        # Detached, the engine keeps the runner's stdin open when this process's attachment
+        # ends (no StdinOnce): with a session secret, the next process attaches again.
+        "detach": True,
         "tty": False,
         # The runner is the sandbox's init: an init of its own would hold the event stream's
         # descriptors where the user's code, running as the same user, could write to them.

@@ -192,8 +192,9 @@ class Templates:
             await asyncio.to_thread(
                 snapshots.remove_checkpoint, client, sandbox.name, TEMPLATE_CHECKPOINT
             )
+            own = sandbox.key  # derived for its container, as every sandbox's is
             sandbox.rekey_from(template.sandbox.key)
-            await snapshots.handshake(sandbox, "", reseed=True)
+            await snapshots.handshake(sandbox, "", reseed=True, new_key=own)
         except BaseException:
             await asyncio.shield(sandbox.destroy())
             raise

@@ -65,7 +65,7 @@ from executor.kubernetes_pod import (
 from executor.kubernetes_stream import JUNK_BUDGET_BYTES, FrameQueue, Pump
 from executor.limits import SandboxLimits
 from executor.protocol import ExitState, Recovered, Sandbox
-from executor.runner_client import RunnerClient
+from executor.runner_client import claimed_session
 from executor.stdio import STDERR, STDOUT, RunnerStream
 
 log = logging.getLogger(__name__)
@@ -169,21 +169,9 @@ class KubernetesSandbox:
         await self._write(self._events.hello_line())
 
     async def resume(self) -> Recovered | None:
-        """Ask a runner this process did not start whose session it holds; a run that a lost
-        process started is interrupted and waited for. None: no answer, or no session."""
-        client = RunnerClient(self, RESUME_ANSWER_S)
-        try:
-            async with asyncio.timeout(RESUME_ANSWER_S):
-                answer = await client.resume()
-                if answer is None or not answer.session:
-                    return None
-                if answer.busy:
-                    await client.interrupt()
-                    if not await client.until_done():
-                        return None
-        except (TimeoutError, SandboxError):
-            return None
-        return Recovered(sandbox=self, session=answer.session)
+        """Ask a runner this process did not start whose session it holds (see
+        `claimed_session`)."""
+        return await claimed_session(self, RESUME_ANSWER_S)
 
     def detach(self) -> None:
         """Stop reading the runner without stopping the Pod."""

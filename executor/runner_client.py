@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TypeVar
 
 from executor import wire
-from executor.protocol import Sandbox
+from executor.errors import SandboxError
+from executor.protocol import Recovered, Sandbox
 
 REQUEST_TIMEOUT_S = 60.0
 RUN_EVENTS = wire.Output | wire.InputRequest | wire.Done
@@ -122,13 +123,13 @@ class RunnerClient:
                     return event
         return None
 
-    async def rekey(self, reseed: bool = False) -> wire.Rekeyed | None:
-        """Give the runner a fresh key (a sandbox restored from a snapshot, after `resume`):
-        its answer, the first line under the new key; None when its output ended first."""
+    async def rekey(self, reseed: bool = False, key: bytes | None = None) -> wire.Rekeyed | None:
+        """Give the runner a fresh key (a sandbox restored from a snapshot, after `resume`;
+        random unless `key` is given): its answer, the first line under the new key; None
+        when its output ended first."""
         nonce = uuid.uuid4().hex
-        await self.send(
-            wire.Rekey(nonce=nonce, key=os.urandom(wire.KEY_BYTES).hex(), reseed=reseed)
-        )
+        key = key or os.urandom(wire.KEY_BYTES)
+        await self.send(wire.Rekey(nonce=nonce, key=key.hex(), reseed=reseed))
         async with asyncio.timeout(self.timeout_s):
             while (event := await self.event()) is not None:
                 if isinstance(event, wire.Rekeyed) and event.nonce == nonce:
@@ -183,3 +184,22 @@ class RunnerClient:
                 if isinstance(event, answer) and getattr(event, "id", None) == request.id:
                     return event
         return None
+
+
+async def claimed_session(sandbox: Sandbox, timeout_s: float) -> Recovered | None:
+    """Ask the runner of a sandbox this process did not start whose session it holds; a run
+    that a lost process started is interrupted and waited for. None: no answer under this
+    side's key, or no session."""
+    client = RunnerClient(sandbox, timeout_s)
+    try:
+        async with asyncio.timeout(timeout_s):
+            answer = await client.resume()
+            if answer is None or not answer.session:
+                return None
+            if answer.busy:
+                await client.interrupt()
+                if not await client.until_done():
+                    return None
+    except (TimeoutError, SandboxError):
+        return None
+    return Recovered(sandbox=sandbox, session=answer.session)

@@ -449,8 +449,8 @@ class SessionManager:
         return [sandbox for sandbox in ended if sandbox is not None]
 
     async def _close_one(self, key: str, keep: bool) -> Sandbox | None:
-        """End one session on shutdown (its run stopped): its sandbox when kept, else its
-        workspace saved within `shutdown_save_s` and its sandbox released."""
+        """End one session on shutdown (its run stopped): its workspace saved within
+        `shutdown_save_s`, and its sandbox returned when kept, else released."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.limits.interrupt_grace_s + 5):
                 await self.lock(key).acquire()  # the stopped run has ended
@@ -459,6 +459,10 @@ class SessionManager:
             return None
         sandbox = live.lease.sandbox
         if keep and sandbox.alive:
+            if self.workspaces is not None:
+                # The fallback, should the next process not attach to it again (another
+                # secret, an engine restarted in between): its files and variables.
+                await self.keeper.save(key, live, self.shutdown_save_s)
             return sandbox
         if self.workspaces is not None and sandbox.alive:
             started = time.monotonic()

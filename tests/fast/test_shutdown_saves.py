@@ -12,7 +12,7 @@ import pytest
 
 from bot.sandbox_words import spoken
 from executor.fake_backend import FakeBackend
-from tests.fast.test_workspaces import Outage, backend, executor, storage
+from tests.fast.test_workspaces import Outage, backend, executor, saved_in, storage
 
 __all__ = ["backend", "storage"]
 
@@ -47,3 +47,30 @@ async def test_a_slow_save_loses_only_its_own_workspace_within_the_grace(
 @pytest.fixture(autouse=True)
 def _warnings(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="executor.session")
+
+
+async def test_a_kept_session_is_saved_too_and_its_workspace_is_the_fallback(
+    backend: FakeBackend, storage: Outage
+) -> None:
+    """With a backend that keeps sessions (a session secret), a shutdown leaves each
+    session's sandbox running for the next process, and saves its workspace as well: should
+    that process not attach to it again, the workspace comes back instead."""
+    backend.keeps_sessions = True
+    async with executor(backend, storage) as first:
+        await first.session("conv-a").run("x = 41")
+        await first.session("conv-b").run("y = 'b'")
+    assert len(backend.detached) == 2  # left running
+    assert saved_in(storage, "conv-a")
+    assert saved_in(storage, "conv-b")
+    lost = next(s for s in backend.detached if s.session == "conv-b")
+    backend.detached.discard(lost)  # the next process cannot reach this one
+    await lost.destroy()
+    async with executor(backend, storage) as second:
+        kept = spoken(await second.session("conv-a").run("print(x)"))
+        assert kept.stdout == "41\n"
+        assert kept.message.startswith("The bot restarted since the last run"), kept.message
+        back = spoken(await second.session("conv-b").run("print(y)"))
+        assert back.stdout == "b\n"
+        assert "Restored your workspace" in back.message
+        backend.keeps_sessions = False  # this one ends its sessions
+    assert not backend.live

@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 
 from bot.settings import SettingsError, load_settings
+from executor.docker_backend import DockerBackend
 from executor.image import default_tag
+from executor.kubernetes_backend import KubernetesBackend
 
 
 def test_defaults_are_the_safe_ones() -> None:
@@ -190,3 +192,33 @@ def test_env_example_lists_every_setting_and_loads() -> None:
     ):
         assert name in text
     assert load_settings({}, env_file=example).sandbox.memory_mb == 1024
+
+
+def test_a_session_secret_keeps_sessions_on_docker_and_kubernetes() -> None:
+    plain = load_settings({}, env_file=None)
+    assert plain.sandbox_backend() is None  # the executor's own Docker backend: none kept
+    secret = "s" * 64
+    docker = load_settings({"CELLMATE_SESSION_SECRET": secret}, env_file=None)
+    backend = docker.sandbox_backend()
+    assert isinstance(backend, DockerBackend)
+    assert backend.keeps_sessions
+    # The key of a container is the secret's: a process with another one cannot make it.
+    other = DockerBackend("image", session_secret="t" * 64)
+    assert backend.key_for("cellmate-0123") == DockerBackend("x", session_secret=secret).key_for(
+        "cellmate-0123"
+    )
+    assert backend.key_for("cellmate-0123") != other.key_for("cellmate-0123")
+    assert backend.key_for("cellmate-0123") != backend.key_for("cellmate-0124")
+    assert not DockerBackend("image").keeps_sessions
+    assert secret in docker.secrets  # never logged
+    cluster = load_settings(
+        {
+            "CELLMATE_SESSION_SECRET": secret,
+            "CELLMATE_EXECUTOR_BACKEND": "kubernetes",
+            "CELLMATE_SANDBOX_RUNTIME": "runsc",
+        },
+        env_file=None,
+    )
+    pods = cluster.sandbox_backend()
+    assert isinstance(pods, KubernetesBackend)
+    assert pods.keeps_sessions

@@ -198,6 +198,8 @@ class Runner:
             relaying.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await relaying
+        # The kernel's other work (restores, snapshots) has nobody to answer its input().
+        self.client.kc.allow_stdin = False
         self.input_relay = None
         after = snapshot()
         changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
