@@ -92,20 +92,29 @@ async def door(backend: DockerBackend, client: docker.DockerClient) -> AsyncIter
     found: Door | None = None
     guarded = False
 
+    writers: set[asyncio.StreamWriter] = set()
+
     def serving(address: list[tuple[str, int]]) -> Handler:
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            assert found is not None
-            found.reached.setdefault(address[0], []).append(str(writer.get_extra_info("peername")))
-            with contextlib.suppress(OSError, asyncio.IncompleteReadError, TimeoutError):
-                async with asyncio.timeout(10):
-                    head = await reader.readuntil(b"\r\n\r\n")
-                found.requests.append(head)
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-                    % (len(ANSWER), ANSWER)
-                )
-                await writer.drain()
-            writer.close()
+            # Every connection is closed here or on teardown, even one the test ends in the
+            # middle of: an unclosed one would warn in whichever test the collector runs in.
+            writers.add(writer)
+            try:
+                assert found is not None
+                peer = str(writer.get_extra_info("peername"))
+                found.reached.setdefault(address[0], []).append(peer)
+                with contextlib.suppress(OSError, asyncio.IncompleteReadError, TimeoutError):
+                    async with asyncio.timeout(10):
+                        head = await reader.readuntil(b"\r\n\r\n")
+                    found.requests.append(head)
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                        % (len(ANSWER), ANSWER)
+                    )
+                    await writer.drain()
+            finally:
+                writers.discard(writer)
+                writer.close()
 
         return serve
 
@@ -136,6 +145,8 @@ async def door(backend: DockerBackend, client: docker.DockerClient) -> AsyncIter
         for server in servers:
             server.close()
             await server.wait_closed()
+        for writer in list(writers):
+            writer.close()
         with contextlib.suppress(docker.errors.NotFound):
             client.api.remove_network(network_name(TEST_INSTANCE))
 
