@@ -26,6 +26,7 @@ from dotenv import dotenv_values
 from bot.conversations.network import NetworkSettings
 from bot.conversations.policy import PolicySettings
 from bot.conversations.quotas import QuotaSettings
+from bot.conversations.schedules import ScheduleSettings
 from executor.backends import build_backend
 from executor.executor import PoolSettings
 from executor.image import default_tag
@@ -50,6 +51,13 @@ POLICY_PREFIX = "CELLMATE_POLICY_"
 KUBERNETES_PREFIX = "CELLMATE_KUBERNETES_"
 WORKSPACE_PREFIX = "CELLMATE_WORKSPACE_"
 NETWORK_PREFIX = "CELLMATE_NETWORK_"
+SCHEDULE_NAMES = {
+    "timezone": "CELLMATE_SCHEDULE_TIMEZONE",
+    "per_person": "CELLMATE_SCHEDULES_PER_PERSON",
+    "min_interval_s": "CELLMATE_SCHEDULE_MIN_INTERVAL_S",
+    "at_once": "CELLMATE_SCHEDULE_RUNS_AT_ONCE",
+    "late_after_s": "CELLMATE_SCHEDULE_LATE_AFTER_S",
+}
 MODEL_NAMES = {
     "api_key": "OPENAI_API_KEY",
     "base_url": "OPENAI_BASE_URL",
@@ -285,6 +293,8 @@ class Settings:
     """Approval of the model's code: the default policy, who approves, how long it waits."""
     network: NetworkSettings = field(default_factory=NetworkSettings)
     """CELLMATE_NETWORK (off or allowlist) and the operator's hosts: what sandboxes reach."""
+    schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
+    """/schedule: the zone of times that name none, and the limits on schedules."""
     admins: tuple[str, ...] = ()
     """User ids (Discord or Slack) who may see /usage."""
     shutdown_grace_s: float = 30.0
@@ -391,6 +401,7 @@ def load_settings(
             "slack": _section(SlackSettings, SLACK_PREFIX, values, named=SLACK_NAMES),
             "quotas": _section(QuotaSettings, QUOTA_PREFIX, values),
             "policy": _section(PolicySettings, POLICY_PREFIX, values),
+            "schedule": _section(ScheduleSettings, "", values, named=SCHEDULE_NAMES),
             "network": _section(
                 NetworkSettings, NETWORK_PREFIX, values, named={"mode": "CELLMATE_NETWORK"}
             ),

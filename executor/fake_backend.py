@@ -475,6 +475,8 @@ class FakeBackend:
         """The pins the package index holds (None: any)."""
         self.live: set[FakeSandbox] = set()
         self.started = 0
+        self.every: list[FakeSandbox] = []
+        """Every sandbox started, in order (removed ones too)."""
         self.unavailable: str | None = None
         """Set to a message to make the next start fail as an engine outage does."""
 
@@ -503,6 +505,7 @@ class FakeBackend:
             await sandbox.put_files(input_tar)
         self.started += 1
         self.live.add(sandbox)
+        self.every.append(sandbox)
         await sandbox._emit(wire.Ready(python="3.11 (fake)", startup_ms=0))
         await sandbox._emit(wire.Warm())
         return sandbox

@@ -46,6 +46,8 @@ from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.conversations.registry import SHUTDOWN_NOTICE, RerunSpec, Turns
 from bot.conversations.reply import Reply
+from bot.conversations.schedule_runs import Poster
+from bot.conversations.schedules import NO_SCHEDULES, Scheduler
 from bot.errors import NOT_HERE, Draining, NotHere, NotYours, Refused
 from bot.events import ExecutionFinished, TurnEvent
 from bot.fences import direct_code
@@ -104,6 +106,10 @@ class Conversations(Doors):
         self.input_timeout_s = input_timeout_s
         self.inputs: dict[str, WaitingInput] = {}
         """The code's prompts waiting for an answer, by the key of their Answer control."""
+        self.posters: dict[str, Poster] = {}
+        """How each platform that is up posts a schedule's run, by platform name."""
+        self.schedules: Scheduler | None = None
+        """The schedules, where the bot keeps them (services set it)."""
 
     # ── turns ────────────────────────────────────────────────────────────
 
@@ -117,10 +123,12 @@ class Conversations(Doors):
         *,
         rerun_code: str | None = None,
         quiet: bool = False,
+        preapproved: bool = False,
     ) -> None:
         """One turn with its answer, or one message saying why it cannot run. `rerun_code`:
         a direct run, offered for Re-run. `quiet`: a place off the allowlist gets no answer
-        (messages there are ignored; commands are told)."""
+        (messages there are ignored; commands are told). `preapproved`: a schedule's run,
+        whose code was approved when the schedule was made (policy off still stops it)."""
         try:
             self.admit(door, person, message.server)
             self._direct_run_allowed(key, message.text)
@@ -151,7 +159,7 @@ class Conversations(Doors):
                         lambda: self._approval_deadline(entry.turn),
                     )
                     approver = None
-                    if self.policies is not None:
+                    if self.policies is not None and not preapproved:
                         approver = entry.turn.approve = Approver(
                             self.policies,
                             self.pending,
@@ -296,6 +304,22 @@ class Conversations(Doors):
         key = None if spec.conversation is None else ConversationKey.parse(spec.conversation)
         await self.check(door, person, key, spec.owner)
         return spec.code, key
+
+    def post_with(self, platform: str, poster: Poster) -> None:
+        """A platform that is up says how it posts schedules' runs; those due run now."""
+        self.posters[platform] = poster
+        if self.schedules is not None:
+            self.schedules.wake()
+
+    async def schedule_command(
+        self, door: Admission, person: Person, key: ConversationKey, text: str
+    ) -> str:
+        """/schedule on any platform (see bot.conversations.schedules): the answer."""
+        if not door.allows(person.place):
+            raise NotHere
+        if self.schedules is None:
+            return NO_SCHEDULES
+        return await self.schedules.command(door, person, key, text)
 
     def answerable(self, door: Admission, person: Person, key: str) -> WaitingInput:
         """The code's prompt waiting under `key`, for the person who may answer it (whose

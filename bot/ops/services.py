@@ -18,6 +18,8 @@ from bot.conversations import Conversations
 from bot.conversations.network import NetworkGrants
 from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
+from bot.conversations.schedule_store import ScheduleStore
+from bot.conversations.schedules import Scheduler
 from bot.metrics import Metrics
 from bot.ops.egress_link import (
     cluster_proxy_ca,
@@ -67,6 +69,7 @@ async def services(
     policies = Policies(settings.data_dir / "policies.sqlite3", settings.policy)
     # Grants are kept with the channel's /policy, in the same file.
     network = NetworkGrants(settings.data_dir / "policies.sqlite3", settings.network)
+    schedules = ScheduleStore(settings.data_dir / "schedules.sqlite3")
     metrics = Metrics()
     client = build_model_client(settings.model)
     limits, proxy_args = settings.sandbox, list[str]()
@@ -123,6 +126,9 @@ async def services(
                 network=network,
                 input_timeout_s=settings.input_timeout_s,
             )
+            scheduler = conversations.schedules = Scheduler(
+                conversations, schedules, settings.schedule
+            )
             link = None
             if settings.sandbox.egress == "allowlist":
                 link = await start_egress(
@@ -135,9 +141,11 @@ async def services(
                     await proxy_beside_the_engine(settings.network),
                 )
                 agent.refusals = link.take_notes
+            scheduler.start()
             try:
                 yield Services(agent, storage, settings, conversations, metrics)
             finally:
+                await scheduler.close()
                 if link is not None:
                     await link.close()
     finally:
@@ -146,6 +154,7 @@ async def services(
         quotas.close()
         policies.close()
         network.close()
+        schedules.close()
         if client is not None:
             await client.close()
 

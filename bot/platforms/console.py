@@ -4,7 +4,8 @@ In a terminal it reads one message per line (a line starting with ``` reads on t
 fence), shows the code being run and its output as it streams, and Ctrl-C stops the running
 turn. From a pipe it reads messages separated by blank lines (a blank line inside a fenced
 block does not end a message), answers each in turn, and exits at the end of input.
-Commands: /reset, /files, /restore, /export, /attach PATH, /policy [MODE], /network ..., /quit.
+Commands: /reset, /files, /restore, /export, /attach PATH, /policy [MODE], /network ...,
+/schedule ..., /quit. A schedule's runs are printed here as they happen, while the chat runs.
 Where the policy is approve, the model's code is shown first and runs only after y (or e, to
 edit it: lines up to one holding only a dot run instead); n declines it. When code hits a
 closed network door, the door is named at once and, once the turn ends, the console asks
@@ -83,7 +84,8 @@ DOOR_WORDS = {
 NETWORK_USAGE = "Use /network, /network allow HOST[:PORT] [once|channel] or /network deny HOST."
 HELP = (
     "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /restore, "
-    "/export, /reset, /policy [auto|approve|off], /network [allow|deny HOST], /quit. "
+    "/export, /reset, /policy [auto|approve|off], /network [allow|deny HOST], "
+    "/schedule [WHEN|list|cancel N|run-now N], /quit. "
     "Ctrl-C stops a running turn."
 )
 
@@ -103,6 +105,7 @@ class Console:
         self.doors: list[DoorCard] = []
         """Closed doors met by the code, asked about once its turn ends."""
         conversations.doorbells["console"] = self._ring
+        conversations.post_with("console", ConsolePoster(self))
 
     async def handle(self, text: str, interactive: bool) -> bool:
         """Handle one message or command; False once the user asked to quit.
@@ -151,6 +154,10 @@ class Console:
                 self._say(
                     await self.conversations.network_command(self.door, ME, CONVERSATION, asked)
                 )
+        elif command == "/schedule":
+            self._say(
+                await self.conversations.schedule_command(self.door, ME, CONVERSATION, argument)
+            )
         elif command == "/attach":
             self._attach(argument.strip())
         elif text.strip():
@@ -288,6 +295,26 @@ class Console:
     def _say(self, text: str) -> None:
         self.out.write(clean(text) + "\n")
         self.out.flush()
+
+
+class ConsolePoster:
+    """Schedules' runs, printed in the console between (or beside) the chat's turns."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.door = console.door
+
+    async def person(self, user: str, key: ConversationKey) -> Person:
+        return ME
+
+    def mention(self, user: str) -> str:
+        return "you"
+
+    async def reply_in(self, key: ConversationKey, owner: str) -> Renderer:
+        return Renderer(self.console.out, False)
+
+    async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
+        self.console._say(text)
 
 
 class MessageSplitter:

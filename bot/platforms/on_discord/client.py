@@ -35,6 +35,7 @@ from bot.platforms.on_discord.interactions import conversation_of, place_of, tel
 from bot.platforms.on_discord.prompts import InputButton
 from bot.platforms.on_discord.render import thread_name
 from bot.platforms.on_discord.reply import ChannelSurface, InteractionSurface, Reply, Surface
+from bot.platforms.on_discord.schedules import DiscordPoster, register_schedules
 from bot.settings import DiscordSettings
 from storage.intake import DISCORD_FILE_HOSTS, IncomingFile, http_fetcher
 
@@ -88,6 +89,7 @@ class CellmateDiscord(discord.Client):
         self.tree = app_commands.CommandTree(self)
         register_commands(self)
         register_network(self)
+        register_schedules(self)
         self.add_dynamic_items(TurnButton, ApprovalButton, DoorButton, InputButton)
         conversations.doorbells["discord"] = doorbell(self)
         self.connected = asyncio.Event()
@@ -110,6 +112,8 @@ class CellmateDiscord(discord.Client):
 
     async def on_ready(self) -> None:
         self._up(True)
+        # Schedules' runs are posted once the servers are loaded (a missed one runs now).
+        self.conversations.post_with("discord", DiscordPoster(self))
         log.info("connected to Discord as %s", self.user)
 
     async def on_disconnect(self) -> None:
@@ -301,6 +305,10 @@ class CellmateDiscord(discord.Client):
                 or any(guild.get_role(_snowflake(r)) for r in rules.roles)
             }
         return [guild for guild in self.guilds if guild.id in named]
+
+    async def member_of(self, guild: discord.Guild, user: int) -> discord.Member | None:
+        """`user` as a member of `guild` now (None: not a member, or Discord would not say)."""
+        return await self._member(guild, user)
 
     async def _member(self, guild: discord.Guild, user: int) -> discord.Member | None:
         """`user` as a member of `guild` (None: not a member, or Discord would not say)."""

@@ -39,6 +39,7 @@ from bot.platforms.on_slack.modals import RUN_MODAL, run_modal, submitted
 from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.prompts import register_prompts
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
+from bot.platforms.on_slack.schedules import register_schedules
 from bot.settings import SlackSettings
 from storage.intake import SLACK_FILE_HOSTS, IncomingFile, http_fetcher
 
@@ -125,6 +126,7 @@ class CellmateSlack:
         register_buttons(app, self)
         register_doors(app, self)
         register_prompts(app, self)
+        register_schedules(app, self)
 
     # ── messages ──────────────────────────────────────────────────────────
 
@@ -233,6 +235,10 @@ class CellmateSlack:
 
     def _reply(self, thread: SlackThread, owner: str) -> SlackReply:
         return SlackReply(thread, owner, max_files=self.settings.files_per_answer)
+
+    def reply_in(self, thread: SlackThread, owner: str) -> SlackReply:
+        """A turn's answer in `thread`, for `owner` (who started it), as any message's."""
+        return self._reply(thread, owner)
 
     # ── people ────────────────────────────────────────────────────────────
 

@@ -1,0 +1,83 @@
+"""Schedules on Discord: `/schedule` in a thread or DM, and how a schedule's run is posted in
+its thread (the heading's mention of its owner notifies them, and nobody else)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import discord
+from discord import app_commands
+
+from bot.conversations import ConversationKey, Person, Place
+from bot.conversations.reply import Reply
+from bot.platforms.on_discord.interactions import conversation_of, tell
+from bot.platforms.on_discord.render import plain
+from bot.platforms.on_discord.reply import ChannelSurface
+
+if TYPE_CHECKING:
+    from bot.platforms.on_discord.client import CellmateDiscord
+
+NO_THREAD = (
+    "Schedules run a conversation's code again: use /schedule in a thread I started, or in our DM."
+)
+
+
+def register_schedules(client: CellmateDiscord) -> None:
+    """The /schedule command."""
+
+    @client.tree.command(
+        name="schedule", description="Run this conversation's code again at set times"
+    )
+    @app_commands.describe(
+        what="when (every monday 09:00 Europe/Berlin, daily, hourly, a cron line), "
+        "or list, cancel N, run-now N, update N, approve N"
+    )
+    async def schedule(interaction: discord.Interaction, what: str = "list") -> None:
+        person = await client.person_now(interaction)
+        if not await client.admitted(interaction, person):
+            return
+        key = conversation_of(interaction)
+        if key is None:
+            await tell(interaction, NO_THREAD)
+            return
+        await interaction.response.defer(thinking=True)
+        answer = await client.conversations.schedule_command(client.door, person, key, what)
+        await interaction.followup.send(plain(answer))
+
+
+class DiscordPoster:
+    """A schedule's run, posted in its conversation's thread or DM."""
+
+    def __init__(self, client: CellmateDiscord) -> None:
+        self.client = client
+        self.door = client.door
+
+    async def person(self, user: str, key: ConversationKey) -> Person:
+        if key.is_dm:
+            place = await self.client.presence.place(Place(user, dm=True))
+            return Person(user, place)
+        guild = self.client.get_guild(int(key.workspace))
+        member = None if guild is None else await self.client.member_of(guild, int(user))
+        roles = [str(role.id) for role in member.roles] if member is not None else []
+        return Person(user, Place(user, key.workspace, key.channel, roles))
+
+    def mention(self, user: str) -> str:
+        return f"<@{user}>"
+
+    async def reply_in(self, key: ConversationKey, owner: str) -> Reply:
+        return self.client.reply(ChannelSurface(await where(self.client, key)))
+
+    async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
+        target = await where(self.client, key)
+        users: Any = [discord.Object(int(notify))] if notify else False
+        mentions = discord.AllowedMentions(everyone=False, roles=False, users=users)
+        await target.send(plain(text), allowed_mentions=mentions)
+
+
+async def where(client: discord.Client, key: ConversationKey) -> Any:
+    """The channel a conversation's messages go to: its thread, DM or channel."""
+    if key.is_dm:
+        user = await client.fetch_user(int(key.channel))
+        return user.dm_channel or await user.create_dm()
+    target = int(key.thread or key.channel)
+    return client.get_channel(target) or await client.fetch_channel(target)

@@ -1,0 +1,70 @@
+"""Schedules on Slack: `/schedule` (on the person's latest conversation in the channel, as
+Slack's commands do not say which thread they were typed in), and how a schedule's run is
+posted in its thread, the heading mentioning its owner."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from slack_bolt.async_app import AsyncApp
+
+from bot.conversations import ConversationKey, Person
+from bot.conversations.reply import Reply
+from bot.platforms.on_slack.mrkdwn import unescape
+from bot.platforms.on_slack.reply import SlackThread
+
+if TYPE_CHECKING:
+    from bot.platforms.on_slack.app import CellmateSlack
+
+NO_CONVERSATION = (
+    "You have no conversation with me in this channel yet: mention me, run the analysis "
+    "in its thread, then use /schedule here."
+)
+
+
+def register_schedules(app: AsyncApp, front: CellmateSlack) -> None:
+    front.conversations.post_with("slack", SlackPoster(front))
+
+    @app.command("/schedule")
+    async def schedule(ack: Any, command: dict[str, Any], respond: Any) -> None:
+        """/schedule WHEN [cells LIST] | list | cancel N | run-now N | update N | approve N."""
+        await ack()
+        team = str(command.get("team_id") or front.team)
+        channel, user = str(command["channel_id"]), str(command["user_id"])
+        person = await front.person(user, team, channel, dm=channel.startswith("D"))
+        if not await front.admitted(person, channel, respond=respond):
+            return
+        key = front.latest.get((team, channel, user))
+        if key is None:
+            await respond(NO_CONVERSATION, response_type="ephemeral")
+            return
+        text = unescape(str(command.get("text") or ""))
+        answer = await front.conversations.schedule_command(front.door, person, key, text)
+        await respond(answer, response_type="ephemeral")
+
+
+class SlackPoster:
+    """A schedule's run, posted in its conversation's thread."""
+
+    def __init__(self, front: CellmateSlack) -> None:
+        self.front = front
+        self.door = front.door
+
+    async def person(self, user: str, key: ConversationKey) -> Person:
+        return await self.front.person(
+            user, key.workspace, key.channel, key.channel.startswith("D")
+        )
+
+    def mention(self, user: str) -> str:
+        return f"<@{user}>"
+
+    async def reply_in(self, key: ConversationKey, owner: str) -> Reply:
+        return self.front.reply_in(self._thread(key), owner)
+
+    async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
+        await self._thread(key).post(text)
+
+    def _thread(self, key: ConversationKey) -> SlackThread:
+        # A one-off run has no thread of its own: its messages go to the channel.
+        thread = None if key.is_one_off else key.thread or None
+        return SlackThread(self.front.client, key.channel, thread)
