@@ -112,9 +112,9 @@ def _zone(name: str) -> str:
 
 
 def _clock(words: list[str]) -> tuple[int, int]:
-    words = [w for w in words if w.lower() != "at"]
     if not words:
         return 9, 0
+    words = [w for w in words if w.lower() != "at"]
     found = CLOCK.match(words[0]) if len(words) == 1 else None
     if found is None:
         raise BadTime(f"{' '.join(words)!r} is not a time of day: write it as 09:00. {USAGE}")
