@@ -345,6 +345,8 @@ class Scheduler:
 
     def listing(self, key: ConversationKey) -> str:
         found = self.store.of_conversation(key.id)
+        poster = self.conversations.posters.get(key.platform)
+        name = poster.mention if poster is not None else str
         if not found:
             return "No schedules in this conversation. " + USAGE
         lines = ["Schedules in this conversation:"]
@@ -358,7 +360,7 @@ class Scheduler:
             last = f", last run {_shown(s.last_run, s.zone)}" if s.last_run else ""
             lines.append(
                 f"{s.id}. {s.words}: next {_shown(s.next_due, s.zone)}{last}; "
-                f"{_cells_text(s.cells)}, made by {s.owner}{state}"
+                f"{_cells_text(s.cells)}, made by {name(s.owner)}{state}"
             )
         return "\n".join(lines)
 
@@ -428,7 +430,7 @@ class Scheduler:
     async def _cells(self, key: ConversationKey, picked: str) -> list[str]:
         notebook = await self.conversations.agent.executor.session(key.id).export_notebook()
         cells = [
-            _source(cell)
+            _source(cell).strip("\n")
             for cell in (notebook or {}).get("cells", [])
             if cell.get("cell_type") == "code" and _source(cell).strip()
         ]

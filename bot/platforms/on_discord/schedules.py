@@ -40,9 +40,12 @@ def register_schedules(client: CellmateDiscord) -> None:
         if key is None:
             await tell(interaction, NO_THREAD)
             return
-        await interaction.response.defer(thinking=True)
+        # Said to the person who asked, as Slack's answers are; the runs are posted for all.
+        await interaction.response.defer(thinking=True, ephemeral=True)
         answer = await client.conversations.schedule_command(client.door, person, key, what)
-        await interaction.followup.send(plain(answer))
+        # The answer's code block and times are the bot's markdown; the client notifies
+        # nobody a command's answer names.
+        await interaction.followup.send(answer, ephemeral=True)
 
 
 class DiscordPoster:
@@ -69,9 +72,15 @@ class DiscordPoster:
 
     async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
         target = await where(self.client, key)
-        users: Any = [discord.Object(int(notify))] if notify else False
+        body = plain(text)
+        users: Any = False
+        if notify:
+            # The text is escaped (its words are people's); the owner's own mention is put
+            # back whole, and only it notifies.
+            body = body.replace(plain(self.mention(notify)), self.mention(notify))
+            users = [discord.Object(int(notify))]
         mentions = discord.AllowedMentions(everyone=False, roles=False, users=users)
-        await target.send(plain(text), allowed_mentions=mentions)
+        await target.send(body, allowed_mentions=mentions)
 
 
 async def where(client: discord.Client, key: ConversationKey) -> Any:
