@@ -16,6 +16,7 @@ from bot.platforms.on_slack.reply import SlackThread
 if TYPE_CHECKING:
     from bot.platforms.on_slack.app import CellmateSlack
 
+ACTING = ("cancel", "run-now", "update", "approve")
 NO_CONVERSATION = (
     "You have no conversation with me in this channel yet: mention me, run the analysis "
     "in its thread, then use /schedule here."
@@ -34,13 +35,31 @@ def register_schedules(app: AsyncApp, front: CellmateSlack) -> None:
         person = await front.person(user, team, channel, dm=channel.startswith("D"))
         if not await front.admitted(person, channel, respond=respond):
             return
-        key = front.latest.get((team, channel, user))
+        text = unescape(str(command.get("text") or ""))
+        # A schedule named by number is acted on in its own conversation when that is in
+        # this channel (a moderator need not have written there); else the person's latest.
+        key = _named_here(front, text, team, channel) or front.latest.get((team, channel, user))
         if key is None:
             await respond(NO_CONVERSATION, response_type="ephemeral")
             return
-        text = unescape(str(command.get("text") or ""))
         answer = await front.conversations.schedule_command(front.door, person, key, text)
         await respond(answer, response_type="ephemeral")
+
+
+def _named_here(front: CellmateSlack, text: str, team: str, channel: str) -> ConversationKey | None:
+    words = text.split()
+    schedules = front.conversations.schedules
+    if schedules is None or len(words) < 2 or words[0].lower() not in ACTING:
+        return None
+    if not words[1].lstrip("#").isdigit():
+        return None
+    found = schedules.store.get(int(words[1].lstrip("#")))
+    if found is None:
+        return None
+    key = ConversationKey.parse(found.conversation)
+    if (key.platform, key.workspace, key.channel) != ("slack", team, channel):
+        return None
+    return key
 
 
 class SlackPoster:
