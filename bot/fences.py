@@ -64,12 +64,25 @@ def _escaped(char: str) -> str:
     return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"
 
 
+BACKGROUND_FLAG = "--background"
+"""After /run: the run goes to the background at once (`/run --background CODE`)."""
+
+
 def direct_code(text: str) -> str | None:
-    """The code of a message that is only a fenced code block, or `/run ...`, as it runs
-    (`as_run`); else None."""
+    """The code of a message that is only a fenced code block, or `/run [--background] ...`,
+    as it runs (`as_run`); else None."""
     stripped = text.strip()
     if stripped.startswith("/run"):
-        code = stripped.removeprefix("/run").strip() or None
+        rest = stripped.removeprefix("/run").strip()
+        if rest.startswith(BACKGROUND_FLAG):
+            rest = rest.removeprefix(BACKGROUND_FLAG).strip()
+        code = rest or None
     else:
         code = only_code(stripped)
     return None if code is None else as_run(code)
+
+
+def background_asked(text: str) -> bool:
+    """Whether a `/run` message asks for the background at once."""
+    rest = text.strip().removeprefix("/run").strip()
+    return text.strip().startswith("/run") and rest.startswith(BACKGROUND_FLAG)

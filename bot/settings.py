@@ -293,6 +293,12 @@ class Settings:
     """Approval of the model's code: the default policy, who approves, how long it waits."""
     network: NetworkSettings = field(default_factory=NetworkSettings)
     """CELLMATE_NETWORK (off or allowlist) and the operator's hosts: what sandboxes reach."""
+    background_run_max_s: float = 3600.0
+    """CELLMATE_BACKGROUND_RUN_MAX_S: how long a run may take in all once it goes on in the
+    background (it reached its time limit, Keep running, `/run --background`); 0: runs end
+    at their time limit."""
+    background_runs_per_person: int = 2
+    """CELLMATE_BACKGROUND_RUNS_PER_PERSON: background runs one person may have at once."""
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
     """/schedule: the zone of times that name none, and the limits on schedules."""
     admins: tuple[str, ...] = ()

@@ -30,6 +30,7 @@ from executor.models import (
     SkippedFile,
     Status,
 )
+from executor.run_input import RunClock
 
 __all__ = [
     "EngineUnavailable",
@@ -48,6 +49,7 @@ __all__ = [
     "OutputFile",
     "PoolSettings",
     "RichResult",
+    "RunClock",
     "SandboxBusy",
     "SandboxError",
     "SandboxLimits",

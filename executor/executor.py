@@ -17,7 +17,7 @@ from executor.notebook import run_notebook
 from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import SandboxBackend, SessionKeeper
 from executor.run import OutputCallback
-from executor.run_input import InputCallback
+from executor.run_input import InputCallback, RunClock
 from executor.session import SHUTDOWN_SAVE_S, Restore, Restored, SessionManager
 from executor.session_news import WorkspaceNews
 from executor.workspace import WorkspaceSettings, WorkspaceStore
@@ -211,6 +211,7 @@ class Session:
         stop: asyncio.Event | None = None,
         restore: Restore = Restore.VARIABLES,
         on_input: InputCallback | None = None,
+        clock: RunClock | None = None,
         **overrides: Any,
     ) -> ExecutionResult:
         """Run code in the session's kernel; variables and files carry over between runs.
@@ -220,7 +221,9 @@ class Session:
         workspace, whether its variables are loaded before the code (loading them runs
         code: Restore.FILES where a run of them would not be allowed); files come back
         either way. `on_input`: asks a person when the code calls `input()` or `getpass()`
-        (the time limit waits meanwhile); without it, those raise as in a notebook run."""
+        (the time limit waits meanwhile); without it, those raise as in a notebook run.
+        `clock`: the run's time limit as the caller holds it (`RunClock`), to raise it while
+        the code runs or when it is reached (a run sent to the background)."""
         return await self._manager.run(
             self.key,
             _cells(code),
@@ -229,6 +232,7 @@ class Session:
             stop=stop,
             restore=restore,
             on_input=on_input,
+            clock=clock,
             **overrides,
         )
 

@@ -50,6 +50,8 @@ class RunOutcome:
     inputs: list[InputExchange] = field(default_factory=list)
     secret_given: bool = False
     """An answer to `getpass()` went into the kernel."""
+    clock: RunClock | None = None
+    """The run's clock, whose limit its caller may have raised."""
 
     @property
     def sandbox_usable(self) -> bool:
@@ -88,9 +90,11 @@ async def execute(
     stop: asyncio.Event | None = None,
     want_notebook: bool = False,
     on_input: InputCallback | None = None,
+    clock: RunClock | None = None,
 ) -> RunOutcome:
     """Run cells; on the time limit or a stop request, interrupt, then freeze the sandbox.
-    With `on_input`, the code may ask for input, and the time limit waits while it does."""
+    With `on_input`, the code may ask for input, and the time limit waits while it does.
+    `clock`: the caller's, to raise the limit while the run goes on (else the limits')."""
     outcome = RunOutcome()
     if stop is not None and stop.is_set():
         # Stopped while waiting for the sandbox: the code never starts, the kernel is as it was.
@@ -107,7 +111,9 @@ async def execute(
         notebook=want_notebook,
         stdin=on_input is not None,
     )
-    clock = RunClock(limits.timeout_s)
+    clock = clock or RunClock(limits.timeout_s)
+    clock.start()
+    outcome.clock = clock
     asking = InputAsking(client, on_input, clock)
     collecting = asyncio.create_task(
         _collect(client, run_id, collector, outcome, on_output, asking)
@@ -149,7 +155,9 @@ async def _until_done_or_late(waiting: set[asyncio.Future[Any]], clock: RunClock
     while True:
         remaining = clock.remaining()
         if remaining is not None and remaining <= 0:
-            return
+            if clock.over():
+                return
+            continue  # the limit was raised
         clock.changed.clear()
         changed = asyncio.ensure_future(clock.changed.wait())
         try:
@@ -232,9 +240,10 @@ def judge(
         )
     if outcome.timed_out:
         how = "it was stopped" if outcome.killed_by_host else "it was interrupted"
+        limit = outcome.clock.limit_s if outcome.clock is not None else limits.timeout_s
         return (
             Status.TIMEOUT,
-            f"The code ran longer than the {limits.timeout_s:g} s time limit; {how}.",
+            f"The code ran longer than the {limit:g} s time limit; {how}.",
         )
     if outcome.kernel_oom or container_oom:
         return Status.MEMORY, (

@@ -23,15 +23,38 @@ EOFError)."""
 
 
 class RunClock:
-    """A run's time against its limit, which stands still while the code waits for input."""
+    """A run's time against its limit, which stands still while the code waits for input.
 
-    def __init__(self, limit_s: float) -> None:
+    Its caller may raise the limit while the run goes on (a run sent to the background),
+    and may be asked, when the limit is reached, whether to raise it instead of stopping
+    the code (`on_limit`)."""
+
+    def __init__(self, limit_s: float, on_limit: Callable[[], bool] | None = None) -> None:
         self.limit_s = limit_s
+        self.on_limit = on_limit
+        """Called once the limit is reached: True when it raised the limit (`extend`)."""
         self._started = time.monotonic()
         self._stood = 0.0
         self._since: float | None = None
         self._waits = 0
         self.changed = asyncio.Event()
+
+    def start(self) -> None:
+        """The code starts now (not when the clock was made: the run may have waited)."""
+        self._started = time.monotonic()
+
+    def extend(self, limit_s: float) -> None:
+        """The run may now take `limit_s` in all, counted from its start."""
+        self.limit_s = max(self.limit_s, limit_s)
+        self.changed.set()
+
+    def elapsed(self) -> float:
+        stood = self._stood + (time.monotonic() - self._since if self._since is not None else 0)
+        return time.monotonic() - self._started - stood
+
+    def over(self) -> bool:
+        """The limit is reached: unless `on_limit` raises it, the code is stopped."""
+        return self.on_limit is None or not self.on_limit()
 
     def stop(self) -> None:
         self._waits += 1

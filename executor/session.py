@@ -30,7 +30,7 @@ from executor.run import (
     truncation_note,
     unanswered_note,
 )
-from executor.run_input import InputCallback
+from executor.run_input import InputCallback, RunClock
 from executor.runner_client import RunnerClient
 from executor.session_files import SessionFiles, changed_files
 from executor.session_live import Found, Live, Restore, RunHooks, run_limits, unless_stopped
@@ -136,10 +136,12 @@ class SessionManager:
         stop: asyncio.Event | None = None,
         restore: Restore = Restore.VARIABLES,
         on_input: InputCallback | None = None,
+        clock: RunClock | None = None,
         **overrides: Any,
     ) -> ExecutionResult:
         """Run cells in the key's session. `restore`: whether a saved workspace's variables
-        may be loaded first (a new session's, with automatic restore on)."""
+        may be loaded first (a new session's, with automatic restore on). `clock`: the
+        run's time limit, which the caller may raise while it runs."""
         limits = run_limits(self.limits, overrides)
         stop = stop or asyncio.Event()
         # Until the run starts, a stop for the key ends its wait (behind another run, or for
@@ -154,7 +156,7 @@ class SessionManager:
                         Status.KILLED, STOPPED_BEFORE_START, runtime=limits.runtime
                     )
                 waiting.discard(stop)
-                hooks = RunHooks(on_output, on_queued, on_input)
+                hooks = RunHooks(on_output, on_queued, on_input, clock)
                 result = await self._run_on(key, found, cells, limits, hooks, stop, restore)
         finally:
             waiting.discard(stop)
@@ -187,6 +189,7 @@ class SessionManager:
                 on_output=hooks.on_output,
                 stop=stop,
                 on_input=hooks.on_input,
+                clock=hooks.clock,
             )
 
         try:

@@ -16,7 +16,7 @@ from executor.errors import InvalidInput
 from executor.limits import SandboxLimits
 from executor.pool import Lease, QueueCallback
 from executor.run import OutputCallback
-from executor.run_input import InputCallback
+from executor.run_input import InputCallback, RunClock
 from executor.session_news import Ended, Held, WorkspaceNews
 from executor.workspace import Workspace
 
@@ -40,6 +40,8 @@ class RunHooks:
     on_output: OutputCallback | None = None
     on_queued: QueueCallback | None = None
     on_input: InputCallback | None = None
+    clock: RunClock | None = None
+    """The run's clock, which its caller may raise (a run sent to the background)."""
 
 
 @dataclass(eq=False, slots=True)

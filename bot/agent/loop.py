@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import inspect
 import json
 import logging
@@ -27,6 +28,15 @@ import openai
 
 from bot import logs
 from bot.agent.context import fit
+from bot.agent.detach import (
+    FOR_MODEL,
+    FOR_PERSON,
+    QUEUED_BEHIND,
+    Background,
+    DetachedRun,
+    OutputSink,
+    minutes,
+)
 from bot.agent.history import History
 from bot.agent.llm import Completions, EmptyReply, Reply, ToolCall
 from bot.agent.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
@@ -42,15 +52,14 @@ from bot.events import (
     ExecutionFinished,
     Failure,
     Notice,
-    OutputChunk,
     Thinking,
     TurnEvent,
 )
-from bot.fences import as_run, direct_code
+from bot.fences import as_run, background_asked, direct_code
 from bot.metrics import Metrics
 from bot.sandbox_words import spoken, with_refusals
 from bot.text import names_line
-from executor import ExecutionResult, Executor, ExecutorError, OutputEvent
+from executor import ExecutionResult, Executor, ExecutorError, RunClock
 from executor.session import Restore
 from storage.artifacts import Artifact, ArtifactLimits, publish
 from storage.base import Storage
@@ -220,7 +229,8 @@ class Agent:
         direct = direct_code(message.text)
         if direct is not None:
             restore = Restore.VARIABLES if restores is None else await restores.restore()
-            await self._run(conversation, direct, emit, turn, restore)
+            at_once = background_asked(message.text)
+            await self._run(conversation, direct, emit, turn, restore, background_now=at_once)
             # The run report (code, output, status) is the whole answer: no separate "Done.".
             await _call(emit, Answer(""))
             return
@@ -381,34 +391,131 @@ class Agent:
         decision = await turn.approval(as_run(code))
         if not decision.runs:
             return decision.for_model(), []
-        result, manifest = await self._run(
-            conversation, decision.code, emit, turn, decision.restore
-        )
+        ran = await self._run(conversation, decision.code, emit, turn, decision.restore)
+        if ran is None:
+            assert turn.background is not None
+            return decision.for_model() + FOR_MODEL.format(
+                minutes=minutes(turn.background.max_s)
+            ), []
+        result, manifest = ran
         told = tool_result(result, manifest, self.limits.result_chars)
         return decision.for_model() + told, manifest
 
     async def _run(
-        self, conversation: str, code: str, emit: Emit, turn: Turn, restore: Restore
-    ) -> tuple[ExecutionResult, list[Artifact]]:
+        self,
+        conversation: str,
+        code: str,
+        emit: Emit,
+        turn: Turn,
+        restore: Restore,
+        background_now: bool = False,
+    ) -> tuple[ExecutionResult, list[Artifact]] | None:
+        """Run code for the turn: its result and published files, or None when the run went
+        on in the background (`turn.background` took it)."""
         await _call(emit, CodeStarted(code))
-
-        async def forward(event: OutputEvent) -> None:
-            await _call(emit, OutputChunk(event))
-
         turn.may_run()
         logs.run_id.set(uuid.uuid4().hex[:12])
         if self.refusals is not None:
             self.refusals(conversation)  # what came before this run is not this run's
+        background = turn.background
+        if background is not None and background.busy():
+            await _call(emit, Notice(QUEUED_BEHIND))
+        sink = OutputSink(emit)
+        went = asyncio.Event()
+        clock = RunClock(self.executor.limits.timeout_s)
+        if background is not None:
+
+            def at_limit() -> bool:
+                # The code goes on in the background rather than stop, if it may.
+                if background.refusal() is not None:
+                    return False
+                clock.extend(background.max_s)
+                went.set()
+                return True
+
+            clock.on_limit = at_limit
         # A Stop pressed while the sandbox is still starting applies to this run as well.
-        result = spoken(
-            await self.executor.session(conversation).run(
+        running = asyncio.create_task(
+            self.executor.session(conversation).run(
                 code,
-                on_output=forward,
+                on_output=sink,
                 stop=turn.stop_requested,
                 restore=restore,
                 on_input=turn.ask_input,
+                clock=clock,
             )
         )
+        if background is None:
+            raw = await _owned(running)
+        else:
+            if background_now and (why := background.refusal()) is not None:
+                await _call(emit, Notice(f"{why} So this run stays in the foreground."))
+                background_now = False
+            if background_now:
+                went.set()
+            ended = await self._until_done_or_gone(running, went, background, turn)
+            if ended is None:
+                clock.extend(background.max_s)
+                sink.hold()
+                await background.take(
+                    DetachedRun(
+                        conversation,
+                        code,
+                        running,
+                        sink,
+                        clock,
+                        turn.stop_requested,
+                        lambda result, to: self._finished(conversation, result, to),
+                    )
+                )
+                await _call(emit, Notice(FOR_PERSON.format(minutes=minutes(background.max_s))))
+                return None
+            raw = ended
+        return await self._finished(conversation, raw, emit)
+
+    async def _until_done_or_gone(
+        self,
+        running: asyncio.Task[ExecutionResult],
+        went: asyncio.Event,
+        background: Background,
+        turn: Turn,
+    ) -> ExecutionResult | None:
+        """The run's result, or None once it goes to the background: at its time limit (the
+        clock says so), on Keep running, or before the turn's time budget runs out (early
+        enough for the model to answer)."""
+        deadline = None
+        if turn.budget_started is not None:
+            margin = min(30.0, self.limits.budget_s / 5)
+            deadline = turn.budget_started + self.limits.budget_s - margin
+        signals = [
+            asyncio.ensure_future(went.wait()),
+            asyncio.ensure_future(background.keep_running.wait()),
+        ]
+        try:
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                done, _ = await asyncio.wait(
+                    {running, *signals}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                if running in done:
+                    return running.result()
+                if went.is_set() or background.keep_running.is_set():
+                    return None
+                if background.refusal() is None:
+                    return None  # the turn's budget is nearly spent
+                deadline = None  # it may not go: it ends with its limit, as any run
+        except asyncio.CancelledError:
+            await _cancelled(running)
+            raise
+        finally:
+            for signal in signals:
+                signal.cancel()
+
+    async def _finished(
+        self, conversation: str, raw: ExecutionResult, emit: Emit
+    ) -> tuple[ExecutionResult, list[Artifact]]:
+        """The ended run told to `emit`: its status, then its published files."""
+        result = spoken(raw)
         if self.refusals is not None:
             result = with_refusals(result, self.refusals(conversation))
         seconds = result.duration_ms / 1000
@@ -445,6 +552,22 @@ class Agent:
             await _call(emit, Failure(why))
         else:
             await _call(emit, Answer(f"{reply.content}\n\n({note})".strip()))
+
+
+async def _owned(running: asyncio.Task[ExecutionResult]) -> ExecutionResult:
+    """The run's result; cancelling the wait cancels the run, as awaiting it directly would."""
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await _cancelled(running)
+        raise
+
+
+async def _cancelled(running: asyncio.Task[ExecutionResult]) -> None:
+    """Cancel the run and wait until it has wound down (its sandbox interrupted)."""
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await running
 
 
 def _user_content(text: str, files: list[str], previews: dict[str, str]) -> str:

@@ -11,10 +11,13 @@ import asyncio
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executor import InputAsked
 from executor.session import Restore
+
+if TYPE_CHECKING:
+    from bot.agent.detach import Background
 
 
 class Verdict(enum.Enum):
@@ -81,6 +84,9 @@ class Turn:
     ask_input: Callable[[InputAsked], Awaitable[str | None]] | None = None
     """Asks the person whose turn it is when the running code calls `input()` or
     `getpass()`; their answer, or None (none came). None: the code cannot ask."""
+    background: Background | None = None
+    """Takes a run that outlasts the turn (its limit, Keep running, `/run --background`);
+    None: a run ends at its time limit."""
 
     async def approval(self, code: str) -> Decision:
         """Before each run of code the model wrote: whether it runs, and which code."""

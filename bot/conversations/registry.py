@@ -71,6 +71,10 @@ class Turns:
     def get(self, key: str) -> Running | None:
         return self._running.get(key)
 
+    def keys(self) -> list[str]:
+        """The Stop keys of the turns running now."""
+        return list(self._running)
+
     def remember(self, key: str, spec: RerunSpec) -> None:
         self._reruns[key] = spec
         while len(self._reruns) > self._remembered:

@@ -28,6 +28,7 @@ from bot.conversations.approval import (
     Emit,
     Pending,
 )
+from bot.conversations.background import BackgroundRuns
 from bot.conversations.doors import Doorbell, DoorCard, Doors
 from bot.conversations.input_prompts import ELSEWHERE as INPUT_ELSEWHERE
 from bot.conversations.input_prompts import (
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ALREADY_FINISHED = "That has already finished."
+ALREADY_IN_BACKGROUND = "That run is already going on in the background."
+NO_BACKGROUND = "Runs cannot go on in the background here (CELLMATE_BACKGROUND_RUN_MAX_S is 0)."
 FORGOTTEN_CODE = "I no longer have that code (the bot restarted since); use /run again."
 
 
@@ -86,6 +89,8 @@ class Conversations(Doors):
         policies: Policies | None = None,
         network: NetworkGrants | None = None,
         input_timeout_s: float = 120.0,
+        background_max_s: float = 0.0,
+        background_per_person: int = 2,
     ) -> None:
         self.agent = agent
         self.quotas = quotas
@@ -110,6 +115,8 @@ class Conversations(Doors):
         """How each platform that is up posts a schedule's run, by platform name."""
         self.schedules: Scheduler | None = None
         """The schedules, where the bot keeps them (services set it)."""
+        self.background = BackgroundRuns(self, background_max_s, background_per_person)
+        """Runs that went on without their turn (0 s: runs end at their time limit)."""
 
     # ── turns ────────────────────────────────────────────────────────────
 
@@ -149,6 +156,7 @@ class Conversations(Doors):
                     emit = self._metered(reply, person.user, message.server, entry.turn)
                     self._keep_off(entry.turn, key, message.text)
                     emit = self.watch_runs(key, entry.turn, emit)
+                    entry.turn.background = self.background.hooks(key, person.user)
                     entry.turn.ask_input = InputAsker(
                         self.inputs,
                         key,
@@ -188,7 +196,8 @@ class Conversations(Doors):
             await _safely(reply.failed(f"Something went wrong while answering: {exc}"))
         finally:
             self.turn_over(key)
-            if key.is_one_off:  # a one-off run's session ends with its turn
+            # A one-off run's session ends with its turn, or with its run in the background.
+            if key.is_one_off and not self.background.busy(key.id):
                 await self.agent.reset(key.id)
 
     def admit(self, door: Admission, person: Person, server: str) -> None:
@@ -284,11 +293,37 @@ class Conversations(Doors):
             raise NotHere
         running = self.turns.get(stop_key)
         if running is None:
-            return ALREADY_FINISHED
+            gone = self.background.get(stop_key)
+            if gone is None:
+                return ALREADY_FINISHED
+            await self.check(door, person, gone.key, gone.owner)
+            self.background.stop(stop_key)
+            return None
         await self.check(
             door, person, ConversationKey.parse(running.turn.conversation), running.owner
         )
         running.turn.stop()
+        return None
+
+    async def keep_running(self, door: Admission, person: Person, stop_key: str) -> str | None:
+        """Keep running: the turn's run goes on in the background instead of ending at its
+        time limit. None when it does, else why not, for the person."""
+        if not door.allows(person.place):
+            raise NotHere
+        if self.background.get(stop_key) is not None:
+            return ALREADY_IN_BACKGROUND
+        running = self.turns.get(stop_key)
+        if running is None:
+            return ALREADY_FINISHED
+        key = ConversationKey.parse(running.turn.conversation)
+        await self.check(door, person, key, running.owner)
+        hooks = running.turn.background
+        if hooks is None:
+            return NO_BACKGROUND
+        why = hooks.refusal()
+        if why is not None:
+            return why
+        hooks.keep_running.set()
         return None
 
     async def rerun(

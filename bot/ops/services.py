@@ -125,6 +125,8 @@ async def services(
                 policies=policies,
                 network=network,
                 input_timeout_s=settings.input_timeout_s,
+                background_max_s=settings.background_run_max_s,
+                background_per_person=settings.background_runs_per_person,
             )
             scheduler = conversations.schedules = Scheduler(
                 conversations, schedules, settings.schedule
@@ -145,6 +147,7 @@ async def services(
             try:
                 yield Services(agent, storage, settings, conversations, metrics)
             finally:
+                await conversations.background.close()
                 await scheduler.close()
                 if link is not None:
                     await link.close()

@@ -25,6 +25,7 @@ def test_manifest_declares_the_commands_shortcut_and_events_the_app_handles() ->
         "/usage",
         "/policy",
         "/network",
+        "/schedule",
     }
     for command in commands:
         assert f'app.command("{command}")' in APP

@@ -26,7 +26,7 @@ from bot.conversations import Admission, ConversationKey, Conversations, Person,
 from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
-from bot.fences import direct_code
+from bot.fences import BACKGROUND_FLAG, direct_code
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
@@ -207,7 +207,12 @@ class CellmateDiscord(discord.Client):
         return thread_key(thread), ChannelSurface(thread)
 
     def reply(self, surface: Surface) -> Reply:
-        return Reply(surface, self.upload_limit, buttons, max_files=self.settings.files_per_answer)
+        keep = self.conversations.background.max_s > 0
+
+        def controls(kind: str, key: str) -> discord.ui.View:
+            return buttons(kind, key, keep)
+
+        return Reply(surface, self.upload_limit, controls, max_files=self.settings.files_per_answer)
 
     # ── direct runs and people ────────────────────────────────────────────
 
@@ -216,9 +221,11 @@ class CellmateDiscord(discord.Client):
         interaction: discord.Interaction,
         code: str,
         key: ConversationKey | None = None,
+        background: bool = False,
     ) -> None:
         """/run, the Run code menu and Re-run: run code directly, no model involved, in the
-        conversation it was asked in (or in a one-off session)."""
+        conversation it was asked in (or in a one-off session); `background`: it goes on in
+        the background at once."""
         person = await self.person_now(interaction)
         if not await self.admitted(interaction, person):
             return
@@ -236,7 +243,8 @@ class CellmateDiscord(discord.Client):
             await tell(interaction, str(exc))
             return
         await interaction.response.defer(thinking=True)
-        message = UserMessage(f"/run\n{code}", user=person.user, server=server)
+        flag = f" {BACKGROUND_FLAG}" if background else ""
+        message = UserMessage(f"/run{flag}\n{code}", user=person.user, server=server)
         reply = self.reply(InteractionSurface(interaction))
         await self.conversations.turn(self.door, person, key, message, reply, rerun_code=code)
 

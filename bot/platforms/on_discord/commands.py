@@ -25,21 +25,27 @@ NO_CONVERSATION = (
 )
 BUTTON_LOOKS = {
     "stop": ("Stop", discord.ButtonStyle.danger),
+    "keep": ("Keep running", discord.ButtonStyle.secondary),
     "rerun": ("Re-run", discord.ButtonStyle.secondary),
 }
 
 
-def buttons(kind: str, key: str) -> discord.ui.View:
-    """A view with one turn button: "stop" or "rerun" for the turn `key`."""
+def buttons(kind: str, key: str, keep: bool = False) -> discord.ui.View:
+    """A view with the turn's buttons: "stop" (and Keep running, with `keep`) or "rerun"
+    for the turn `key`."""
     view = discord.ui.View(timeout=None)
     view.add_item(TurnButton(kind, key))
+    if kind == "stop" and keep:
+        view.add_item(TurnButton("keep", key))
     return view
 
 
 class TurnButton(
-    discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"cm:(?P<kind>stop|rerun):(?P<key>\w+)"
+    discord.ui.DynamicItem[discord.ui.Button[Any]],
+    template=r"cm:(?P<kind>stop|keep|rerun):(?P<key>\w+)",
 ):
-    """Stop on a running turn, Re-run on a finished direct run; found again by custom id."""
+    """Stop (and Keep running) on a running turn, Re-run on a finished direct run; found
+    again by custom id."""
 
     def __init__(self, kind: str, key: str) -> None:
         label, style = BUTTON_LOOKS[kind]
@@ -57,8 +63,13 @@ class TurnButton(
         client = front_of(interaction)
         person = await client.person_now(interaction)
         try:
-            if self.kind == "stop":
-                why_not = await client.conversations.stop(client.door, person, self.key)
+            if self.kind in ("stop", "keep"):
+                act = (
+                    client.conversations.stop
+                    if self.kind == "stop"
+                    else client.conversations.keep_running
+                )
+                why_not = await act(client.door, person, self.key)
                 if why_not is None:
                     await interaction.response.defer()
                 else:
@@ -112,13 +123,18 @@ def register_commands(client: DiscordFront) -> None:
         return person, key
 
     @tree.command(name="run", description="Run Python in the sandbox, without the model")
-    @app_commands.describe(code="Python code; leave it out for a multi-line editor")
-    async def run(interaction: discord.Interaction, code: str | None = None) -> None:
+    @app_commands.describe(
+        code="Python code; leave it out for a multi-line editor",
+        background="go on in the background at once (the answer comes when it ends)",
+    )
+    async def run(
+        interaction: discord.Interaction, code: str | None = None, background: bool = False
+    ) -> None:
         if code is None or not code.strip():
             if await client.admitted(interaction, await client.person_now(interaction)):
                 await interaction.response.send_modal(RunModal(client))
             return
-        await client.start_run(interaction, code_blocks(code) or code)
+        await client.start_run(interaction, code_blocks(code) or code, background=background)
 
     @tree.context_menu(name="Run code")
     async def run_code(interaction: discord.Interaction, message: discord.Message) -> None:

@@ -26,9 +26,14 @@ class DiscordFront(Protocol):
         """The admission check of every interaction; a refused person is told so."""
 
     async def start_run(
-        self, interaction: discord.Interaction, code: str, key: ConversationKey | None = None
+        self,
+        interaction: discord.Interaction,
+        code: str,
+        key: ConversationKey | None = None,
+        background: bool = False,
     ) -> None:
-        """Run code directly in the interaction's conversation (or a one-off session)."""
+        """Run code directly in the interaction's conversation (or a one-off session);
+        `background`: it goes on in the background at once."""
 
 
 def front_of(interaction: discord.Interaction) -> DiscordFront:

@@ -28,7 +28,7 @@ from bot.conversations import Admission, ConversationKey, Conversations, Person
 from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
-from bot.fences import direct_code
+from bot.fences import BACKGROUND_FLAG, direct_code
 from bot.logs import payload_logger
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.markup import code_blocks
@@ -234,7 +234,8 @@ class CellmateSlack:
             log.info("reaction %s failed: %s", name, exc.response.get("error"))
 
     def _reply(self, thread: SlackThread, owner: str) -> SlackReply:
-        return SlackReply(thread, owner, max_files=self.settings.files_per_answer)
+        keep = self.conversations.background.max_s > 0
+        return SlackReply(thread, owner, max_files=self.settings.files_per_answer, keep=keep)
 
     def reply_in(self, thread: SlackThread, owner: str) -> SlackReply:
         """A turn's answer in `thread`, for `owner` (who started it), as any message's."""
@@ -324,10 +325,16 @@ class CellmateSlack:
     # ── direct runs ───────────────────────────────────────────────────────
 
     async def start_run(
-        self, code: str, person: Person, key: ConversationKey | None, thread_ts: str | None
+        self,
+        code: str,
+        person: Person,
+        key: ConversationKey | None,
+        thread_ts: str | None,
+        background: bool = False,
     ) -> None:
         """/run, the modal, the shortcut, Re-run and edits: code run directly, in `key`'s
-        session (None: a one-off session whose answer starts its own thread)."""
+        session (None: a one-off session whose answer starts its own thread). `background`:
+        it goes on in the background at once (`/run --background`)."""
         place = person.place
         channel, team = place.channel or "", place.server or self.team
         if key is None:
@@ -335,20 +342,24 @@ class CellmateSlack:
         elif not key.is_one_off:
             thread_ts = key.thread
             self.threads[(channel, thread_ts)] = True
-        message = UserMessage(f"/run\n{code}", user=person.user, server=team)
+        flag = f" {BACKGROUND_FLAG}" if background else ""
+        message = UserMessage(f"/run{flag}\n{code}", user=person.user, server=team)
         reply = self._reply(SlackThread(self.client, channel, thread_ts), person.user)
         await self.conversations.turn(self.door, person, key, message, reply, rerun_code=code)
 
     async def _on_run(self, ack: Any, command: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
-        code = unescape(str(command.get("text") or ""))
+        code = unescape(str(command.get("text") or "")).strip()
+        background = code.startswith(BACKGROUND_FLAG)
+        code = code.removeprefix(BACKGROUND_FLAG) if background else code
         channel, user = str(command["channel_id"]), str(command["user_id"])
         team = str(command.get("team_id") or self.team)
         person = await self.person(user, team, channel)
         if not await self.admitted(person, channel):
             return
         if code.strip():
-            await self.start_run(code_blocks(code) or code, person, self._here(person), None)
+            code = code_blocks(code) or code.strip()
+            await self.start_run(code, person, self._here(person), None, background)
             return
         await client.views_open(trigger_id=command["trigger_id"], view=run_modal(channel, team))
 

@@ -80,6 +80,18 @@ def register_buttons(app: AsyncApp, front: SlackFront) -> None:
         if why_not is not None:
             await respond(why_not, response_type="ephemeral", replace_original=False)
 
+    @app.action("cm_keep")
+    async def keep(ack: Any, body: dict[str, Any], respond: Any) -> None:
+        await ack()
+        key = str(body["actions"][0].get("value") or "")
+        person = await presser(front, body)
+        try:
+            why_not = await front.conversations.keep_running(front.door, person, key)
+        except Refused as exc:
+            why_not = str(exc)
+        if why_not is not None:
+            await respond(why_not, response_type="ephemeral", replace_original=False)
+
     @app.action("cm_rerun")
     async def rerun(ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()

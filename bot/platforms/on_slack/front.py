@@ -29,6 +29,12 @@ class SlackFront(Protocol):
         told so."""
 
     async def start_run(
-        self, code: str, person: Person, key: ConversationKey | None, thread_ts: str | None
+        self,
+        code: str,
+        person: Person,
+        key: ConversationKey | None,
+        thread_ts: str | None,
+        background: bool = False,
     ) -> None:
-        """Run code directly in `key`'s session (None: a one-off session)."""
+        """Run code directly in `key`'s session (None: a one-off session); `background`: it
+        goes on in the background at once."""

@@ -74,15 +74,23 @@ class SlackReply(TurnReply[str]):
         owner: str,
         interval: float = EDIT_INTERVAL_S,
         max_files: int = 10,
+        keep: bool = False,
     ) -> None:
         super().__init__(interval)
         self.thread = thread
         self.owner = owner
         """Who asked: refusals are shown to them alone."""
         self.max_files = max_files
+        self.keep = keep
+        """Offer Keep running beside Stop (runs may go on in the background)."""
 
     def controls(self, kind: str, key: str) -> list[tuple[str, str, str]]:
-        return [("cm_stop", "Stop", key) if kind == "stop" else ("cm_rerun", "Re-run", key)]
+        if kind != "stop":
+            return [("cm_rerun", "Re-run", key)]
+        shown = [("cm_stop", "Stop", key)]
+        if self.keep:
+            shown.append(("cm_keep", "Keep running", key))
+        return shown
 
     def progress_text(self) -> str:
         return progress_text(self.view)

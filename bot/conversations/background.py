@@ -1,0 +1,216 @@
+"""Runs in the background: a run that outlasts its turn (it reached its time limit, a person
+pressed Keep running, or `/run --background`) goes on under CELLMATE_BACKGROUND_RUN_MAX_S.
+
+    turn's run ──(limit / Keep running / --background)──> BackgroundRuns.take
+        a message of its own in the thread: the code, its output as it comes, Stop
+        the run ends ──> its status and files there, as any run's; then a message that
+        mentions who started it; the model's history notes how it ended
+        Stop ──> Conversations.stop ──> the run's stop event (the kernel is interrupted)
+
+A person may have CELLMATE_BACKGROUND_RUNS_PER_PERSON of them at once; past that, a run
+ends at its limit as before. The conversation goes on meanwhile: code run in it waits for
+the background run (the session runs one cell at a time), and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from bot.agent.detach import DetachedRun
+from bot.conversations.keys import ConversationKey
+from bot.conversations.reply import Reply
+from bot.events import CodeStarted
+from executor import ExecutionResult, Status
+
+if TYPE_CHECKING:
+    from bot.conversations.service import Conversations
+
+log = logging.getLogger(__name__)
+
+STOPPED_FOR_SHUTDOWN = "The bot is shutting down, so this background run was stopped."
+HISTORY_OUTPUT_CHARS = 2000
+
+
+@dataclass(eq=False, slots=True)
+class BackgroundRun:
+    key: ConversationKey
+    owner: str
+    stop_key: str
+    run: DetachedRun
+    watching: asyncio.Task[None] | None = None
+
+
+@dataclass(slots=True)
+class Hooks:
+    """What one turn's runs ask of the background (`bot.agent.detach.Background`)."""
+
+    runs: BackgroundRuns
+    key: ConversationKey
+    owner: str
+    max_s: float
+    keep_running: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def refusal(self) -> str | None:
+        return self.runs.refusal(self.owner, self.key)
+
+    def busy(self) -> bool:
+        return self.runs.busy(self.key.id)
+
+    async def take(self, run: DetachedRun) -> None:
+        await self.runs.take(self.key, self.owner, run)
+
+
+class BackgroundRuns:
+    def __init__(self, conversations: Conversations, max_s: float, per_person: int) -> None:
+        self.conversations = conversations
+        self.max_s = max_s
+        self.per_person = per_person
+        self.runs: dict[str, BackgroundRun] = {}
+        """By the key of their Stop control."""
+
+    def hooks(self, key: ConversationKey, owner: str) -> Hooks | None:
+        """A turn's way to the background; None where runs cannot go there (turned off, or a
+        platform that cannot post later)."""
+        if self.max_s <= 0 or key.platform not in self.conversations.posters:
+            return None
+        return Hooks(self, key, owner, self.max_s)
+
+    def refusal(self, owner: str, key: ConversationKey) -> str | None:
+        if key.platform not in self.conversations.posters:
+            return "Runs cannot go on in the background here."
+        if not self.conversations.turns.accepting:
+            return "The bot is shutting down."
+        mine = sum(1 for r in self.runs.values() if r.owner == owner)
+        if mine >= self.per_person:
+            return (
+                f"You have {mine} runs in the background already, the most one person may "
+                "have (CELLMATE_BACKGROUND_RUNS_PER_PERSON)."
+            )
+        return None
+
+    def busy(self, conversation: str) -> bool:
+        return any(r.run.conversation == conversation for r in self.runs.values())
+
+    def get(self, stop_key: str) -> BackgroundRun | None:
+        return self.runs.get(stop_key)
+
+    async def take(self, key: ConversationKey, owner: str, run: DetachedRun) -> None:
+        poster = self.conversations.posters[key.platform]
+        stop_key = secrets.token_hex(8)
+        entry = BackgroundRun(key, owner, stop_key, run)
+        self.runs[stop_key] = entry
+        log.info("a run in %s went to the background", key.id)
+        try:
+            reply = await poster.reply_in(key, owner)
+            await reply.start(stop_key)
+            await _call(reply, CodeStarted(run.code))
+            await run.sink.send_to(reply)
+        except Exception:
+            # Nowhere to show it: the run still ends, and is reported as well as can be.
+            log.exception("could not post the background run in %s", key.id)
+            reply = _Nowhere()
+            await run.sink.send_to(reply)
+        entry.watching = asyncio.create_task(self._watch(entry, reply))
+
+    async def _watch(self, entry: BackgroundRun, reply: Reply) -> None:
+        run, key = entry.run, entry.key
+        poster = self.conversations.posters.get(key.platform)
+        try:
+            try:
+                raw = await run.task
+            except Exception as exc:
+                log.exception("background run in %s failed", key.id)
+                await reply.failed(f"The background run failed: {exc}")
+                return
+            result, _ = await run.finish(raw, reply)
+            await reply.finish(None, [])
+            if poster is not None:
+                await poster.say(
+                    key,
+                    f"{poster.mention(entry.owner)} your background run ended: "
+                    f"{_ended(result)} Its output is in the message above.",
+                    notify=entry.owner,
+                )
+            await self._remember(run, result)
+        except Exception:
+            log.exception("could not report the background run in %s", key.id)
+        finally:
+            self.runs.pop(entry.stop_key, None)
+            if key.is_one_off:  # its turn left the session to it; it ends with the run
+                with contextlib.suppress(Exception):
+                    await self.conversations.agent.reset(key.id)
+
+    async def _remember(self, run: DetachedRun, result: ExecutionResult) -> None:
+        """The model's history learns how the run ended, for the next turn."""
+        output = (result.stdout or "")[-HISTORY_OUTPUT_CHARS:]
+        note = (
+            f"[A run went on in the background and has now ended: {result.status.value} after "
+            f"{result.duration_ms / 1000:.0f} s. {result.message}".strip()
+            + (f" Its last output:\n{output}" if output else "")
+            + "]"
+        )
+        history = self.conversations.agent.history
+        await history.append(run.conversation, [{"role": "assistant", "content": note}])
+
+    def stop(self, stop_key: str) -> bool:
+        entry = self.runs.get(stop_key)
+        if entry is None:
+            return False
+        entry.run.stop.set()
+        return True
+
+    async def close(self, grace_s: float = 10.0) -> None:
+        """On shutdown: every background run is stopped, and its thread told why."""
+        for entry in list(self.runs.values()):
+            entry.run.stop.set()
+            poster = self.conversations.posters.get(entry.key.platform)
+            if poster is not None:
+                with contextlib.suppress(Exception):
+                    await poster.say(entry.key, STOPPED_FOR_SHUTDOWN)
+        watching = [e.watching for e in self.runs.values() if e.watching is not None]
+        if watching:
+            await asyncio.wait(watching, timeout=grace_s)
+        for task in watching:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _ended(result: ExecutionResult) -> str:
+    seconds = result.duration_ms / 1000
+    if result.status is Status.OK:
+        return f"it finished in {seconds:.0f} s."
+    return f"{result.status.value} after {seconds:.0f} s ({result.message or 'no reason given'})."
+
+
+async def _call(reply: Reply, event: CodeStarted) -> None:
+    returned = reply(event)
+    if returned is not None:
+        await returned
+
+
+class _Nowhere:
+    """A reply that shows nothing (the platform could not take the background run's)."""
+
+    async def queued(self, stop: str, text: str) -> None:
+        return None
+
+    async def start(self, stop: str) -> None:
+        return None
+
+    def __call__(self, event: object) -> None:
+        return None
+
+    async def finish(self, rerun: str | None, notices: object) -> None:
+        return None
+
+    async def refused(self, text: str) -> None:
+        return None
+
+    async def failed(self, text: str) -> None:
+        return None
