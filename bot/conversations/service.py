@@ -156,7 +156,10 @@ class Conversations(Doors):
                     emit = self._metered(reply, person.user, message.server, entry.turn)
                     self._keep_off(entry.turn, key, message.text)
                     emit = self.watch_runs(key, entry.turn, emit)
-                    entry.turn.background = self.background.hooks(key, person.user)
+                    # A schedule's run is posted as a whole, with what changed: it ends
+                    # at its limit rather than go on in the background.
+                    if not preapproved:
+                        entry.turn.background = self.background.hooks(key, person.user)
                     entry.turn.ask_input = InputAsker(
                         self.inputs,
                         key,

@@ -85,7 +85,7 @@ NETWORK_USAGE = "Use /network, /network allow HOST[:PORT] [once|channel] or /net
 HELP = (
     "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /restore, "
     "/export, /reset, /policy [auto|approve|off], /network [allow|deny HOST], "
-    "/schedule [WHEN|list|cancel N|run-now N], /quit. "
+    "/schedule [WHEN|list|cancel N|run-now N], /run --background CODE, /quit. "
     "Ctrl-C stops a running turn."
 )
 
