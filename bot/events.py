@@ -36,6 +36,13 @@ class ExecutionFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class RunDetached:
+    """The run went on in the background: its end is reported elsewhere (`text` says so)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ArtifactsPublished:
     artifacts: list[Artifact] = field(default_factory=list)
 
@@ -122,6 +129,7 @@ TurnEvent = (
     | CodeStarted
     | OutputChunk
     | ExecutionFinished
+    | RunDetached
     | ArtifactsPublished
     | Notice
     | ApprovalRequested

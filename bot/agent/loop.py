@@ -52,6 +52,7 @@ from bot.events import (
     ExecutionFinished,
     Failure,
     Notice,
+    RunDetached,
     Thinking,
     TurnEvent,
 )
@@ -457,6 +458,8 @@ class Agent:
             if ended is None:
                 clock.extend(background.max_s)
                 sink.hold()
+                told = FOR_PERSON.format(minutes=minutes(background.max_s))
+                await _call(emit, RunDetached(told))
                 await background.take(
                     DetachedRun(
                         conversation,
@@ -468,7 +471,6 @@ class Agent:
                         lambda result, to: self._finished(conversation, result, to),
                     )
                 )
-                await _call(emit, Notice(FOR_PERSON.format(minutes=minutes(background.max_s))))
                 return None
             raw = ended
         return await self._finished(conversation, raw, emit)

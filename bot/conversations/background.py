@@ -19,21 +19,31 @@ import contextlib
 import logging
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from bot.agent.detach import DetachedRun
 from bot.conversations.keys import ConversationKey
+from bot.conversations.registry import Turns
 from bot.conversations.reply import Reply
-from bot.events import CodeStarted
+from bot.conversations.schedule_runs import Poster
+from bot.events import Answer, CodeStarted
 from executor import ExecutionResult, Status
 
 if TYPE_CHECKING:
-    from bot.conversations.service import Conversations
+    from bot.agent import Agent
 
 log = logging.getLogger(__name__)
 
 STOPPED_FOR_SHUTDOWN = "The bot is shutting down, so this background run was stopped."
 HISTORY_OUTPUT_CHARS = 2000
+
+
+class Service(Protocol):
+    """What background runs need of the conversation service."""
+
+    posters: dict[str, Poster]
+    turns: Turns
+    agent: Agent
 
 
 @dataclass(eq=False, slots=True)
@@ -66,7 +76,7 @@ class Hooks:
 
 
 class BackgroundRuns:
-    def __init__(self, conversations: Conversations, max_s: float, per_person: int) -> None:
+    def __init__(self, conversations: Service, max_s: float, per_person: int) -> None:
         self.conversations = conversations
         self.max_s = max_s
         self.per_person = per_person
@@ -128,6 +138,7 @@ class BackgroundRuns:
                 await reply.failed(f"The background run failed: {exc}")
                 return
             result, _ = await run.finish(raw, reply)
+            await _call(reply, Answer(""))  # the run's report is the whole answer
             await reply.finish(None, [])
             if poster is not None:
                 await poster.say(
@@ -188,7 +199,7 @@ def _ended(result: ExecutionResult) -> str:
     return f"{result.status.value} after {seconds:.0f} s ({result.message or 'no reason given'})."
 
 
-async def _call(reply: Reply, event: CodeStarted) -> None:
+async def _call(reply: Reply, event: CodeStarted | Answer) -> None:
     returned = reply(event)
     if returned is not None:
         await returned

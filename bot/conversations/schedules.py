@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.conversations.keys import ConversationKey
@@ -38,7 +38,37 @@ from bot.conversations.schedule_times import BadTime, When, parse_when
 from bot.errors import Refused
 
 if TYPE_CHECKING:
-    from bot.conversations.service import Conversations
+    from bot.agent import Agent, UserMessage
+    from bot.conversations.policy import Policies
+    from bot.conversations.reply import Reply
+
+
+class Service(Protocol):
+    """What schedules need of the conversation service."""
+
+    posters: dict[str, Poster]
+    agent: Agent
+    policies: Policies | None
+
+    async def check(
+        self, door: Admission, person: Person, key: ConversationKey | None, owner: str = ""
+    ) -> None: ...
+
+    async def moderates(self, person: Person) -> bool: ...
+
+    async def turn(
+        self,
+        door: Admission,
+        person: Person,
+        key: ConversationKey,
+        message: UserMessage,
+        reply: Reply,
+        *,
+        rerun_code: str | None = None,
+        quiet: bool = False,
+        preapproved: bool = False,
+    ) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +122,7 @@ class ScheduleSettings:
 class Scheduler:
     def __init__(
         self,
-        conversations: Conversations,
+        conversations: Service,
         store: ScheduleStore,
         settings: ScheduleSettings,
         now: Callable[[], float] = time.time,

@@ -152,14 +152,14 @@ class Conversations(Doors):
                         conversation = None if key.is_one_off else key.id
                         spec = RerunSpec(rerun_code, conversation, message.server, person.user)
                         self.turns.remember(entry.key, spec)
-                    await reply.start(entry.key)
-                    emit = self._metered(reply, person.user, message.server, entry.turn)
-                    self._keep_off(entry.turn, key, message.text)
-                    emit = self.watch_runs(key, entry.turn, emit)
                     # A schedule's run is posted as a whole, with what changed: it ends
                     # at its limit rather than go on in the background.
                     if not preapproved:
                         entry.turn.background = self.background.hooks(key, person.user)
+                    await reply.start(entry.key)
+                    emit = self._metered(reply, person.user, message.server, entry.turn)
+                    self._keep_off(entry.turn, key, message.text)
+                    emit = self.watch_runs(key, entry.turn, emit)
                     entry.turn.ask_input = InputAsker(
                         self.inputs,
                         key,

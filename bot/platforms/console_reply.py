@@ -28,6 +28,7 @@ from bot.events import (
     InputRequested,
     Notice,
     OutputChunk,
+    RunDetached,
     Thinking,
     TurnEvent,
 )
@@ -117,6 +118,10 @@ class Renderer:
         elif isinstance(event, ExecutionFinished):
             self._end_streams()
             self._line(run_status(event.status, event.duration_ms, event.message, chat=False))
+        elif isinstance(event, RunDetached):
+            self._end_streams()
+            self._line("⏩ went on in the background")
+            self._line(f"note: {event.text}")
         elif isinstance(event, ArtifactsPublished):
             for item in event.artifacts:
                 where = item.link if item.status == "published" else f"not uploaded ({item.reason})"

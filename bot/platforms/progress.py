@@ -26,6 +26,7 @@ from bot.events import (
     Failure,
     Notice,
     OutputChunk,
+    RunDetached,
     Thinking,
     TurnEvent,
 )
@@ -74,6 +75,8 @@ class RunView:
     duration_ms: int = 0
     message: str = ""
     started: float = field(default_factory=time.monotonic)
+    detached: bool = False
+    """It went on in the background: its end is shown in a message of its own."""
 
     @property
     def text(self) -> str:
@@ -92,6 +95,8 @@ class RunView:
         self.dropped += max(0, len(text) - room)
 
     def summary(self) -> str:
+        if self.detached:
+            return "⏩ went on in the background"
         if self.status is None:
             return f"⏳ running for {time.monotonic() - self.started:.0f} s"
         return run_status(self.status, self.duration_ms, self.message)
@@ -171,6 +176,10 @@ class TurnView:
                 )
             elif event.workspace:
                 self.notices.append(event.workspace)
+        elif isinstance(event, RunDetached):
+            if self.current is not None:
+                self.current.detached = True
+            self.notices.append(event.text)
         elif isinstance(event, ArtifactsPublished):
             self.artifacts.extend(event.artifacts)
         elif isinstance(event, Notice):

@@ -19,18 +19,11 @@ from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent, UserMessage
 from bot.agent.detach import QUEUED_BEHIND
 from bot.conversations import ConversationKey, Conversations, Person, Place
-from bot.conversations.access import AccessRules
 from bot.conversations.background import STOPPED_FOR_SHUTDOWN
-from bot.conversations.people import Admission
 from bot.platforms.console import ME, Console, run_piped
-from bot.platforms.console_reply import Renderer
 from executor import Executor, SandboxLimits
-from executor.fake_backend import FakeBackend, FakeRun, stdout
-
-SLOW = "slow()"
-"""Prints five lines, 0.4 s apart: longer than the 1 s foreground limit."""
-HANG = "hang()"
-FOREVER = "forever()"
+from executor.fake_backend import FakeBackend
+from tests.support.later import HANG, SLOW, Posting, slow_backend
 
 
 @pytest.fixture
@@ -40,13 +33,7 @@ def sandbox_limits() -> SandboxLimits:
 
 @pytest.fixture
 def fake_backend() -> FakeBackend:
-    return FakeBackend(
-        {
-            SLOW: FakeRun(outputs=[stdout(f"step {n}\n") for n in range(5)], delay_s=0.4),
-            HANG: FakeRun(outputs=[stdout("waiting\n")], hang=True),
-            "print(6 * 7)": FakeRun(outputs=[stdout("42\n")]),
-        }
-    )
+    return slow_backend()
 
 
 @dataclass
@@ -161,26 +148,6 @@ async def test_past_the_per_person_limit_a_run_ends_at_its_limit(
     talk.conversations.background.stop(stop_key)
     await talk.background_ended()
     assert not talk.conversations.background.runs
-
-
-class Posting:
-    """A platform's poster for the test's own conversations, printing where the console does."""
-
-    def __init__(self, out: io.StringIO) -> None:
-        self.out = out
-        self.door = Admission(AccessRules())
-
-    async def person(self, user: str, key: ConversationKey) -> Person:
-        return Person(user, Place(user, key.workspace, key.channel))
-
-    def mention(self, user: str) -> str:
-        return f"@{user}"
-
-    async def reply_in(self, key: ConversationKey, owner: str) -> Renderer:
-        return Renderer(self.out, False)
-
-    async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
-        self.out.write(text + "\n")
 
 
 async def _direct(

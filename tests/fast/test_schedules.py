@@ -18,36 +18,21 @@ import pytest
 
 from bot.agent import Agent
 from bot.conversations import ConversationKey, Conversations, Person, Place
-from bot.conversations.access import AccessRules
-from bot.conversations.people import Admission
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import NOTHING_TO_SCHEDULE, Scheduler, ScheduleSettings
 from bot.platforms.console import Console, run_piped
-from bot.platforms.console_reply import Renderer
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
+from tests.support.later import MONDAY_9_BERLIN, REPORT, WEEK, Clock, Posting, Totals
 
-# Thursday 26 November 2026, 12:00 UTC.
-START = datetime(2026, 11, 26, 12, 0, tzinfo=UTC).timestamp()
-MONDAY_9_BERLIN = datetime(2026, 11, 30, 8, 0, tzinfo=UTC).timestamp()
-WEEK = 7 * 86400.0
-REPORT = "report()"
 LOAD = "load()"
 
 
 @pytest.fixture
 def sandbox_limits() -> SandboxLimits:
     return SandboxLimits(timeout_s=20, interrupt_grace_s=0.2)
-
-
-@dataclass
-class Totals:
-    """What the fake's `report()` prints next: the data a real report would read."""
-
-    total: int = 1200
-    rows: int = 30
 
 
 @pytest.fixture
@@ -60,19 +45,9 @@ def fake_backend(totals: Totals) -> FakeBackend:
     def script(code: str) -> FakeRun | None:
         if code.strip() == LOAD:
             return FakeRun(outputs=[stdout("loaded\n")], files={"sales.csv": b"a,b\n1,2\n"})
-        if code.strip().endswith(REPORT):
-            return FakeRun(outputs=[stdout(f"total: {totals.total:,}\nrows {totals.rows}\n")])
-        return None
+        return totals.run(code)
 
     return FakeBackend(script)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -331,26 +306,6 @@ async def test_limits_on_how_many_schedules_one_person_makes(bot: Callable[..., 
 
 async def _yes() -> bool:
     return True
-
-
-class Posting:
-    """A platform's poster for the test's own conversations, printing where the console does."""
-
-    def __init__(self, out: io.StringIO) -> None:
-        self.out = out
-        self.door = Admission(AccessRules())
-
-    async def person(self, user: str, key: ConversationKey) -> Person:
-        return Person(user, Place(user, key.workspace, key.channel))
-
-    def mention(self, user: str) -> str:
-        return f"@{user}"
-
-    async def reply_in(self, key: ConversationKey, owner: str) -> Renderer:
-        return Renderer(self.out, False)
-
-    async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
-        self.out.write(text + "\n")
 
 
 async def _ran(chat: Bot, key: ConversationKey, person: Person, code: str, poster: Posting) -> None:

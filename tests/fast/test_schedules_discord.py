@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -32,29 +31,18 @@ from bot.conversations.schedules import Scheduler, ScheduleSettings
 from bot.errors import NOT_YOURS
 from bot.platforms.on_discord.schedules import NO_THREAD
 from executor import Executor, SandboxLimits
-from executor.fake_backend import FakeBackend, FakeRun, stdout
+from executor.fake_backend import FakeBackend
+from tests.support.later import MONDAY_9_BERLIN, REPORT, WEEK, Clock, Totals
 from tests.support.on_discord import Bot, interaction_reply, running_bot
 
 # Thursday 26 November 2026, 12:00 UTC; the first Monday 09:00 in Berlin after it.
-START = datetime(2026, 11, 26, 12, 0, tzinfo=UTC).timestamp()
-MONDAY_9_BERLIN = datetime(2026, 11, 30, 8, 0, tzinfo=UTC).timestamp()
-WEEK = 7 * 86400.0
 WHEN = "every monday 09:00 Europe/Berlin"
-REPORT = "report()"
 HEADING = f"⏰ Schedule 1 ({WHEN}) for "
 
 
 @pytest.fixture
 def sandbox_limits() -> SandboxLimits:
     return SandboxLimits(timeout_s=20, interrupt_grace_s=0.2)
-
-
-@dataclass
-class Totals:
-    """What the fake's `report()` prints next: the data a real report would read."""
-
-    total: int = 1200
-    rows: int = 30
 
 
 @pytest.fixture
@@ -64,20 +52,7 @@ def totals() -> Totals:
 
 @pytest.fixture
 def fake_backend(totals: Totals) -> FakeBackend:
-    def script(code: str) -> FakeRun | None:
-        if code.strip().endswith(REPORT):
-            return FakeRun(outputs=[stdout(f"total: {totals.total:,}\nrows {totals.rows}\n")])
-        return None
-
-    return FakeBackend(script)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
+    return FakeBackend(totals.run)
 
 
 @dataclass

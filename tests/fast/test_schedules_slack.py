@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -24,14 +23,11 @@ from bot.conversations.schedules import NOT_OWNER, Scheduler, ScheduleSettings
 from bot.errors import NOT_YOURS
 from bot.platforms.on_slack.schedules import NO_CONVERSATION
 from executor import Executor, SandboxLimits
-from executor.fake_backend import FakeBackend, FakeRun, stdout
+from executor.fake_backend import FakeBackend
+from tests.support.later import MONDAY_9_BERLIN, REPORT, WEEK, Clock, Totals
 from tests.support.on_slack import Bot, running_bot
 
 # Thursday 26 November 2026, 12:00 UTC; the first Monday 09:00 in Berlin after it.
-START = datetime(2026, 11, 26, 12, 0, tzinfo=UTC).timestamp()
-MONDAY_9_BERLIN = datetime(2026, 11, 30, 8, 0, tzinfo=UTC).timestamp()
-WEEK = 7 * 86400.0
-REPORT = "report()"
 WEEKLY = "every monday 09:00 Europe/Berlin"
 RUN_TIMEOUT_S = 30.0
 
@@ -41,14 +37,6 @@ def sandbox_limits() -> SandboxLimits:
     return SandboxLimits(timeout_s=20, interrupt_grace_s=0.2)
 
 
-@dataclass
-class Totals:
-    """What the fake's `report()` prints next: the data a real report would read."""
-
-    total: int = 1200
-    rows: int = 30
-
-
 @pytest.fixture
 def totals() -> Totals:
     return Totals()
@@ -56,26 +44,13 @@ def totals() -> Totals:
 
 @pytest.fixture
 def fake_backend(totals: Totals) -> FakeBackend:
-    def script(code: str) -> FakeRun | None:
-        if code.strip().endswith(REPORT):
-            return FakeRun(outputs=[stdout(f"total: {totals.total:,}\nrows {totals.rows}\n")])
-        return None
-
-    return FakeBackend(script)
+    return FakeBackend(totals.run)
 
 
 @pytest.fixture
 def mode() -> str:
     """Socket Mode unless a test asks for both connection modes."""
     return "socket"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass

@@ -113,7 +113,7 @@ class CellmateDiscord(discord.Client):
     async def on_ready(self) -> None:
         self._up(True)
         # Schedules' runs are posted once the servers are loaded (a missed one runs now).
-        self.conversations.post_with("discord", DiscordPoster(self))
+        self.conversations.post_with("discord", DiscordPoster(self, self))
         log.info("connected to Discord as %s", self.user)
 
     async def on_disconnect(self) -> None:
@@ -206,8 +206,10 @@ class CellmateDiscord(discord.Client):
             return key, ChannelSurface(message.channel, reference=message)
         return thread_key(thread), ChannelSurface(thread)
 
-    def reply(self, surface: Surface) -> Reply:
-        keep = self.conversations.background.max_s > 0
+    def reply(self, surface: Surface, keep: bool = True) -> Reply:
+        """A turn's reply on `surface`; `keep`: with Keep running beside Stop (where runs may
+        go on in the background)."""
+        keep = keep and self.conversations.background.max_s > 0
 
         def controls(kind: str, key: str) -> discord.ui.View:
             return buttons(kind, key, keep)

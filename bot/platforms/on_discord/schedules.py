@@ -3,26 +3,44 @@ its thread (the heading's mention of its owner notifies them, and nobody else)."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import discord
 from discord import app_commands
 
-from bot.conversations import ConversationKey, Person, Place
+from bot.conversations import Admission, ConversationKey, Conversations, Person, Place
+from bot.conversations.presence import Presence
 from bot.conversations.reply import Reply
 from bot.platforms.on_discord.interactions import conversation_of, tell
 from bot.platforms.on_discord.render import plain
 from bot.platforms.on_discord.reply import ChannelSurface
 
-if TYPE_CHECKING:
-    from bot.platforms.on_discord.client import CellmateDiscord
+
+class DiscordParts(Protocol):
+    """What schedules need of the Discord client."""
+
+    conversations: Conversations
+    door: Admission
+    tree: app_commands.CommandTree[Any]
+    presence: Presence
+
+    async def person_now(
+        self, interaction: discord.Interaction, server_wide: bool = False
+    ) -> Person: ...
+
+    async def admitted(self, interaction: discord.Interaction, person: Person) -> bool: ...
+
+    def reply(self, surface: ChannelSurface, keep: bool = True) -> Reply: ...
+
+    async def member_of(self, guild: discord.Guild, user: int) -> discord.Member | None: ...
+
 
 NO_THREAD = (
     "Schedules run a conversation's code again: use /schedule in a thread I started, or in our DM."
 )
 
 
-def register_schedules(client: CellmateDiscord) -> None:
+def register_schedules(client: DiscordParts) -> None:
     """The /schedule command."""
 
     @client.tree.command(
@@ -51,15 +69,16 @@ def register_schedules(client: CellmateDiscord) -> None:
 class DiscordPoster:
     """A schedule's run, posted in its conversation's thread or DM."""
 
-    def __init__(self, client: CellmateDiscord) -> None:
+    def __init__(self, client: DiscordParts, bot: discord.Client) -> None:
         self.client = client
+        self.bot = bot
         self.door = client.door
 
     async def person(self, user: str, key: ConversationKey) -> Person:
         if key.is_dm:
             place = await self.client.presence.place(Place(user, dm=True))
             return Person(user, place)
-        guild = self.client.get_guild(int(key.workspace))
+        guild = self.bot.get_guild(int(key.workspace))
         member = None if guild is None else await self.client.member_of(guild, int(user))
         roles = [str(role.id) for role in member.roles] if member is not None else []
         return Person(user, Place(user, key.workspace, key.channel, roles))
@@ -68,10 +87,10 @@ class DiscordPoster:
         return f"<@{user}>"
 
     async def reply_in(self, key: ConversationKey, owner: str) -> Reply:
-        return self.client.reply(ChannelSurface(await where(self.client, key)))
+        return self.client.reply(ChannelSurface(await where(self.bot, key)), keep=False)
 
     async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
-        target = await where(self.client, key)
+        target = await where(self.bot, key)
         body = plain(text)
         users: Any = False
         if notify:
@@ -88,5 +107,6 @@ async def where(client: discord.Client, key: ConversationKey) -> Any:
     if key.is_dm:
         user = await client.fetch_user(int(key.channel))
         return user.dm_channel or await user.create_dm()
-    target = int(key.thread or key.channel)
+    # A one-off run has no thread of its own: its messages go to the channel.
+    target = int(key.channel if key.is_one_off or not key.thread else key.thread)
     return client.get_channel(target) or await client.fetch_channel(target)

@@ -233,13 +233,14 @@ class CellmateSlack:
         except SlackApiError as exc:  # a missing reaction scope must not cost the answer
             log.info("reaction %s failed: %s", name, exc.response.get("error"))
 
-    def _reply(self, thread: SlackThread, owner: str) -> SlackReply:
-        keep = self.conversations.background.max_s > 0
+    def _reply(self, thread: SlackThread, owner: str, keep: bool = True) -> SlackReply:
+        keep = keep and self.conversations.background.max_s > 0
         return SlackReply(thread, owner, max_files=self.settings.files_per_answer, keep=keep)
 
     def reply_in(self, thread: SlackThread, owner: str) -> SlackReply:
-        """A turn's answer in `thread`, for `owner` (who started it), as any message's."""
-        return self._reply(thread, owner)
+        """A reply in `thread` for what nobody just asked for (a schedule's run, a run in
+        the background), started by `owner`: with Stop, without Keep running."""
+        return self._reply(thread, owner, keep=False)
 
     # ── people ────────────────────────────────────────────────────────────
 

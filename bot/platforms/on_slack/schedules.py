@@ -4,17 +4,34 @@ posted in its thread, the heading mentioning its owner."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.conversations import ConversationKey, Person
+from bot.conversations import Admission, ConversationKey, Conversations, Person
 from bot.conversations.reply import Reply
 from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.reply import SlackThread
 
-if TYPE_CHECKING:
-    from bot.platforms.on_slack.app import CellmateSlack
+
+class SlackParts(Protocol):
+    """What schedules need of the Slack app."""
+
+    conversations: Conversations
+    door: Admission
+    client: AsyncWebClient
+    team: str
+    latest: dict[tuple[str, str, str], ConversationKey]
+
+    async def person(self, user: str, team: str, channel: str, dm: bool = False) -> Person: ...
+
+    async def admitted(
+        self, person: Person, channel: str, thread_ts: str | None = None, respond: Any = None
+    ) -> bool: ...
+
+    def reply_in(self, thread: SlackThread, owner: str) -> Reply: ...
+
 
 ACTING = ("cancel", "run-now", "update", "approve")
 NO_CONVERSATION = (
@@ -23,7 +40,7 @@ NO_CONVERSATION = (
 )
 
 
-def register_schedules(app: AsyncApp, front: CellmateSlack) -> None:
+def register_schedules(app: AsyncApp, front: SlackParts) -> None:
     front.conversations.post_with("slack", SlackPoster(front))
 
     @app.command("/schedule")
@@ -46,7 +63,7 @@ def register_schedules(app: AsyncApp, front: CellmateSlack) -> None:
         await respond(answer, response_type="ephemeral")
 
 
-def _named_here(front: CellmateSlack, text: str, team: str, channel: str) -> ConversationKey | None:
+def _named_here(front: SlackParts, text: str, team: str, channel: str) -> ConversationKey | None:
     words = text.split()
     schedules = front.conversations.schedules
     if schedules is None or len(words) < 2 or words[0].lower() not in ACTING:
@@ -65,7 +82,7 @@ def _named_here(front: CellmateSlack, text: str, team: str, channel: str) -> Con
 class SlackPoster:
     """A schedule's run, posted in its conversation's thread."""
 
-    def __init__(self, front: CellmateSlack) -> None:
+    def __init__(self, front: SlackParts) -> None:
         self.front = front
         self.door = front.door
 
