@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from bot.agent.detach import DetachedRun
 from bot.conversations.keys import ConversationKey
+from bot.conversations.quotas import Quotas
 from bot.conversations.registry import Turns
 from bot.conversations.reply import Reply
 from bot.conversations.schedule_runs import Poster
@@ -44,12 +45,15 @@ class Service(Protocol):
     posters: dict[str, Poster]
     turns: Turns
     agent: Agent
+    quotas: Quotas | None
 
 
 @dataclass(eq=False, slots=True)
 class BackgroundRun:
     key: ConversationKey
     owner: str
+    server: str
+    """Where its sandbox time counts (the person's quotas per server)."""
     stop_key: str
     run: DetachedRun
     watching: asyncio.Task[None] | None = None
@@ -62,6 +66,7 @@ class Hooks:
     runs: BackgroundRuns
     key: ConversationKey
     owner: str
+    server: str
     max_s: float
     keep_running: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -72,7 +77,7 @@ class Hooks:
         return self.runs.busy(self.key.id)
 
     async def take(self, run: DetachedRun) -> None:
-        await self.runs.take(self.key, self.owner, run)
+        await self.runs.take(self.key, self.owner, self.server, run)
 
 
 class BackgroundRuns:
@@ -83,12 +88,12 @@ class BackgroundRuns:
         self.runs: dict[str, BackgroundRun] = {}
         """By the key of their Stop control."""
 
-    def hooks(self, key: ConversationKey, owner: str) -> Hooks | None:
+    def hooks(self, key: ConversationKey, owner: str, server: str) -> Hooks | None:
         """A turn's way to the background; None where runs cannot go there (turned off, or a
         platform that cannot post later)."""
         if self.max_s <= 0 or key.platform not in self.conversations.posters:
             return None
-        return Hooks(self, key, owner, self.max_s)
+        return Hooks(self, key, owner, server, self.max_s)
 
     def refusal(self, owner: str, key: ConversationKey) -> str | None:
         if key.platform not in self.conversations.posters:
@@ -109,10 +114,10 @@ class BackgroundRuns:
     def get(self, stop_key: str) -> BackgroundRun | None:
         return self.runs.get(stop_key)
 
-    async def take(self, key: ConversationKey, owner: str, run: DetachedRun) -> None:
+    async def take(self, key: ConversationKey, owner: str, server: str, run: DetachedRun) -> None:
         poster = self.conversations.posters[key.platform]
         stop_key = secrets.token_hex(8)
-        entry = BackgroundRun(key, owner, stop_key, run)
+        entry = BackgroundRun(key, owner, server, stop_key, run)
         self.runs[stop_key] = entry
         log.info("a run in %s went to the background", key.id)
         try:
@@ -137,6 +142,9 @@ class BackgroundRuns:
                 log.exception("background run in %s failed", key.id)
                 await reply.failed(f"The background run failed: {exc}")
                 return
+            quotas = self.conversations.quotas
+            if quotas is not None:  # its whole time counts, as a turn's run's does
+                quotas.record(entry.owner, entry.server, raw.duration_ms / 1000)
             result, _ = await run.finish(raw, reply)
             await _call(reply, Answer(""))  # the run's report is the whole answer
             await reply.finish(None, [])

@@ -233,6 +233,11 @@ class Scheduler:
         self, poster: Poster, schedule: Schedule, late: bool, due: float | None
     ) -> None:
         key = ConversationKey.parse(schedule.conversation)
+        person = await poster.person(schedule.owner, key)
+        if not poster.door.allows(person.place):
+            # The place (or its owner there) is no longer served: nothing is said there.
+            log.info("schedule %s not run: %s is off the allowlist", schedule.id, key.id)
+            return
         mode = self._mode(key)
         if mode == "off":
             await poster.say(key, f"Schedule {schedule.id} did not run: {OFF}")
@@ -286,7 +291,6 @@ class Scheduler:
 
         reply = RecordingReply(await poster.reply_in(key, schedule.owner), note)
         message = UserMessage(f"/run\n{schedule.code}", user=schedule.owner, server=schedule.server)
-        person = await poster.person(schedule.owner, key)
         await self.conversations.turn(poster.door, person, fresh, message, reply, preapproved=True)
         if reply.recorded.answered:
             self.store.ran(schedule.id, self.now(), reply.recorded.output, reply.recorded.charts)

@@ -155,7 +155,9 @@ class Conversations(Doors):
                     # A schedule's run is posted as a whole, with what changed: it ends
                     # at its limit rather than go on in the background.
                     if not preapproved:
-                        entry.turn.background = self.background.hooks(key, person.user)
+                        entry.turn.background = self.background.hooks(
+                            key, person.user, message.server
+                        )
                     await reply.start(entry.key)
                     emit = self._metered(reply, person.user, message.server, entry.turn)
                     self._keep_off(entry.turn, key, message.text)

@@ -20,6 +20,7 @@ from bot.agent import Agent, UserMessage
 from bot.agent.detach import QUEUED_BEHIND
 from bot.conversations import ConversationKey, Conversations, Person, Place
 from bot.conversations.background import STOPPED_FOR_SHUTDOWN
+from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.platforms.console import ME, Console, run_piped
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend
@@ -69,10 +70,15 @@ async def chat(
     tmp_path: Path,
 ) -> AsyncIterator[Callable[..., Chat]]:
     made: list[Conversations] = []
+    opened: list[Quotas] = []
 
     def make(per_person: int = 2, use_model: bool = False) -> Chat:
         agent = make_agent(fake_executor, model if use_model else None, tmp_path, timeout=5)
-        conversations = Conversations(agent, background_max_s=20, background_per_person=per_person)
+        quotas = Quotas(tmp_path / f"usage-{len(made)}.sqlite3", QuotaSettings())
+        opened.append(quotas)
+        conversations = Conversations(
+            agent, quotas=quotas, background_max_s=20, background_per_person=per_person
+        )
         made.append(conversations)
         out = io.StringIO()
         return Chat(Console(conversations, out, tmp_path / "exports"), conversations, out)
@@ -80,6 +86,8 @@ async def chat(
     yield make
     for conversations in made:
         await conversations.background.close(grace_s=5)
+    for quotas in opened:
+        quotas.close()
 
 
 async def test_a_run_past_its_limit_goes_on_in_the_background_and_its_end_is_posted(
@@ -96,6 +104,9 @@ async def test_a_run_past_its_limit_goes_on_in_the_background_and_its_end_is_pos
     assert "Its output is in the message above." in ended
     history = await talk.conversations.agent.history.load("console:dm:console:")
     assert any("ended: ok after" in str(m.message.get("content")) for m in history)
+    # Its whole time counts toward the person's quotas, as a run in the turn would.
+    assert talk.conversations.quotas is not None
+    assert "console: 1 runs, 2 s" in talk.conversations.quotas.report(None)
     assert [code.strip() for code in fake_backend.runs] == [SLOW]
 
 

@@ -18,6 +18,8 @@ import pytest
 
 from bot.agent import Agent
 from bot.conversations import ConversationKey, Conversations, Person, Place
+from bot.conversations.access import AccessRules
+from bot.conversations.people import Admission
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.conversations.schedule_store import ScheduleStore
@@ -315,3 +317,21 @@ async def _ran(chat: Bot, key: ConversationKey, person: Person, code: str, poste
     await chat.conversations.turn(
         poster.door, person, key, message, await poster.reply_in(key, person.user), preapproved=True
     )
+
+
+async def test_a_schedule_of_a_place_no_longer_served_runs_and_says_nothing(
+    bot: Callable[..., Bot], fake_backend: FakeBackend
+) -> None:
+    chat = bot()
+    key = ConversationKey("chat", "team", "c1", "t1")
+    owner = Person("ann", Place("ann", "team", "c1"))
+    poster = Posting(chat.out)
+    chat.conversations.post_with("chat", poster)
+    chat.conversations.participants.add(key.id, "ann")
+    await _ran(chat, key, owner, REPORT, poster)
+    assert "Schedule 1 made" in await chat.scheduler.command(poster.door, owner, key, "daily")
+    started = fake_backend.started
+    # The operator narrows the allowlist to another channel: the schedule's place is off it.
+    poster.door = Admission(AccessRules(channels=frozenset({"c2"})))
+    assert await chat.due(datetime(2026, 11, 27, 9, 0, tzinfo=UTC).timestamp()) == ""
+    assert fake_backend.started == started
