@@ -10,6 +10,7 @@ own loopback listener records no hit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -208,7 +209,14 @@ async def test_a_channel_grant_opens_plain_requests_and_tunnels_and_usage_counts
         "GET /plain HTTP/1.1",
         "GET /through-the-tunnel HTTP/1.1",
     ]
+    # The proxy reports a connection's traffic once it closes, which may be after the
+    # listener saw the request.
     usage = conversations.usage(None)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(10):
+            while f"{door} allowed: 2 requests" not in usage:
+                await asyncio.sleep(0.05)
+                usage = conversations.usage(None)
     assert f"{door} allowed: 2 requests" in usage, usage
 
 
