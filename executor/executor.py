@@ -277,6 +277,12 @@ class Session:
         """The files of the saved workspace the next session restores (None: none saved)."""
         return await self._manager.keeper.saved_files(self.key)
 
+    async def saved_file_contents(self) -> dict[str, bytes] | None:
+        """The files of the saved workspace, by path (None: none saved), read without
+        starting a session or using up its restore."""
+        saved = await self._manager.keeper.saved_workspace(self.key)
+        return None if saved is None else dict(saved.files)
+
     async def files(self, path: str = "", recursive: bool = True) -> list[FileInfo]:
         """Files and folders under `path` in /mnt/data, with size and modified time ([]
         before the session started)."""

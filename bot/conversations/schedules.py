@@ -263,20 +263,21 @@ class Scheduler:
         executor = self.conversations.agent.executor
         source = executor.session(key.id)
         left: list[str] = []
+        saved: dict[str, bytes] | None = None
         if source.active:
             copied, left = await copy_files(source.list_files, source.get_file)
-            if copied:
-                await executor.session(fresh.id).put_files(copied)
+        else:
+            # Its workspace is saved: its files are read from there, and its one restore
+            # (with the variables) is left for the conversation's next message.
+            saved = await source.saved_file_contents() or {}
+            copied, left = await copy_files(_listing(saved), _reading(saved))
+        if copied:
+            await executor.session(fresh.id).put_files(copied)
 
         def note(recorded: Recorded) -> str:
             parts = []
             if left:
                 parts.append(f"Not copied into the run's sandbox (too large): {', '.join(left)}.")
-            if not source.active:
-                parts.append(
-                    "This conversation's session was not running, so its files in /mnt/data "
-                    "were not copied into the run's sandbox."
-                )
             if schedule.runs and schedule.last_run:
                 since = _shown(schedule.last_run, schedule.zone)
                 found = changes(
@@ -497,6 +498,20 @@ class Scheduler:
         if self._approvers() == "requester" and person.user == owner:
             return True
         return await self.conversations.moderates(person)
+
+
+def _listing(files: dict[str, bytes]) -> Callable[[], Awaitable[list[tuple[str, int]]]]:
+    async def listed() -> list[tuple[str, int]]:
+        return sorted((path, len(data)) for path, data in files.items())
+
+    return listed
+
+
+def _reading(files: dict[str, bytes]) -> Callable[[str], Awaitable[bytes | None]]:
+    async def read(path: str) -> bytes | None:
+        return files.get(path)
+
+    return read
 
 
 def door_server(key: ConversationKey) -> str:
