@@ -49,7 +49,7 @@ class OutputSink:
         if self._held is not None:
             self._held.append(event)
             return
-        await _call(self.emit, OutputChunk(event))
+        await call(self.emit, OutputChunk(event))
 
     def hold(self) -> None:
         if self._held is None:
@@ -59,7 +59,7 @@ class OutputSink:
         """From now on, output goes to `emit`, starting with what was held."""
         self.emit = emit
         while self._held:
-            await _call(emit, OutputChunk(self._held.pop(0)))
+            await call(emit, OutputChunk(self._held.pop(0)))
         self._held = None
 
 
@@ -102,7 +102,8 @@ def minutes(seconds: float) -> str:
     return f"{whole} min" if whole >= 1 else f"{seconds:g} s"
 
 
-async def _call(emit: Emit, event: TurnEvent) -> None:
+async def call(emit: Emit, event: TurnEvent) -> None:
+    """Give `event` to `emit`, awaiting it when it returns an awaitable."""
     returned = emit(event)
     if returned is not None:
         await returned

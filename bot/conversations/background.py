@@ -21,7 +21,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from bot.agent.detach import DetachedRun
+from bot.agent.detach import DetachedRun, call
 from bot.conversations.keys import ConversationKey
 from bot.conversations.quotas import Quotas
 from bot.conversations.registry import Turns
@@ -123,7 +123,7 @@ class BackgroundRuns:
         try:
             reply = await poster.reply_in(key, owner)
             await reply.start(stop_key)
-            await _call(reply, CodeStarted(run.code))
+            await call(reply, CodeStarted(run.code))
             await run.sink.send_to(reply)
         except Exception:
             # Nowhere to show it: the run still ends, and is reported as well as can be.
@@ -146,7 +146,7 @@ class BackgroundRuns:
             if quotas is not None:  # its whole time counts, as a turn's run's does
                 quotas.record(entry.owner, entry.server, raw.duration_ms / 1000)
             result, _ = await run.finish(raw, reply)
-            await _call(reply, Answer(""))  # the run's report is the whole answer
+            await call(reply, Answer(""))  # the run's report is the whole answer
             await reply.finish(None, [])
             if poster is not None:
                 await poster.say(
@@ -205,12 +205,6 @@ def _ended(result: ExecutionResult) -> str:
     if result.status is Status.OK:
         return f"it finished in {seconds:.0f} s."
     return f"{result.status.value} after {seconds:.0f} s ({result.message or 'no reason given'})."
-
-
-async def _call(reply: Reply, event: CodeStarted | Answer) -> None:
-    returned = reply(event)
-    if returned is not None:
-        await returned
 
 
 class _Nowhere:

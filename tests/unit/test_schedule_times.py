@@ -55,6 +55,11 @@ def test_a_time_without_a_zone_is_in_the_default_zone() -> None:
         "cron 61 * * * *",
         "cron 0 9 * * 8",
         "0 9 * * * * *",
+        # What a person types is kept and shown at every run: words that would ping a
+        # channel are not a time, so nothing is made from them.
+        "daily 09:00 <!channel>",
+        "every monday 09:00 @everyone",
+        "cron 0 9 * * 1 <@U0123>",
     ],
 )
 def test_words_that_name_no_time_are_refused_saying_why(words: str) -> None:

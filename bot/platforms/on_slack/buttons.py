@@ -69,24 +69,17 @@ def register_buttons(app: AsyncApp, front: SlackFront) -> None:
         await ack()
 
     @app.action("cm_stop")
-    async def stop(ack: Any, body: dict[str, Any], respond: Any) -> None:
-        await ack()
-        key = str(body["actions"][0].get("value") or "")
-        person = await presser(front, body)
-        try:
-            why_not = await front.conversations.stop(front.door, person, key)
-        except Refused as exc:
-            why_not = str(exc)
-        if why_not is not None:
-            await respond(why_not, response_type="ephemeral", replace_original=False)
-
     @app.action("cm_keep")
-    async def keep(ack: Any, body: dict[str, Any], respond: Any) -> None:
+    async def stop_or_keep(ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
-        key = str(body["actions"][0].get("value") or "")
+        action = body["actions"][0]
+        key = str(action.get("value") or "")
         person = await presser(front, body)
+        conversations = front.conversations
+        stopping = action.get("action_id") == "cm_stop"
+        act = conversations.stop if stopping else conversations.keep_running
         try:
-            why_not = await front.conversations.keep_running(front.door, person, key)
+            why_not = await act(front.door, person, key)
         except Refused as exc:
             why_not = str(exc)
         if why_not is not None:
