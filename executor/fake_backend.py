@@ -40,6 +40,7 @@ from executor.errors import ChannelDamaged, EngineUnavailable, SnapshotFailed
 from executor.fake_files import FakeTree
 from executor.limits import SandboxLimits
 from executor.protocol import ExitState, PausedSandbox, Recovered, Sandbox
+from executor.runner_client import claimed_session
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,7 @@ class FakeRun:
 
 BROKEN: dict[str, Any] = {}
 """In a fake sandbox's event queue: the message a real stream finds missing."""
+RESUME_ANSWER_S = 5.0
 NOTICE_LIMIT = 20
 """As the runner: at most this many `log` events per sandbox."""
 Script = Mapping[str, FakeRun] | Callable[[str], FakeRun | None]
@@ -144,6 +146,12 @@ class FakeSandbox:
         """None, or what a test says the sandbox's network address is."""
         self.keys = 1
         """How many keys it was given (a resumed snapshot gets a fresh one)."""
+        self.heard = True
+        """False while no host is attached (detached): what it says goes nowhere."""
+        self._record: tuple[str, float, list[wire.Event]] | None = None
+        """The run in progress, or a kept one: its id, start and events (as the runner's)."""
+        self._kept = False
+        self._asking: wire.InputRequest | None = None
 
     @property
     def id(self) -> str:
@@ -178,6 +186,7 @@ class FakeSandbox:
                 await self._notice("a run is already in progress")
                 return
             self._interrupted.clear()
+            self._record, self._kept = (request.id, time.monotonic(), []), request.keep
             self._running = asyncio.create_task(self._run(request))
         elif isinstance(request, wire.Interrupt):
             self._interrupted.set()
@@ -206,14 +215,38 @@ class FakeSandbox:
             await self._emit(wire.EnvSet(id=request.id, ok=True))
         elif isinstance(request, wire.Claim):
             self.session = request.session
+        elif isinstance(request, wire.Keep):
+            self._kept = self._kept or (self._record is not None and self._record[0] == request.id)
+        elif isinstance(request, wire.Follow):
+            await self._follow(request)
         elif isinstance(request, wire.Resume):
             busy = self._running is not None and not self._running.done()
-            await self._emit(wire.Resumed(nonce=request.nonce, session=self.session, busy=busy))
+            kept = self._record[0] if self._record is not None and self._kept else ""
+            await self._emit(
+                wire.Resumed(nonce=request.nonce, session=self.session, busy=busy, kept=kept)
+            )
         elif isinstance(request, wire.Rekey):
             self.keys += 1
             await self._emit(wire.Rekeyed(nonce=request.nonce, reseeded=request.reseed))
         elif isinstance(request, wire.Shutdown):
             self._end()
+
+    async def _follow(self, request: wire.Follow) -> None:
+        """As the runner: a kept run's events again, then the rest as they come."""
+        record = self._record
+        if record is None or not self._kept or record[0] != request.id:
+            await self._emit(wire.Following(id=request.id))
+            return
+        run_id, started, events = record
+        elapsed = round((time.monotonic() - started) * 1000)
+        await self._emit(wire.Following(id=run_id, found=True, elapsed_ms=elapsed))
+        self._record = None
+        for event in list(events):
+            await self._emit(event)
+        ended = any(isinstance(event, wire.Done) for event in events)
+        if self._asking is not None and not ended:
+            await self._emit(self._asking)
+        self._record = record
 
     async def _snapshot(self, request: wire.Snapshot) -> wire.SnapshotTaken:
         await asyncio.sleep(self._backend.snapshot_s.get(self.session, 0.0))
@@ -243,8 +276,10 @@ class FakeSandbox:
                     "raw_input was called, but this frontend does not support input requests.",
                 )
             self._reply = asyncio.get_running_loop().create_future()
-            await self._emit(wire.InputRequest(id=request.id, prompt=prompt, password=password))
+            self._asking = wire.InputRequest(id=request.id, prompt=prompt, password=password)
+            await self._emit(self._asking)
             reply = await self._reply
+            self._asking = None
             if reply is None:
                 return ("KeyboardInterrupt", "Interrupted by user")
             if not reply.given:
@@ -400,10 +435,27 @@ class FakeSandbox:
                 notebook=notebook,
             )
         )
+        if not self._kept:
+            self._record = None
 
     async def _emit(self, event: wire.Event) -> None:
-        if not self._frozen and not self._ended:
+        if self._frozen or self._ended:
+            return
+        record = self._record
+        if (
+            record is not None
+            and isinstance(event, wire.Output | wire.Done)
+            and event.id == record[0]
+        ):
+            record[2].append(event)
+        if self.heard:
             await self._events.put(wire.encode(event))
+
+    def unheard(self) -> None:
+        """Detached: what it said and says from now on reaches nobody (as a closed stream)."""
+        self.heard = False
+        while not self._events.empty():
+            self._events.get_nowait()
 
     async def _notice(self, message: str) -> None:
         self.notices += 1
@@ -520,11 +572,15 @@ class FakeBackend:
     async def recover(self) -> list[Recovered]:
         found = [s for s in self.detached if s.session and s.alive]
         self.detached.difference_update(found)
-        return [Recovered(sandbox, sandbox.session) for sandbox in found]
+        for sandbox in found:
+            sandbox.heard = True
+        claimed = [await claimed_session(sandbox, RESUME_ANSWER_S) for sandbox in found]
+        return [item for item in claimed if item is not None]
 
     async def detach(self, sandbox: Sandbox) -> None:
         if isinstance(sandbox, FakeSandbox):
             self.detached.add(sandbox)
+            sandbox.unheard()
 
     async def pause_refusal(self, limits: SandboxLimits) -> str | None:
         return None if self.pausable else "the fake backend was made without snapshots"

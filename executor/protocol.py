@@ -86,6 +86,9 @@ class Recovered:
     sandbox: Sandbox
     session: str
     """The key of the session it holds."""
+    kept: str = ""
+    """A run that went on in the background there (still going, or ended since), for a
+    `Follow`; its events were kept while nobody listened."""
 
 
 @runtime_checkable

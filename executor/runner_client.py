@@ -21,7 +21,7 @@ from executor.errors import SandboxError
 from executor.protocol import Recovered, Sandbox
 
 REQUEST_TIMEOUT_S = 60.0
-RUN_EVENTS = wire.Output | wire.InputRequest | wire.Done
+RUN_EVENTS = wire.Output | wire.InputRequest | wire.Done | wire.Following
 Answer = TypeVar("Answer", bound=wire.Event)
 
 
@@ -70,6 +70,7 @@ class RunnerClient:
         notebook: bool = False,
         stdin: bool = False,
         run_id: str = "",
+        keep: bool = False,
     ) -> str:
         """Start a run; its id, for `run_events`. The id is long enough that it cannot be
         guessed (the runner keeps it where the user's code cannot read it)."""
@@ -84,20 +85,30 @@ class RunnerClient:
                 background=background,
                 notebook=notebook,
                 stdin=stdin,
+                keep=keep,
             )
         )
         return run_id
 
     async def run_events(
         self, run_id: str
-    ) -> AsyncIterator[wire.Output | wire.InputRequest | wire.Done]:
+    ) -> AsyncIterator[wire.Output | wire.InputRequest | wire.Done | wire.Following]:
         """The run's outputs and input requests, then its `done`; ends early when the
-        sandbox's output does."""
+        sandbox's output does, or when a followed run is not found."""
         while (event := await self.event()) is not None:
             if isinstance(event, RUN_EVENTS) and event.id == run_id:
                 yield event
                 if isinstance(event, wire.Done):
                     return
+                if isinstance(event, wire.Following) and not event.found:
+                    return
+
+    async def keep(self, run_id: str) -> None:
+        await self.send(wire.Keep(id=run_id))
+
+    async def follow(self, run_id: str) -> None:
+        """Take over a kept run: its events come from `run_events`, from its start."""
+        await self.send(wire.Follow(id=run_id))
 
     async def until_done(self) -> bool:
         """Wait for the end of whatever run is going on (False: the output ended first)."""
@@ -188,18 +199,19 @@ class RunnerClient:
 
 async def claimed_session(sandbox: Sandbox, timeout_s: float) -> Recovered | None:
     """Ask the runner of a sandbox this process did not start whose session it holds; a run
-    that a lost process started is interrupted and waited for. None: no answer under this
-    side's key, or no session."""
+    that a lost process started is interrupted and waited for, unless it was kept (it went
+    on in the background: the new process follows it). None: no answer under this side's
+    key, or no session."""
     client = RunnerClient(sandbox, timeout_s)
     try:
         async with asyncio.timeout(timeout_s):
             answer = await client.resume()
             if answer is None or not answer.session:
                 return None
-            if answer.busy:
+            if answer.busy and not answer.kept:
                 await client.interrupt()
                 if not await client.until_done():
                     return None
     except (TimeoutError, SandboxError):
         return None
-    return Recovered(sandbox=sandbox, session=answer.session)
+    return Recovered(sandbox=sandbox, session=answer.session, kept=answer.kept)

@@ -45,6 +45,11 @@ Requests (host to runner), in `REQUESTS`:
                generators); `Rekeyed`, the first line sealed with the new key.
     InputReply the answer to a run's `InputRequest` (`given` False: none came, and the
                code's `input()` raises EOFError). No answer.
+    Keep       keep a run's events (it went on in the background): they stay until the next
+               run, and `Resumed.kept` names it. No answer.
+    Follow     a host that attached again takes over a kept run: `Following`, then every
+               event of the run so far (its outputs, and `Done` if it has ended), then the
+               rest as they come.
     Shutdown   stop the kernel and exit.
     Requests that need an answer carry an `id`, which the answer repeats; the host makes it
     long enough that the user's code cannot guess it. Snapshot, Restore, Install and Env
@@ -68,7 +73,12 @@ Attaching again
     restarted, derives the key again) knows the key but not the numbers: it seals its
     `Resume` with a number above any used before (a clock in nanoseconds) and a fresh nonce,
     and takes the sealed `Resumed` repeating that nonce as the start of the runner's
-    numbering; nothing before it counts.
+    numbering; nothing before it counts. A run in progress goes on while no host listens
+    (its output is written to nobody). `Resumed.busy` says whether one is; `Resumed.kept`
+    names a kept run, which the host takes over with `Follow` (`Following.found` False:
+    it is not kept, and nothing about it follows), replayed from its start, so the new host
+    reports it whole. A busy runner whose run is not kept is interrupted instead: its turn
+    was lost with the old host.
 
 Snapshots (memory checkpoints under gVisor)
     A sandbox restored from a checkpoint holds the key and numbers it had when it was
@@ -110,6 +120,8 @@ from executor.wire.messages import (
     Event,
     Export,
     Exported,
+    Follow,
+    Following,
     Fs,
     FsAction,
     FsDone,
@@ -118,6 +130,7 @@ from executor.wire.messages import (
     Install,
     Installed,
     Interrupt,
+    Keep,
     Log,
     Malformed,
     Output,
@@ -171,6 +184,8 @@ __all__ = [
     "Event",
     "Export",
     "Exported",
+    "Follow",
+    "Following",
     "Fs",
     "FsAction",
     "FsDone",
@@ -179,6 +194,7 @@ __all__ = [
     "Install",
     "Installed",
     "Interrupt",
+    "Keep",
     "Log",
     "Malformed",
     "Opener",

@@ -25,12 +25,15 @@ from executor.wire.messages import (
     Event,
     Export,
     Exported,
+    Follow,
+    Following,
     Fs,
     FsDone,
     InputReply,
     InputRequest,
     Install,
     Installed,
+    Keep,
     Log,
     Malformed,
     Output,
@@ -102,6 +105,7 @@ def decode_request(payload: bytes) -> Request:
             background=read.flag("background"),
             notebook=read.flag("notebook"),
             stdin=read.flag("stdin"),
+            keep=read.flag("keep"),
         )
     if kind is Export:
         return Export(id=read.text("id"))
@@ -148,6 +152,10 @@ def decode_request(payload: bytes) -> Request:
         if len(value) > MAX_INPUT_CHARS:
             raise Malformed(f"an input reply longer than {MAX_INPUT_CHARS} characters")
         return InputReply(id=read.text("id"), value=value, given=read.flag("given", True))
+    if kind is Keep:
+        return Keep(id=read.text("id")[:100])
+    if kind is Follow:
+        return Follow(id=read.text("id")[:100])
     return kind()  # type: ignore[call-arg]  # Interrupt and Shutdown have no fields
 
 
@@ -205,7 +213,16 @@ def _event(kind: type[Event], read: _Reader) -> Event:
         return Previewed(id=read.text("id"), previews=read.text_map("previews"))
     if kind is Resumed:
         return Resumed(
-            nonce=read.text("nonce"), session=read.text("session"), busy=read.flag("busy")
+            nonce=read.text("nonce"),
+            session=read.text("session"),
+            busy=read.flag("busy"),
+            kept=read.text("kept")[:100],
+        )
+    if kind is Following:
+        return Following(
+            id=read.text("id"),
+            found=read.flag("found"),
+            elapsed_ms=max(read.number("elapsed_ms", 0), 0),
         )
     if kind is Rekeyed:
         return Rekeyed(nonce=read.text("nonce")[:100], reseeded=read.flag("reseeded"))

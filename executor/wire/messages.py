@@ -48,6 +48,8 @@ class Run:
     """Whether the code may ask for input (`input()`, `getpass()`): each ask is an
     `InputRequest`, answered by an `InputReply`. Without it asking raises
     StdinNotImplementedError, as in any notebook run without a front end."""
+    keep: bool = False
+    """Kept from the start, as after a `Keep`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,20 @@ class InputReply:
 
 
 @dataclass(frozen=True, slots=True)
+class Keep:
+    op: ClassVar[str] = "keep"
+    id: str
+    """The run to keep: its events are kept until the next run, for `Follow`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Follow:
+    op: ClassVar[str] = "follow"
+    id: str
+    """A kept run, which a host that attached again takes over."""
+
+
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     op: ClassVar[str] = "shutdown"
 
@@ -162,6 +178,8 @@ Request = (
     | Resume
     | Rekey
     | InputReply
+    | Keep
+    | Follow
     | Shutdown
 )
 REQUEST_KINDS = (
@@ -178,6 +196,8 @@ REQUEST_KINDS = (
     Resume,
     Rekey,
     InputReply,
+    Keep,
+    Follow,
     Shutdown,
 )
 REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in REQUEST_KINDS}
@@ -261,6 +281,19 @@ class Resumed:
     nonce: str
     session: str = ""
     busy: bool = False
+    kept: str = ""
+    """The id of a kept run (going on, or ended since), which `Follow` takes over."""
+
+
+@dataclass(frozen=True, slots=True)
+class Following:
+    type: ClassVar[str] = "following"
+    id: str
+    found: bool = False
+    """False: no kept run has this id (the runner has run something since, or never kept
+    it); nothing more about it follows."""
+    elapsed_ms: int = 0
+    """How long ago the run started."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +375,7 @@ Event = (
     | Exported
     | Previewed
     | Resumed
+    | Following
     | Rekeyed
     | SnapshotTaken
     | Restored
@@ -361,6 +395,7 @@ EVENTS: dict[str, type[Event]] = {
         Exported,
         Previewed,
         Resumed,
+        Following,
         Rekeyed,
         SnapshotTaken,
         Restored,

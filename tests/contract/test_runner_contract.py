@@ -1,7 +1,7 @@
 """The runner protocol's contract (executor/wire/), run the same way against the fake, the
 Docker backend (runc, gVisor) and Kubernetes, so the fake cannot drift from the real runner:
 runs, interrupts, file operations, environment variables, export, previews, snapshots and
-restores, claims and resumes, and junk on the runner's input."""
+restores, claims and resumes, kept runs followed again, and junk on the runner's input."""
 
 from __future__ import annotations
 
@@ -226,6 +226,56 @@ async def test_a_claimed_sandbox_answers_a_resume_and_goes_on(sandbox: Sandbox) 
     assert (resumed.session, resumed.busy) == ("contract-session", False)
     outputs, _ = await run(client, ["print(6 * 7)"])
     assert text(outputs) == "42\n"
+
+
+SLEEPER = "print('started', flush=True)\nimport time\ntime.sleep(600)"
+
+
+async def test_a_kept_run_is_named_on_resume_and_followed_from_its_start(sandbox: Sandbox) -> None:
+    """What a host that attached again gets for a run that went on in the background: the
+    resume names it (and it is not interrupted), `follow` sends what it printed so far and
+    then the rest; a run that was not kept, or an unknown id, is not found."""
+    client = RunnerClient(sandbox)
+    await client.claim("contract-session")
+    run_id = await client.run([SLEEPER], output_limit=10**6, rich_limit=10**7, rich_count_limit=100)
+    events = client.run_events(run_id)
+    async with asyncio.timeout(120):
+        first = await anext(events)
+        assert isinstance(first, wire.Output)
+        resumed = await client.resume()
+        assert resumed is not None
+        assert (resumed.busy, resumed.kept) == (True, "")  # running, not kept yet
+        await client.keep(run_id)
+        resumed = await client.resume()
+        assert resumed is not None
+        assert (resumed.session, resumed.busy, resumed.kept) == ("contract-session", True, run_id)
+
+        await client.follow("not-" + run_id)
+        unknown = await anext(client.run_events("not-" + run_id))
+        assert unknown == wire.Following(id="not-" + run_id, found=False)
+
+        await client.follow(run_id)
+        followed = client.run_events(run_id)
+        following = await anext(followed)
+        assert isinstance(following, wire.Following)
+        assert following.found
+        assert following.elapsed_ms >= 0
+        again = await anext(followed)  # what it printed before, once more
+        assert isinstance(again, wire.Output)
+        assert again.output.get("text") == "started\n"
+        await client.interrupt()
+        rest = [event async for event in followed]
+    done = rest[-1]
+    assert isinstance(done, wire.Done)
+    assert done.status == "error"
+    resumed = await client.resume()
+    assert resumed is not None
+    assert (resumed.busy, resumed.kept) == (False, run_id)  # ended, still kept for a follow
+    outputs, _ = await run(client, ["print(6 * 7)"])  # the next run ends what was kept
+    assert text(outputs) == "42\n"
+    resumed = await client.resume()
+    assert resumed is not None
+    assert resumed.kept == ""
 
 
 async def test_a_rekeyed_runner_takes_only_lines_sealed_with_the_new_key(

@@ -23,6 +23,7 @@ from nbclient.exceptions import CellExecutionError, DeadKernelError
 from executor import wire
 from runner.client import CappedClient, DeepQueueKernelClient, NoKey, StderrTail
 from runner.files import DATA_DIR, files_op, read_at_most, snapshot
+from runner.kept import RunRecord
 from runner.kernel_scripts import (
     DATA_OFF,
     IOPUB_GRACE_S,
@@ -109,6 +110,8 @@ class Runner:
         self.background = False
         self.reap_in_kernel = False
         self.input_relay: InputRelay | None = None
+        self.record: RunRecord | None = None
+        """The run in progress, or the last one if the host kept it (see runner.kept)."""
 
     def notice(self, message: str) -> None:
         """A `log` event, a limited number of times: lines the user's code may write into the
@@ -120,7 +123,27 @@ class Runner:
     def emit(self, event: wire.Event) -> None:
         if self.sealer is None:
             raise RuntimeError("no event before the host's hello gave the key")
+        if self.record is not None:
+            self.record.note(event)
         self.out.write(self.sealer.line(wire.encode(event)).decode())
+
+    def follow(self, request: wire.Follow) -> None:
+        """A host that attached again takes over a kept run: all it said so far, again
+        (nothing it writes while no host listens reaches anyone), then the rest as it comes."""
+        record = self.record
+        if record is None or not record.kept or record.id != request.id:
+            self.emit(wire.Following(id=request.id))
+            return
+        self.emit(record.following())
+        self.record = None  # what is sent again is not recorded again
+        try:
+            for event in list(record.events):
+                self.emit(event)
+            asking = self.input_relay.asking if self.input_relay is not None else None
+            if asking is not None and asking.id == record.id and not record.ended:
+                self.emit(asking)
+        finally:
+            self.record = record
 
     def open_request(self, line: bytes) -> wire.Request | None:
         """The request in a line the host sealed; None when it is not sealed, Malformed when
@@ -167,6 +190,7 @@ class Runner:
         oom = False
         oom_before = oom_kills()
         before = snapshot()
+        self.record = RunRecord(run_id, kept=request.keep)
         self.client.run_id = run_id
         self.client.text_limit = request.output_limit
         self.client.rich_limit = request.rich_limit
@@ -217,6 +241,8 @@ class Runner:
                 notebook=self.nb if request.notebook else None,
             )
         )
+        if self.record is not None and not self.record.kept:
+            self.record = None
 
     def kernel_process(self) -> Any:
         """The kernel's Popen, or None."""
@@ -517,9 +543,15 @@ class Runner:
             self.session = request.session
         elif isinstance(request, wire.Rekey):
             await self.rekey(request)
+        elif isinstance(request, wire.Keep):
+            if self.record is not None and self.record.id == request.id:
+                self.record.kept = True
+        elif isinstance(request, wire.Follow):
+            self.follow(request)
         elif isinstance(request, wire.Resume):
             busy = self.running is not None and not self.running.done()
-            self.emit(wire.Resumed(nonce=request.nonce, session=self.session, busy=busy))
+            kept = self.record.id if self.record is not None and self.record.kept else ""
+            self.emit(wire.Resumed(nonce=request.nonce, session=self.session, busy=busy, kept=kept))
 
     async def serve(self) -> None:
         reader = await stdin_reader()

@@ -67,6 +67,8 @@ class InputRelay:
         self._secrets = secrets
         self._run_id = ""
         self._waiting: asyncio.Future[wire.InputReply] | None = None
+        self.asking: wire.InputRequest | None = None
+        """The request the code waits on, to ask again a host that attached since."""
 
     async def relay(self, run_id: str) -> None:
         """Until cancelled (when the run ends)."""
@@ -79,20 +81,21 @@ class InputRelay:
                 content = message.get("content", {})
                 password = bool(content.get("password"))
                 self._waiting = asyncio.get_running_loop().create_future()
-                self._emit(
-                    wire.InputRequest(
-                        id=run_id,
-                        prompt=str(content.get("prompt", ""))[: wire.MAX_PROMPT_CHARS],
-                        password=password,
-                    )
+                self.asking = wire.InputRequest(
+                    id=run_id,
+                    prompt=str(content.get("prompt", ""))[: wire.MAX_PROMPT_CHARS],
+                    password=password,
                 )
+                self._emit(self.asking)
                 reply = await self._waiting
                 self._waiting = None
+                self.asking = None
                 if reply.given and password:
                     self._secrets.add(reply.value)
                 self._kc.input(reply.value if reply.given else EOF)
         finally:
             self._waiting = None
+            self.asking = None
             self._run_id = ""
 
     def answer(self, reply: wire.InputReply) -> None:
