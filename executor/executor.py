@@ -106,6 +106,12 @@ class Executor:
                 self.backend.paused_retention_s = workspace_settings.retention_days * 86400
 
     @property
+    def keeps_sessions(self) -> bool:
+        """Whether live sessions, and kept runs, outlive this process (the next one with
+        the same instance and secret attaches to them again)."""
+        return self._keeper is not None
+
+    @property
     def _keeper(self) -> SessionKeeper | None:
         backend = self.backend
         return backend if isinstance(backend, SessionKeeper) and backend.keeps_sessions else None
@@ -212,6 +218,7 @@ class Session:
         restore: Restore = Restore.VARIABLES,
         on_input: InputCallback | None = None,
         clock: RunClock | None = None,
+        run_id: str = "",
         **overrides: Any,
     ) -> ExecutionResult:
         """Run code in the session's kernel; variables and files carry over between runs.
@@ -223,7 +230,8 @@ class Session:
         either way. `on_input`: asks a person when the code calls `input()` or `getpass()`
         (the time limit waits meanwhile); without it, those raise as in a notebook run.
         `clock`: the run's time limit as the caller holds it (`RunClock`), to raise it while
-        the code runs or when it is reached (a run sent to the background)."""
+        the code runs or when it is reached (a run sent to the background). `run_id`: the
+        caller's name for the run, for `keep`."""
         return await self._manager.run(
             self.key,
             _cells(code),
@@ -233,6 +241,7 @@ class Session:
             restore=restore,
             on_input=on_input,
             clock=clock,
+            run_id=run_id,
             **overrides,
         )
 
@@ -255,6 +264,28 @@ class Session:
     def stop(self) -> bool:
         """Interrupt the running code (the kernel keeps its state); False if nothing runs."""
         return self._manager.stop(self.key)
+
+    async def keep(self, run_id: str) -> None:
+        """Let the run `run_id` (as given to `run`) outlive this process: where sessions
+        survive a restart (`Executor.keeps_sessions`), a shutdown leaves it going, and the
+        next process takes it over with `follow`. A run still waiting to start is kept from
+        its start."""
+        await self._manager.keep(self.key, run_id)
+
+    async def follow(
+        self,
+        run_id: str,
+        *,
+        on_output: OutputCallback | None = None,
+        stop: asyncio.Event | None = None,
+        clock: RunClock | None = None,
+    ) -> ExecutionResult:
+        """Take over a run an earlier process kept (`keep`): its result, with all of its
+        output (what it printed before is given to `on_output` first). A run that cannot be
+        found again ends KILLED, saying why."""
+        return await self._manager.follow(
+            self.key, run_id, on_output=on_output, stop=stop, clock=clock
+        )
 
     async def put_files(self, files: Mapping[str, bytes]) -> None:
         """Put files into /mnt/data; names may have folders (`in/sales.csv`)."""

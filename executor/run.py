@@ -52,6 +52,10 @@ class RunOutcome:
     """An answer to `getpass()` went into the kernel."""
     clock: RunClock | None = None
     """The run's clock, whose limit its caller may have raised."""
+    not_kept: bool = False
+    """A run this host followed (`follow`) that the runner no longer had."""
+    earlier_ms: int = 0
+    """A followed run: how long it had been going before this host took it over."""
 
     @property
     def sandbox_usable(self) -> bool:
@@ -91,26 +95,37 @@ async def execute(
     want_notebook: bool = False,
     on_input: InputCallback | None = None,
     clock: RunClock | None = None,
+    run_id: str = "",
+    follow: bool = False,
+    keep: bool = False,
 ) -> RunOutcome:
     """Run cells; on the time limit or a stop request, interrupt, then freeze the sandbox.
     With `on_input`, the code may ask for input, and the time limit waits while it does.
-    `clock`: the caller's, to raise the limit while the run goes on (else the limits')."""
+    `clock`: the caller's, to raise the limit while the run goes on (else the limits').
+    `run_id`: the run's id (else a new one); `keep`: kept from its start (wire's `Keep`).
+    With `follow`, no cells are sent: the kept run `run_id` is taken over, its outputs from
+    the start (wire's `Follow`)."""
     outcome = RunOutcome()
-    if stop is not None and stop.is_set():
+    if stop is not None and stop.is_set() and not follow:
         # Stopped while waiting for the sandbox: the code never starts, the kernel is as it was.
         outcome.status, outcome.stopped = "ok", True
         return outcome
     client = RunnerClient(sandbox)
     started = time.monotonic()
-    run_id = await client.run(
-        cells,
-        output_limit=limits.output_bytes,
-        rich_limit=limits.rich_output_bytes,
-        rich_count_limit=limits.max_rich_results,
-        background=limits.background_processes,
-        notebook=want_notebook,
-        stdin=on_input is not None,
-    )
+    if follow:
+        await client.follow(run_id)
+    else:
+        run_id = await client.run(
+            cells,
+            output_limit=limits.output_bytes,
+            rich_limit=limits.rich_output_bytes,
+            rich_count_limit=limits.max_rich_results,
+            background=limits.background_processes,
+            notebook=want_notebook,
+            stdin=on_input is not None,
+            run_id=run_id,
+            keep=keep,
+        )
     clock = clock or RunClock(limits.timeout_s)
     clock.start()
     outcome.clock = clock
@@ -145,7 +160,7 @@ async def execute(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, SandboxError):
                     await task
-    outcome.duration_ms = round((time.monotonic() - started) * 1000)
+    outcome.duration_ms = outcome.earlier_ms + round((time.monotonic() - started) * 1000)
     return outcome
 
 
@@ -192,6 +207,13 @@ async def _collect(
             if isinstance(event, wire.InputRequest):
                 asking.ask(event)
                 continue
+            if isinstance(event, wire.Following):
+                outcome.earlier_ms = event.elapsed_ms
+                if not event.found:
+                    # Nothing ran: the session (and its kernel) is as it was.
+                    outcome.not_kept, outcome.status = True, "ok"
+                    return
+                continue
             if isinstance(event, wire.Output):
                 update = collector.add(event.output)
                 if update is not None and on_output is not None:
@@ -225,6 +247,11 @@ def judge(
     outcome: RunOutcome, container_oom: bool, container_exit: int | None, limits: SandboxLimits
 ) -> tuple[Status, str]:
     """The status of a run and, unless it is ok, why it ended, for a person."""
+    if outcome.not_kept:
+        return Status.KILLED, (
+            "The run could not be followed after the restart: its sandbox no longer had it "
+            "(something else ran there since)."
+        )
     if outcome.stopped:
         if outcome.killed_by_host:
             return (

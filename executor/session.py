@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -51,6 +52,10 @@ log = logging.getLogger(__name__)
 
 REMEMBERED_ENDINGS = 10_000
 STOPPED_BEFORE_START = "The run was stopped before it started; nothing ran."
+NOT_FOLLOWED = (
+    "The run could not be followed after the restart: its session was not found again "
+    "(the sandbox was gone, or another secret was set)."
+)
 SHUTDOWN_SAVE_S = 20.0
 """On shutdown, how long every session's save may take, all of them at once."""
 
@@ -98,6 +103,13 @@ class SessionManager:
         self._endings: OrderedDict[str, Ended] = OrderedDict()
         self._resumed: set[str] = set()
         """Sessions found again after a restart whose next run has not said so yet."""
+        self._running: dict[str, str] = {}
+        """The id of the run going on in each key's session."""
+        self._to_keep: dict[str, str] = {}
+        """Runs to keep from their start, which wait for the key's session, by key."""
+        self._kept: dict[str, str] = {}
+        """Runs kept for a later process to follow (they went on in the background), by key:
+        a shutdown that keeps sessions leaves them going."""
         self._saving = self.keeper.saving
         self._reaper: asyncio.Task[None] | None = None
 
@@ -137,13 +149,16 @@ class SessionManager:
         restore: Restore = Restore.VARIABLES,
         on_input: InputCallback | None = None,
         clock: RunClock | None = None,
+        run_id: str = "",
         **overrides: Any,
     ) -> ExecutionResult:
         """Run cells in the key's session. `restore`: whether a saved workspace's variables
         may be loaded first (a new session's, with automatic restore on). `clock`: the
-        run's time limit, which the caller may raise while it runs."""
+        run's time limit, which the caller may raise while it runs. `run_id`: the caller's
+        name for the run (for `keep`)."""
         limits = run_limits(self.limits, overrides)
         stop = stop or asyncio.Event()
+        run_id = run_id or uuid.uuid4().hex
         # Until the run starts, a stop for the key ends its wait (behind another run, or for
         # a sandbox) and nothing runs.
         waiting = self._waiting_stops.setdefault(key, set())
@@ -157,8 +172,10 @@ class SessionManager:
                     )
                 waiting.discard(stop)
                 hooks = RunHooks(on_output, on_queued, on_input, clock)
-                result = await self._run_on(key, found, cells, limits, hooks, stop, restore)
+                result = await self._run_on(key, found, cells, limits, hooks, stop, restore, run_id)
         finally:
+            if self._to_keep.get(key) == run_id:  # it never started
+                self._to_keep.pop(key, None)
             waiting.discard(stop)
             if not waiting:
                 self._waiting_stops.pop(key, None)
@@ -174,13 +191,20 @@ class SessionManager:
         hooks: RunHooks,
         stop: asyncio.Event,
         restore: Restore,
+        run_id: str,
     ) -> ExecutionResult:
         """Run cells in the key's live session (its lock held)."""
         live, ending = found
         self._stops[key] = stop
         collector = new_collector(limits)
+        self._kept.pop(key, None)  # the runner keeps one run: this one, from now on
 
         async def run_in(sandbox: Sandbox) -> RunOutcome:
+            self._running[key] = run_id
+            keep = self._to_keep.get(key) == run_id
+            if keep:
+                self._to_keep.pop(key, None)
+                self._kept[key] = run_id
             return await execute(
                 sandbox,
                 cells,
@@ -190,6 +214,8 @@ class SessionManager:
                 stop=stop,
                 on_input=hooks.on_input,
                 clock=hooks.clock,
+                run_id=run_id,
+                keep=keep,
             )
 
         try:
@@ -207,8 +233,66 @@ class SessionManager:
                 outcome = await run_in(live.lease.sandbox)
         finally:
             self._stops.pop(key, None)
+            self._running.pop(key, None)
         live.last_used = time.monotonic()
         return await self._result(key, live, outcome, collector, limits, ending)
+
+    async def keep(self, key: str, run_id: str) -> None:
+        """Keep the key's run `run_id` going past this process (it went on in the
+        background): a shutdown that keeps sessions leaves it running, and a later process
+        can `follow` it. A run still waiting for its session is kept from its start."""
+        live = self._live.get(key)
+        if live is not None and self._running.get(key) == run_id:
+            await RunnerClient(live.lease.sandbox).keep(run_id)
+            self._kept[key] = run_id
+        elif self._kept.get(key) != run_id:
+            self._to_keep[key] = run_id
+
+    def kept(self, key: str) -> str | None:
+        """The id of the kept run in the key's session, if any."""
+        return self._kept.get(key)
+
+    async def follow(
+        self,
+        key: str,
+        run_id: str,
+        *,
+        on_output: OutputCallback | None = None,
+        stop: asyncio.Event | None = None,
+        clock: RunClock | None = None,
+    ) -> ExecutionResult:
+        """Take over a kept run that an earlier process left going (its session found again):
+        its result, as the run's own would have been, its outputs from the start."""
+        limits = self.limits
+        stop = stop or asyncio.Event()
+        async with self.lock(key):
+            live = self._live.get(key)
+            if live is None or self._kept.get(key) != run_id:
+                return new_collector(limits).result(
+                    Status.KILLED, NOT_FOLLOWED, runtime=limits.runtime
+                )
+            self._stops[key] = stop
+            self._running[key] = run_id
+            collector = new_collector(limits)
+            try:
+                outcome = await execute(
+                    live.lease.sandbox,
+                    (),
+                    limits,
+                    collector,
+                    on_output=on_output,
+                    stop=stop,
+                    clock=clock,
+                    run_id=run_id,
+                    follow=True,
+                )
+            finally:
+                self._stops.pop(key, None)
+                self._running.pop(key, None)
+                self._kept.pop(key, None)
+            live.last_used = time.monotonic()
+            self._resumed.discard(key)  # the followed run's report says it went on
+            return await self._result(key, live, outcome, collector, limits, None)
 
     async def _result(
         self,
@@ -332,6 +416,8 @@ class SessionManager:
             lease = self.pool.adopt(item.sandbox)
             self._live[item.session] = Live(lease=lease, created=now, last_used=now)
             self._resumed.add(item.session)
+            if item.kept:
+                self._kept[item.session] = item.kept
 
     def _relieve(self) -> None:
         """Others wait for a sandbox while idle sessions hold them all: free one per waiter."""
@@ -377,6 +463,7 @@ class SessionManager:
         """End a session; with `save` (it ended though its kernel was fine), its workspace is
         saved first, in the background, and the sandbox released after."""
         live = self._take(key)
+        self._kept.pop(key, None)
         if live is None:
             return
         if reason is not None:
@@ -434,14 +521,16 @@ class SessionManager:
                 self._drop(key, ending_of_sandbox(live.lease.sandbox))
 
     async def close_all(self, keep: bool = False) -> list[Sandbox]:
-        """End every session; with `keep`, stop their runs (the kernels keep their state)
-        and return their sandboxes instead of ending them, for a later process to adopt."""
+        """End every session; with `keep`, stop their runs (the kernels keep their state),
+        except kept ones, which go on, and return their sandboxes instead of ending them,
+        for a later process to adopt."""
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         for key in list(self._live):
-            self.stop(key)
+            if not (keep and key in self._kept):
+                self.stop(key)
         if not keep and self.workspaces is None:
             for key in list(self._live):
                 self._drop(key, None)
@@ -453,7 +542,12 @@ class SessionManager:
 
     async def _close_one(self, key: str, keep: bool) -> Sandbox | None:
         """End one session on shutdown (its run stopped): its workspace saved within
-        `shutdown_save_s`, and its sandbox returned when kept, else released."""
+        `shutdown_save_s`, and its sandbox returned when kept, else released. A session whose
+        run goes on for the next process is returned as it is (a save would wait for the
+        run)."""
+        if keep and key in self._kept:
+            live = self._live.pop(key, None)
+            return live.lease.sandbox if live is not None and live.lease.sandbox.alive else None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.limits.interrupt_grace_s + 5):
                 await self.lock(key).acquire()  # the stopped run has ended
