@@ -75,6 +75,8 @@ class DetachedRun:
     stop: asyncio.Event
     finish: Callable[[ExecutionResult, Emit], Awaitable[tuple[ExecutionResult, list[Artifact]]]]
     """Reports the ended run (its status, then its published files) to an emit."""
+    run_id: str = ""
+    """Its name in the session (executor `Session.keep`, `Session.follow`)."""
     started: float = field(default_factory=time.monotonic)
 
 

@@ -436,6 +436,7 @@ class Agent:
 
             clock.on_limit = at_limit
         # A Stop pressed while the sandbox is still starting applies to this run as well.
+        run_id = uuid.uuid4().hex
         running = asyncio.create_task(
             self.executor.session(conversation).run(
                 code,
@@ -444,6 +445,7 @@ class Agent:
                 restore=restore,
                 on_input=turn.ask_input,
                 clock=clock,
+                run_id=run_id,
             )
         )
         if background is None:
@@ -469,11 +471,37 @@ class Agent:
                         clock,
                         turn.stop_requested,
                         lambda result, to: self._finished(conversation, result, to),
+                        run_id,
                     )
                 )
                 return None
             raw = ended
         return await self._finished(conversation, raw, emit)
+
+    def followed(
+        self, conversation: str, code: str, run_id: str, max_s: float, stop: asyncio.Event
+    ) -> DetachedRun:
+        """A background run that an earlier process of the bot left going (executor
+        `Session.keep`), taken over: its output from the start goes to the sink's emit once
+        the conversation layer gives it one. `max_s`: the time it has left."""
+        sink = OutputSink(lambda _: None)
+        sink.hold()
+        clock = RunClock(max_s)
+        running = asyncio.create_task(
+            self.executor.session(conversation).follow(
+                run_id, on_output=sink, stop=stop, clock=clock
+            )
+        )
+        return DetachedRun(
+            conversation,
+            code,
+            running,
+            sink,
+            clock,
+            stop,
+            lambda result, to: self._finished(conversation, result, to),
+            run_id,
+        )
 
     async def _until_done_or_gone(
         self,

@@ -346,10 +346,12 @@ class Conversations(Doors):
         return spec.code, key
 
     def post_with(self, platform: str, poster: Poster) -> None:
-        """A platform that is up says how it posts schedules' runs; those due run now."""
+        """A platform that is up says how it posts schedules' runs; those due run now, and
+        background runs an earlier process left going there are followed again."""
         self.posters[platform] = poster
         if self.schedules is not None:
             self.schedules.wake()
+        self.background.follow_stored(platform)
 
     async def schedule_command(
         self, door: Admission, person: Person, key: ConversationKey, text: str

@@ -15,6 +15,7 @@ from aiohttp import web
 from bot.agent import Agent, AgentLimits
 from bot.agent.history import History
 from bot.conversations import Conversations
+from bot.conversations.background_store import BackgroundStore
 from bot.conversations.network import NetworkGrants
 from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
@@ -70,6 +71,7 @@ async def services(
     # Grants are kept with the channel's /policy, in the same file.
     network = NetworkGrants(settings.data_dir / "policies.sqlite3", settings.network)
     schedules = ScheduleStore(settings.data_dir / "schedules.sqlite3")
+    kept_runs = BackgroundStore(settings.data_dir / "background.sqlite3")
     metrics = Metrics()
     client = build_model_client(settings.model)
     limits, proxy_args = settings.sandbox, list[str]()
@@ -128,6 +130,7 @@ async def services(
                 background_max_s=settings.background_run_max_s,
                 background_per_person=settings.background_runs_per_person,
             )
+            conversations.background.store = kept_runs
             scheduler = conversations.schedules = Scheduler(
                 conversations, schedules, settings.schedule
             )
@@ -158,6 +161,7 @@ async def services(
         policies.close()
         network.close()
         schedules.close()
+        kept_runs.close()
         if client is not None:
             await client.close()
 
