@@ -66,6 +66,9 @@ def _escaped(char: str) -> str:
 
 BACKGROUND_FLAG = "--background"
 """After /run: the run goes to the background at once (`/run --background CODE`)."""
+BESIDE_FLAG = "--beside"
+"""After /run: code that would wait for a run in the background runs beside it, in a
+second kernel (`/run --beside CODE`)."""
 
 
 def direct_code(text: str) -> str | None:
@@ -74,8 +77,9 @@ def direct_code(text: str) -> str | None:
     stripped = text.strip()
     if stripped.startswith("/run"):
         rest = stripped.removeprefix("/run").strip()
-        if rest.startswith(BACKGROUND_FLAG):
-            rest = rest.removeprefix(BACKGROUND_FLAG).strip()
+        for flag in (BACKGROUND_FLAG, BESIDE_FLAG):
+            if rest.startswith(flag):
+                rest = rest.removeprefix(flag).strip()
         code = rest or None
     else:
         code = only_code(stripped)
@@ -86,3 +90,9 @@ def background_asked(text: str) -> bool:
     """Whether a `/run` message asks for the background at once."""
     rest = text.strip().removeprefix("/run").strip()
     return text.strip().startswith("/run") and rest.startswith(BACKGROUND_FLAG)
+
+
+def beside_asked(text: str) -> bool:
+    """Whether a `/run` message asks to run beside a run in the background."""
+    rest = text.strip().removeprefix("/run").strip()
+    return text.strip().startswith("/run") and rest.startswith(BESIDE_FLAG)

@@ -60,6 +60,12 @@ HELD = {
 }
 
 
+BESIDE_NOTE = (
+    "This ran in a second kernel beside the background run: it saw the conversation's "
+    "files, not its variables, and what it defined is gone once neither runs."
+)
+
+
 def spoken(result: ExecutionResult) -> ExecutionResult:
     """A session run's result with its news phrased: `workspace` set, and `message`
     starting with why the session is new, what became of the workspace, or that it
@@ -77,6 +83,8 @@ def spoken(result: ExecutionResult) -> ExecutionResult:
         message = f"{workspace} {message}".strip()
     elif result.resumed:
         message = f"{RESUMED_NOTE} {message}".strip()
+    if result.beside:
+        message = f"{BESIDE_NOTE} {message}".strip()
     return dataclasses.replace(result, message=message, workspace=workspace)
 
 

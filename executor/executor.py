@@ -219,6 +219,7 @@ class Session:
         on_input: InputCallback | None = None,
         clock: RunClock | None = None,
         run_id: str = "",
+        beside: asyncio.Event | None = None,
         **overrides: Any,
     ) -> ExecutionResult:
         """Run code in the session's kernel; variables and files carry over between runs.
@@ -231,7 +232,10 @@ class Session:
         (the time limit waits meanwhile); without it, those raise as in a notebook run.
         `clock`: the run's time limit as the caller holds it (`RunClock`), to raise it while
         the code runs or when it is reached (a run sent to the background). `run_id`: the
-        caller's name for the run, for `keep`."""
+        caller's name for the run, for `keep`. `beside`: when it is set while the code waits
+        for another run of the session (one that went on in the background), the code runs
+        in a second kernel of the same sandbox instead: the session's files, its own
+        variables, and the result says so (`beside`); that kernel ends when neither runs."""
         return await self._manager.run(
             self.key,
             _cells(code),
@@ -242,6 +246,7 @@ class Session:
             on_input=on_input,
             clock=clock,
             run_id=run_id,
+            beside=beside,
             **overrides,
         )
 

@@ -122,6 +122,11 @@ class FakeSandbox:
         self._id = f"fake-{uuid.uuid4().hex[:12]}"
         self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._interrupted = asyncio.Event()
+        self._beside_interrupted = asyncio.Event()
+        self._beside: asyncio.Task[None] | None = None
+        self.beside_variables: dict[str, str] = {}
+        """The second kernel's (wire `Run.kernel` "beside"): it ends when neither runs."""
+        self.beside_runs = 0
         self._reply: asyncio.Future[wire.InputReply | None] | None = None
         """The answer the cell waits for in `input()`."""
         self.secrets: set[str] = set()
@@ -181,13 +186,22 @@ class FakeSandbox:
         await self._notice("unsealed request ignored")
 
     async def _answer(self, request: wire.Request) -> None:
-        if isinstance(request, wire.Run):
+        if isinstance(request, wire.Run) and request.kernel == "beside":
+            if self._beside is not None and not self._beside.done():
+                await self._notice("a run is already in progress beside")
+                return
+            self._beside_interrupted.clear()
+            self.beside_runs += 1
+            self._beside = asyncio.create_task(self._run_beside(request))
+        elif isinstance(request, wire.Run):
             if self._running is not None and not self._running.done():
                 await self._notice("a run is already in progress")
                 return
             self._interrupted.clear()
             self._record, self._kept = (request.id, time.monotonic(), []), request.keep
             self._running = asyncio.create_task(self._run(request))
+        elif isinstance(request, wire.Interrupt) and request.kernel == "beside":
+            self._beside_interrupted.set()
         elif isinstance(request, wire.Interrupt):
             self._interrupted.set()
             if self._reply is not None and not self._reply.done():
@@ -368,7 +382,14 @@ class FakeSandbox:
         self._backend.live.discard(self)
         self._backend.detached.discard(self)
 
-    async def _run(self, request: wire.Run) -> None:
+    async def _run_beside(self, request: wire.Run) -> None:
+        await self._run(request, beside=True)
+        if self._running is None or self._running.done():
+            self.beside_variables.clear()  # as the runner: the second kernel ends
+
+    async def _run(self, request: wire.Run, beside: bool = False) -> None:
+        variables = self.beside_variables if beside else self.variables
+        interrupted = self._beside_interrupted if beside else self._interrupted
         run_id = request.id
         cells = list(request.cells)
         status, exit_code, oom = "ok", None, False
@@ -377,7 +398,8 @@ class FakeSandbox:
             self._backend.runs.append(code)
             step = self._backend.lookup(code)
             kept: list[Mapping[str, Any]] = []
-            self._cells.append((code, kept))
+            if not beside:
+                self._cells.append((code, kept))
             for output in step.outputs:
                 if step.delay_s:
                     await asyncio.sleep(step.delay_s)
@@ -386,14 +408,14 @@ class FakeSandbox:
             for path in step.removed:
                 self.files.pop(path, None)
             self.files.update(step.files)
-            self.variables.update(step.assigns)
+            variables.update(step.assigns)
             self._installed(step.installs)
             self.unsaveable.update(step.unsaveable)
-            self.variables.update({name: "<connection>" for name in step.unsaveable})
+            variables.update({name: "<connection>" for name in step.unsaveable})
             error = step.error
             if step.shows is not None:
-                if step.shows in self.variables:
-                    shown = stdout(f"{self.variables[step.shows]}\n")
+                if step.shows in variables:
+                    shown = stdout(f"{variables[step.shows]}\n")
                     kept.append(shown)
                     await self._emit(wire.Output(id=run_id, cell=index, output=shown))
                 else:
@@ -403,7 +425,7 @@ class FakeSandbox:
             if step.breaks_channel and not self._frozen:
                 await self._events.put(BROKEN)
             if step.hang:
-                await self._interrupted.wait()
+                await interrupted.wait()
                 if step.ignore_interrupt:
                     await asyncio.Event().wait()  # until the host kills the sandbox
                 error = ("KeyboardInterrupt", "")
@@ -435,8 +457,10 @@ class FakeSandbox:
                 notebook=notebook,
             )
         )
-        if not self._kept:
+        if not beside and not self._kept:
             self._record = None
+        if not beside and (self._beside is None or self._beside.done()):
+            self.beside_variables.clear()  # as the runner: the second kernel ends
 
     async def _emit(self, event: wire.Event) -> None:
         if self._frozen or self._ended:

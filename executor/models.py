@@ -201,6 +201,9 @@ class ExecutionResult:
     files are gone (`ended` says why)."""
     inputs: tuple[InputExchange, ...] = ()
     """The code's `input()` and `getpass()` calls, in order, with what became of each."""
+    beside: bool = False
+    """In session mode: it ran in a second kernel beside a run that went on (`beside`):
+    the session's files, but not its variables."""
 
     @property
     def ok(self) -> bool:

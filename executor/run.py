@@ -98,13 +98,14 @@ async def execute(
     run_id: str = "",
     follow: bool = False,
     keep: bool = False,
+    kernel: wire.Kernel = "",
 ) -> RunOutcome:
     """Run cells; on the time limit or a stop request, interrupt, then freeze the sandbox.
     With `on_input`, the code may ask for input, and the time limit waits while it does.
     `clock`: the caller's, to raise the limit while the run goes on (else the limits').
     `run_id`: the run's id (else a new one); `keep`: kept from its start (wire's `Keep`).
     With `follow`, no cells are sent: the kept run `run_id` is taken over, its outputs from
-    the start (wire's `Follow`)."""
+    the start (wire's `Follow`). `kernel`: which of the sandbox's kernels runs it."""
     outcome = RunOutcome()
     if stop is not None and stop.is_set() and not follow:
         # Stopped while waiting for the sandbox: the code never starts, the kernel is as it was.
@@ -125,6 +126,7 @@ async def execute(
             stdin=on_input is not None,
             run_id=run_id,
             keep=keep,
+            kernel=kernel,
         )
     clock = clock or RunClock(limits.timeout_s)
     clock.start()
@@ -142,7 +144,7 @@ async def execute(
             outcome.timed_out = not outcome.stopped
             # Interrupt first, so the kernel keeps its state; freeze it if the code ignores that.
             with contextlib.suppress(SandboxError):
-                await client.interrupt()
+                await client.interrupt(kernel)
             await asyncio.wait({collecting}, timeout=limits.interrupt_grace_s)
             if not collecting.done():
                 outcome.killed_by_host = True

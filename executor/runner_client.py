@@ -71,6 +71,7 @@ class RunnerClient:
         stdin: bool = False,
         run_id: str = "",
         keep: bool = False,
+        kernel: wire.Kernel = "",
     ) -> str:
         """Start a run; its id, for `run_events`. The id is long enough that it cannot be
         guessed (the runner keeps it where the user's code cannot read it)."""
@@ -86,6 +87,7 @@ class RunnerClient:
                 notebook=notebook,
                 stdin=stdin,
                 keep=keep,
+                kernel=kernel,
             )
         )
         return run_id
@@ -117,8 +119,8 @@ class RunnerClient:
                 return True
         return False
 
-    async def interrupt(self) -> None:
-        await self.send(wire.Interrupt())
+    async def interrupt(self, kernel: wire.Kernel = "") -> None:
+        await self.send(wire.Interrupt(kernel=kernel))
 
     async def claim(self, session: str) -> None:
         await self.send(wire.Claim(session=session))

@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from executor.errors import SandboxError
@@ -25,6 +25,7 @@ from executor.protocol import Recovered, Sandbox, SnapshotKeeper
 from executor.run import (
     OutputCallback,
     RunOutcome,
+    describe_exit,
     execute,
     judge,
     new_collector,
@@ -55,6 +56,12 @@ STOPPED_BEFORE_START = "The run was stopped before it started; nothing ran."
 NOT_FOLLOWED = (
     "The run could not be followed after the restart: its session was not found again "
     "(the sandbox was gone, or another secret was set)."
+)
+BESIDE = "\x00beside"
+"""Appended to a key: the lock and stop of runs in the session's second kernel."""
+BESIDE_DIED = (
+    "The second kernel (beside the run that goes on) stopped {how} while running the code; "
+    "the session and its run go on."
 )
 SHUTDOWN_SAVE_S = 20.0
 """On shutdown, how long every session's save may take, all of them at once."""
@@ -105,6 +112,8 @@ class SessionManager:
         """Sessions found again after a restart whose next run has not said so yet."""
         self._running: dict[str, str] = {}
         """The id of the run going on in each key's session."""
+        self._run_started: dict[str, asyncio.Event] = {}
+        """Set when a run starts in the key's session (for code waiting to go beside it)."""
         self._to_keep: dict[str, str] = {}
         """Runs to keep from their start, which wait for the key's session, by key."""
         self._kept: dict[str, str] = {}
@@ -150,12 +159,14 @@ class SessionManager:
         on_input: InputCallback | None = None,
         clock: RunClock | None = None,
         run_id: str = "",
+        beside: asyncio.Event | None = None,
         **overrides: Any,
     ) -> ExecutionResult:
         """Run cells in the key's session. `restore`: whether a saved workspace's variables
         may be loaded first (a new session's, with automatic restore on). `clock`: the
         run's time limit, which the caller may raise while it runs. `run_id`: the caller's
-        name for the run (for `keep`)."""
+        name for the run (for `keep`). `beside`: once set while another run holds the
+        session, the cells stop waiting for it and run in a second kernel beside it."""
         limits = run_limits(self.limits, overrides)
         stop = stop or asyncio.Event()
         run_id = run_id or uuid.uuid4().hex
@@ -164,7 +175,11 @@ class SessionManager:
         waiting = self._waiting_stops.setdefault(key, set())
         waiting.add(stop)
         try:
-            async with self.lock(key):
+            if not await self._turn_or_beside(key, beside):
+                waiting.discard(stop)
+                hooks = RunHooks(on_output, on_queued, on_input, clock)
+                return await self._run_beside(key, cells, limits, hooks, stop, run_id)
+            async with _held(self.lock(key)):
                 found = await unless_stopped(self._session(key, on_queued), stop)
                 if found is None:
                     return new_collector(limits).result(
@@ -201,6 +216,8 @@ class SessionManager:
 
         async def run_in(sandbox: Sandbox) -> RunOutcome:
             self._running[key] = run_id
+            if (started := self._run_started.pop(key, None)) is not None:
+                started.set()
             keep = self._to_keep.get(key) == run_id
             if keep:
                 self._to_keep.pop(key, None)
@@ -236,6 +253,79 @@ class SessionManager:
             self._running.pop(key, None)
         live.last_used = time.monotonic()
         return await self._result(key, live, outcome, collector, limits, ending)
+
+    async def _turn_or_beside(self, key: str, beside: asyncio.Event | None) -> bool:
+        """Wait for the key's lock (True: acquired), or until `beside` is set while a run
+        goes on in the key's session (False: the code runs beside it)."""
+        lock = self.lock(key)
+        if beside is None or not lock.locked():
+            await lock.acquire()
+            return True
+        acquiring = asyncio.ensure_future(lock.acquire())
+        asked = asyncio.ensure_future(self._beside_possible(key, beside))
+        try:
+            await asyncio.wait({acquiring, asked}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            if acquiring.done() and not acquiring.cancelled():
+                lock.release()
+            raise
+        finally:
+            asked.cancel()
+            if not acquiring.done():
+                acquiring.cancel()
+        return acquiring.done() and not acquiring.cancelled()
+
+    async def _beside_possible(self, key: str, beside: asyncio.Event) -> None:
+        """Returns once `beside` is set and a run goes on in the key's session."""
+        await beside.wait()
+        while key not in self._running or key not in self._live:
+            # The lock is held for something else (a start, a restore): the wait goes on
+            # for the lock, unless a run starts meanwhile.
+            await self._run_started.setdefault(key, asyncio.Event()).wait()
+
+    async def _run_beside(
+        self,
+        key: str,
+        cells: Sequence[str],
+        limits: SandboxLimits,
+        hooks: RunHooks,
+        stop: asyncio.Event,
+        run_id: str,
+    ) -> ExecutionResult:
+        """Run cells in the session's second kernel, beside the run that holds the key. It
+        ends at its time limit: it does not go on in the background as the run beside it may."""
+        live = self._live[key]
+        if hooks.clock is not None:
+            hooks.clock.on_limit = None
+        async with self.lock(key + BESIDE):
+            self._stops[key + BESIDE] = stop
+            collector = new_collector(limits)
+            try:
+                outcome = await execute(
+                    live.lease.sandbox,
+                    cells,
+                    limits,
+                    collector,
+                    on_output=hooks.on_output,
+                    stop=stop,
+                    clock=hooks.clock,
+                    run_id=run_id,
+                    kernel="beside",
+                )
+            finally:
+                self._stops.pop(key + BESIDE, None)
+        sandbox = live.lease.sandbox
+        if outcome.sandbox_usable or not sandbox.alive or outcome.killed_by_host:
+            result = await self._result(key, live, outcome, collector, limits, None)
+        else:  # the second kernel died: the session's own goes on
+            how = describe_exit(outcome.kernel_exit_code)
+            result = collector.result(
+                Status.KILLED,
+                BESIDE_DIED.format(how=how),
+                duration_ms=outcome.duration_ms,
+                runtime=limits.runtime,
+            )
+        return dataclasses.replace(result, beside=True)
 
     async def keep(self, key: str, run_id: str) -> None:
         """Keep the key's run `run_id` going past this process (it went on in the
@@ -487,8 +577,8 @@ class SessionManager:
     def stop(self, key: str) -> bool:
         """Interrupt the key's running run, and end the runs that wait to start (nothing of
         them runs); False when nothing runs or waits."""
-        running = self._stops.get(key)
-        events = set(self._waiting_stops.get(key, ())) | ({running} if running else set())
+        running = {found for k in (key, key + BESIDE) if (found := self._stops.get(k))}
+        events = set(self._waiting_stops.get(key, ())) | running
         for event in events:
             event.set()
         return bool(events)
@@ -576,3 +666,12 @@ class SessionManager:
         else:
             self.pool.release(sandbox)
         return None
+
+
+@contextlib.asynccontextmanager
+async def _held(lock: asyncio.Lock) -> AsyncIterator[None]:
+    """A lock already acquired, released at the end of the block."""
+    try:
+        yield
+    finally:
+        lock.release()

@@ -33,7 +33,8 @@ FOR_PERSON = (
 )
 QUEUED_BEHIND = (
     "This code waits for the background run in this conversation to end (its Stop button "
-    "ends it sooner)."
+    "ends it sooner). Run beside runs it now instead, in a second kernel: with the "
+    "conversation's files, not its variables."
 )
 
 

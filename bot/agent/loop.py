@@ -56,7 +56,7 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
-from bot.fences import as_run, background_asked, direct_code
+from bot.fences import as_run, background_asked, beside_asked, direct_code
 from bot.metrics import Metrics
 from bot.sandbox_words import spoken, with_refusals
 from bot.text import names_line
@@ -231,6 +231,8 @@ class Agent:
         if direct is not None:
             restore = Restore.VARIABLES if restores is None else await restores.restore()
             at_once = background_asked(message.text)
+            if beside_asked(message.text):
+                turn.beside.set()
             await self._run(conversation, direct, emit, turn, restore, background_now=at_once)
             # The run report (code, output, status) is the whole answer: no separate "Done.".
             await _call(emit, Answer(""))
@@ -419,7 +421,7 @@ class Agent:
         if self.refusals is not None:
             self.refusals(conversation)  # what came before this run is not this run's
         background = turn.background
-        if background is not None and background.busy():
+        if background is not None and background.busy() and not turn.beside.is_set():
             await _call(emit, Notice(QUEUED_BEHIND))
         sink = OutputSink(emit)
         went = asyncio.Event()
@@ -446,6 +448,7 @@ class Agent:
                 on_input=turn.ask_input,
                 clock=clock,
                 run_id=run_id,
+                beside=turn.beside,
             )
         )
         if background is None:

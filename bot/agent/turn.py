@@ -87,6 +87,9 @@ class Turn:
     background: Background | None = None
     """Takes a run that outlasts the turn (its limit, Keep running, `/run --background`);
     None: a run ends at its time limit."""
+    beside: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set (Run beside, `/run --beside`): the turn's code that waits for a run in the
+    background runs in a second kernel beside it instead."""
 
     async def approval(self, code: str) -> Decision:
         """Before each run of code the model wrote: whether it runs, and which code."""

@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 ALREADY_FINISHED = "That has already finished."
 ALREADY_IN_BACKGROUND = "That run is already going on in the background."
 NO_BACKGROUND = "Runs cannot go on in the background here (CELLMATE_BACKGROUND_RUN_MAX_S is 0)."
+NOTHING_TO_RUN_BESIDE = (
+    "No run goes on in the background in this conversation: the code runs as it is."
+)
 FORGOTTEN_CODE = "I no longer have that code (the bot restarted since); use /run again."
 
 
@@ -329,6 +332,21 @@ class Conversations(Doors):
         if why is not None:
             return why
         hooks.keep_running.set()
+        return None
+
+    async def run_beside(self, door: Admission, person: Person, stop_key: str) -> str | None:
+        """Run beside: the turn's code that waits for a run in the background runs in a
+        second kernel beside it instead. None when it does, else why not, for the person."""
+        if not door.allows(person.place):
+            raise NotHere
+        running = self.turns.get(stop_key)
+        if running is None:
+            return ALREADY_FINISHED
+        key = ConversationKey.parse(running.turn.conversation)
+        await self.check(door, person, key, running.owner)
+        if not self.background.busy(key.id):
+            return NOTHING_TO_RUN_BESIDE
+        running.turn.beside.set()
         return None
 
     async def rerun(

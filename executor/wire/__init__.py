@@ -27,7 +27,11 @@ Handshake and sealing
 Requests (host to runner), in `REQUESTS`:
     Run        run cells in order, stopping at the first error; answered by `Output`s, then
                `Done`. One at a time: a second while one runs is ignored (with a `Log`).
+               `kernel` "beside": in a second kernel (same /mnt/data, its own variables),
+               one run at a time too, beside a run of the first that goes on; it starts on
+               its first run and ends once neither kernel runs.
     Interrupt  SIGINT to the kernel while it works (a resting kernel gets none). No answer.
+               `kernel` says which (see `Run`).
     Export     the session's notebook as nbformat 4 JSON; answered by `Exported` once a run
                in progress has ended.
     Preview    schema previews of tabular files, read in a separate process; `Previewed`.
@@ -104,6 +108,7 @@ from executor.wire.codec import decode_event, decode_request, encode, pins
 from executor.wire.messages import (
     EVENTS,
     FS_ACTIONS,
+    KERNELS,
     MASKED,
     MAX_INPUT_CHARS,
     MAX_LIST,
@@ -131,6 +136,7 @@ from executor.wire.messages import (
     Installed,
     Interrupt,
     Keep,
+    Kernel,
     Log,
     Malformed,
     Output,
@@ -166,6 +172,7 @@ from executor.wire.sealing import (
 __all__ = [
     "EVENTS",
     "FS_ACTIONS",
+    "KERNELS",
     "KEY_BYTES",
     "MASKED",
     "MAX_INPUT_CHARS",
@@ -195,6 +202,7 @@ __all__ = [
     "Installed",
     "Interrupt",
     "Keep",
+    "Kernel",
     "Log",
     "Malformed",
     "Opener",

@@ -10,6 +10,7 @@ from typing import Any
 from executor.wire.messages import (
     EVENTS,
     FS_ACTIONS,
+    KERNELS,
     MAX_INPUT_CHARS,
     MAX_LIST,
     MAX_PACKAGES,
@@ -33,6 +34,7 @@ from executor.wire.messages import (
     InputRequest,
     Install,
     Installed,
+    Interrupt,
     Keep,
     Log,
     Malformed,
@@ -96,6 +98,9 @@ def decode_request(payload: bytes) -> Request:
         raise Malformed(f"unknown request {str(found.get('op'))[:40]!r}")
     read = _Reader(found)
     if kind is Run:
+        kernel = read.text("kernel")
+        if kernel not in KERNELS:
+            raise Malformed(f"unknown kernel {kernel[:40]!r}")
         return Run(
             id=read.text("id"),
             cells=read.texts("cells"),
@@ -106,6 +111,7 @@ def decode_request(payload: bytes) -> Request:
             notebook=read.flag("notebook"),
             stdin=read.flag("stdin"),
             keep=read.flag("keep"),
+            kernel=kernel,
         )
     if kind is Export:
         return Export(id=read.text("id"))
@@ -152,11 +158,16 @@ def decode_request(payload: bytes) -> Request:
         if len(value) > MAX_INPUT_CHARS:
             raise Malformed(f"an input reply longer than {MAX_INPUT_CHARS} characters")
         return InputReply(id=read.text("id"), value=value, given=read.flag("given", True))
+    if kind is Interrupt:
+        kernel = read.text("kernel")
+        if kernel not in KERNELS:
+            raise Malformed(f"unknown kernel {kernel[:40]!r}")
+        return Interrupt(kernel=kernel)
     if kind is Keep:
         return Keep(id=read.text("id")[:100])
     if kind is Follow:
         return Follow(id=read.text("id")[:100])
-    return kind()  # type: ignore[call-arg]  # Interrupt and Shutdown have no fields
+    return kind()  # type: ignore[call-arg]  # Shutdown has no fields
 
 
 def decode_event(message: Mapping[str, Any]) -> Event | None:

@@ -22,6 +22,11 @@ MAX_INPUT_CHARS = 4000
 MASKED = "••••"
 """What a `getpass()` answer is shown as, by the runner in outputs and by the host."""
 
+Kernel = Literal["", "beside"]
+KERNELS: tuple[Kernel, ...] = ("", "beside")
+"""The session's kernel (""), and a second one in the same sandbox and /mnt/data for code
+run beside a run that goes on (it starts on its first run, and ends when neither runs)."""
+
 FsAction = Literal["list", "info", "make_dir", "remove", "rename"]
 FS_ACTIONS: tuple[FsAction, ...] = ("list", "info", "make_dir", "remove", "rename")
 
@@ -50,11 +55,14 @@ class Run:
     StdinNotImplementedError, as in any notebook run without a front end."""
     keep: bool = False
     """Kept from the start, as after a `Keep`."""
+    kernel: Kernel = ""
+    """Which kernel runs it (`KERNELS`); one run at a time in each."""
 
 
 @dataclass(frozen=True, slots=True)
 class Interrupt:
     op: ClassVar[str] = "interrupt"
+    kernel: Kernel = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ FAKE_SCRIPT: Mapping[str, FakeRun] = {
     "input('anyone? ')": FakeRun(asks=[("anyone? ", False)]),
     "x = 41": FakeRun(assigns={"x": "41"}),
     "print(x + 1)": FakeRun(outputs=[stdout("42\n")]),
+    "print(x)": FakeRun(shows="x"),
 }
 """What the fake answers for the contract's code: what the real kernel prints for it."""
 

@@ -278,6 +278,59 @@ async def test_a_kept_run_is_named_on_resume_and_followed_from_its_start(sandbox
     assert resumed.kept == ""
 
 
+async def run_in(
+    client: RunnerClient, cells: Sequence[str], kernel: wire.Kernel
+) -> tuple[list[Any], wire.Done]:
+    outputs: list[Any] = []
+    run_id = await client.run(
+        cells, output_limit=10**6, rich_limit=10**7, rich_count_limit=100, kernel=kernel
+    )
+    async with asyncio.timeout(120):
+        async for event in client.run_events(run_id):
+            if isinstance(event, wire.Done):
+                return outputs, event
+            outputs.append(event.output)
+    raise AssertionError("the sandbox ended before the run did")
+
+
+async def test_code_runs_beside_a_run_that_goes_on_in_a_kernel_of_its_own(
+    sandbox: Sandbox,
+) -> None:
+    """A second kernel runs code while the first is busy: the same files, its own
+    variables, its own interrupt; it ends once neither runs."""
+    client = RunnerClient(sandbox)
+    main_id = await client.run(
+        [SLEEPER], output_limit=10**6, rich_limit=10**7, rich_count_limit=100
+    )
+    main_events = client.run_events(main_id)
+    async with asyncio.timeout(120):
+        assert isinstance(await anext(main_events), wire.Output)
+    outputs, done = await run_in(client, ["print(6 * 7)"], "beside")
+    assert (text(outputs), done.status) == ("42\n", "ok")
+    _, done = await run_in(client, ["x = 41"], "beside")
+    assert done.status == "ok"
+    outputs, done = await run_in(client, ["print(x)"], "beside")
+    assert (text(outputs), done.status) == ("41\n", "ok")  # its state carries on
+
+    beside_id = await client.run(
+        [SLEEPER], output_limit=10**6, rich_limit=10**7, rich_count_limit=100, kernel="beside"
+    )
+    beside_events = client.run_events(beside_id)
+    async with asyncio.timeout(120):
+        assert isinstance(await anext(beside_events), wire.Output)
+        await client.interrupt("beside")  # the second kernel's run only
+        rest = [event async for event in beside_events]
+        assert isinstance(rest[-1], wire.Done)
+        assert rest[-1].status == "error"
+        await client.interrupt()
+        ended = [event async for event in main_events]
+    assert isinstance(ended[-1], wire.Done)
+    assert ended[-1].status == "error"  # interrupted only now
+    outputs, done = await run(client, ["print(x)"])  # the first kernel never had x
+    assert done.status == "error"
+    assert [o.get("ename") for o in outputs if o.get("output_type") == "error"] == ["NameError"]
+
+
 async def test_a_rekeyed_runner_takes_only_lines_sealed_with_the_new_key(
     sandbox: Sandbox,
 ) -> None:

@@ -18,17 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-from nbclient.exceptions import CellExecutionError, DeadKernelError
 
 from executor import wire
-from runner.client import CappedClient, DeepQueueKernelClient, NoKey, StderrTail
+from runner.client import NoKey, StderrTail
 from runner.files import DATA_DIR, files_op, read_at_most, snapshot
 from runner.kept import RunRecord
 from runner.kernel_scripts import (
-    DATA_OFF,
-    IOPUB_GRACE_S,
     KERNEL_REAP,
-    KERNEL_SETUP,
     PREVIEW_SCRIPT,
     RESEED_CODE,
     RESTORE_CODE,
@@ -38,17 +34,22 @@ from runner.kernel_scripts import (
     WARM_POLL_S,
     WITH_DATA_OFF,
 )
+from runner.kernels import (
+    BesideKernel,
+    kernel_process,
+    new_client,
+    new_notebook,
+    run_cells,
+    start_kernel,
+)
 from runner.packages import INSTALL_CODE, INSTALL_TIMEOUT_S, installed
 from runner.stdin import InputRelay, Secrets
 from runner.system import (
     ignore,
     is_stopped,
-    kernel_exit_code,
     limit_file_size,
     make_unreadable,
-    oom_kills,
     pids,
-    preload_modules,
     prepare_writable_dirs,
     processes,
     stdin_reader,
@@ -71,25 +72,12 @@ class Runner:
     def __init__(self, out: Any, stderr: StderrTail) -> None:
         self.out = out
         self.stderr = stderr
-        self.nb = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
-        self.nb.metadata["kernelspec"] = {
-            "name": "python3",
-            "display_name": "Python 3",
-            "language": "python",
-        }
+        self.nb = new_notebook()
         self.secrets = Secrets()
         """Answers to `getpass()`: masked in every later output, left out of snapshots."""
-        self.client = CappedClient(
-            self.nb,
-            self.emit,
-            self.secrets,
-            timeout=None,
-            allow_errors=False,
-            kernel_name="python3",
-            record_timing=True,
-            iopub_timeout=IOPUB_GRACE_S,
-            shutdown_kernel="immediate",
-        )
+        self.client = new_client(self.nb, self.emit, self.secrets)
+        self.beside = BesideKernel(self.emit, self.secrets)
+        """The second kernel, for code run beside a run of this one (wire `Run.kernel`)."""
         self.running: asyncio.Task[None] | None = None
         self.side_tasks: set[asyncio.Task[None]] = set()
         self.helpers: set[int] = set()
@@ -154,23 +142,7 @@ class Runner:
     async def start(self, reader: asyncio.StreamReader) -> None:
         started = time.monotonic()
         prepare_writable_dirs()
-        self.client.km = self.client.create_kernel_manager()
-        self.client.km.client_factory = DeepQueueKernelClient
-        spec = self.client.km.kernel_spec
-        # `python -P -s .../kernel_launch.py -f ...` (see DATA_OFF) for `python -m
-        # ipykernel_launcher -f ...`.
-        launcher = spec.argv.index("ipykernel_launcher")
-        spec.argv = [spec.argv[0], "-P", "-s", str(KERNEL_LAUNCH), *spec.argv[launcher + 1 :]]
-        await self.client.async_start_new_kernel(cwd=str(DATA_DIR))
-        await self.client.async_start_new_kernel_client()
-        await self.client.kc.execute_interactive(
-            KERNEL_SETUP.replace("DATA_OFF", DATA_OFF)
-            .replace("WARM_MARK_PATH", repr(str(WARM_MARK)))
-            .replace("WARM_JOIN_S", str(WARM_LIMIT_S))
-            .replace("PRELOAD", repr(preload_modules())),
-            silent=True,
-            store_history=False,
-        )
+        await start_kernel(self.client)
         ready = wire.Ready(
             python=sys.version.split()[0],
             startup_ms=round((time.monotonic() - started) * 1000),
@@ -185,10 +157,6 @@ class Runner:
 
     async def run(self, request: wire.Run) -> None:
         run_id = request.id
-        status = "ok"
-        exit_code: int | None = None
-        oom = False
-        oom_before = oom_kills()
         before = snapshot()
         self.record = RunRecord(run_id, kept=request.keep)
         self.client.run_id = run_id
@@ -204,20 +172,7 @@ class Runner:
             self.input_relay = InputRelay(self.client.kc, self.emit, self.secrets)
             relaying = asyncio.create_task(self.input_relay.relay(run_id))
         async with self.kernel_awake():
-            for source in request.cells:
-                cell = nbformat.v4.new_code_cell(source)  # type: ignore[no-untyped-call]
-                self.nb.cells.append(cell)
-                index = len(self.nb.cells) - 1
-                try:
-                    await self.client.async_execute_cell(cell, index)
-                except CellExecutionError:
-                    status = "error"
-                    break
-                except DeadKernelError:
-                    status = "died"
-                    exit_code = await kernel_exit_code(self.client)
-                    oom = oom_kills() > oom_before
-                    break
+            status, exit_code, oom = await run_cells(self.client, self.nb, request.cells)
         if relaying is not None:
             relaying.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -227,6 +182,8 @@ class Runner:
         self.input_relay = None
         after = snapshot()
         changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
+        if not self.beside.busy:  # before the Done: a run sent after it finds all over
+            await self.beside.shutdown()
         counts = [c.get("execution_count") for c in self.nb.cells if c.get("execution_count")]
         self.emit(
             wire.Done(
@@ -244,10 +201,19 @@ class Runner:
         if self.record is not None and not self.record.kept:
             self.record = None
 
+    async def run_beside(self, request: wire.Run) -> None:
+        """A run in the second kernel, beside this one's; once neither runs, that kernel
+        ends, and what its code started with it."""
+        done = await self.beside.run(request, rest=not request.background)
+        if self.running is None or self.running.done():
+            await self.beside.shutdown()
+            async with self.kernel_turn:
+                await self.settle()
+        self.emit(done)
+
     def kernel_process(self) -> Any:
         """The kernel's Popen, or None."""
-        provisioner = getattr(self.client.km, "provisioner", None)
-        return getattr(provisioner, "process", None)
+        return kernel_process(self.client)
 
     def kernel_pid(self) -> int | None:
         pid = getattr(self.kernel_process(), "pid", None)
@@ -289,6 +255,8 @@ class Runner:
             os.kill(process.pid, signal.SIGSTOP)
             self.frozen = True
             await stopped(process)
+        if self.beside.busy and asyncio.current_task() is not self.beside.running:
+            return  # what runs now may be the second kernel's code's; its end settles
         if await self.end_leftovers():
             # The kernel's own children that were killed wait for it to reap them, which it
             # does when it runs again.
@@ -311,8 +279,8 @@ class Runner:
         the run started (children, daemons, renamed or re-parented ones) is found in /proc
         and killed, again until none is left, since some may fork in between. Whether any
         was."""
-        kernel = self.kernel_pid()
-        keep = self.helpers | ({kernel} if kernel is not None else set())
+        kernel, beside = self.kernel_pid(), self.beside.pid()
+        keep = self.helpers | {pid for pid in (kernel, beside) if pid is not None}
         # Most runs start no process: the names in /proc tell that without reading each
         # one's state (every read is a system call, and those are dear under gVisor).
         if pids() <= keep | {os.getpid()}:
@@ -504,7 +472,10 @@ class Runner:
             reseeded = content.get("status") == "ok"
         self.emit(wire.Rekeyed(nonce=request.nonce, reseeded=reseeded))
 
-    async def interrupt(self) -> None:
+    async def interrupt(self, request: wire.Interrupt) -> None:
+        if request.kernel == "beside":
+            await self.beside.interrupt()
+            return
         # A resting kernel runs nothing to interrupt; the signal would wait for it, and stop
         # the next request's code instead.
         if self.client.km is not None and not self.frozen:
@@ -512,13 +483,18 @@ class Runner:
 
     async def dispatch(self, request: wire.Request) -> None:
         """Start (or do) what a request asks; the kernel's work goes one at a time."""
-        if isinstance(request, wire.Run):
+        if isinstance(request, wire.Run) and request.kernel == "beside":
+            if self.beside.busy:
+                self.notice("a run is already in progress beside")
+                return
+            self.beside.running = asyncio.create_task(self.run_beside(request))
+        elif isinstance(request, wire.Run):
             if self.running is not None and not self.running.done():
                 self.notice("a run is already in progress")
                 return
             self.running = asyncio.create_task(self.run(request))
         elif isinstance(request, wire.Interrupt):
-            await self.interrupt()
+            await self.interrupt(request)
         elif isinstance(request, wire.InputReply):
             if self.input_relay is not None:
                 self.input_relay.answer(request)
@@ -581,6 +557,7 @@ class Runner:
         if self.frozen and process is not None:
             with contextlib.suppress(OSError):
                 os.kill(process.pid, signal.SIGCONT)
+        await self.beside.shutdown()
         await self.client._async_cleanup_kernel()
 
 

@@ -1,0 +1,180 @@
+"""Starting a kernel the runner's way, and the second kernel that runs code beside a run
+of the first that goes on (wire `Run.kernel` "beside"): its own notebook and variables,
+the same /mnt/data, started on its first run and shut down when neither kernel runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+from executor import wire
+from runner.client import CappedClient, DeepQueueKernelClient
+from runner.files import DATA_DIR, snapshot
+from runner.kernel_scripts import DATA_OFF, IOPUB_GRACE_S, KERNEL_SETUP, WARM_LIMIT_S, WARM_MARK
+from runner.stdin import Secrets
+from runner.system import kernel_exit_code, oom_kills, preload_modules, stopped
+
+KERNEL_LAUNCH = Path(__file__).with_name("kernel_launch.py")
+
+
+def new_client(nb: Any, emit: Callable[[wire.Event], None], secrets: Secrets) -> CappedClient:
+    return CappedClient(
+        nb,
+        emit,
+        secrets,
+        timeout=None,
+        allow_errors=False,
+        kernel_name="python3",
+        record_timing=True,
+        iopub_timeout=IOPUB_GRACE_S,
+        shutdown_kernel="immediate",
+    )
+
+
+def new_notebook() -> Any:
+    nb = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    return nb
+
+
+async def start_kernel(client: CappedClient) -> None:
+    """Start the client's kernel in /mnt/data, set up as every kernel of the runner is."""
+    client.km = client.create_kernel_manager()
+    client.km.client_factory = DeepQueueKernelClient
+    spec = client.km.kernel_spec
+    # `python -P -s .../kernel_launch.py -f ...` (see DATA_OFF) for `python -m
+    # ipykernel_launcher -f ...`.
+    launcher = spec.argv.index("ipykernel_launcher")
+    spec.argv = [spec.argv[0], "-P", "-s", str(KERNEL_LAUNCH), *spec.argv[launcher + 1 :]]
+    await client.async_start_new_kernel(cwd=str(DATA_DIR))
+    await client.async_start_new_kernel_client()
+    await client.kc.execute_interactive(
+        KERNEL_SETUP.replace("DATA_OFF", DATA_OFF)
+        .replace("WARM_MARK_PATH", repr(str(WARM_MARK)))
+        .replace("WARM_JOIN_S", str(WARM_LIMIT_S))
+        .replace("PRELOAD", repr(preload_modules())),
+        silent=True,
+        store_history=False,
+    )
+
+
+def kernel_process(client: CappedClient) -> Any:
+    """The kernel's Popen, or None."""
+    provisioner = getattr(client.km, "provisioner", None)
+    return getattr(provisioner, "process", None)
+
+
+async def run_cells(
+    client: CappedClient, nb: Any, cells: tuple[str, ...]
+) -> tuple[str, int | None, bool]:
+    """Run cells in order in the client's kernel, stopping at the first error: the status
+    (ok, error, died), the kernel's exit code and whether it ran out of memory."""
+    oom_before = oom_kills()
+    for source in cells:
+        cell = nbformat.v4.new_code_cell(source)  # type: ignore[no-untyped-call]
+        nb.cells.append(cell)
+        try:
+            await client.async_execute_cell(cell, len(nb.cells) - 1)
+        except CellExecutionError:
+            return "error", None, False
+        except DeadKernelError:
+            return "died", await kernel_exit_code(client), oom_kills() > oom_before
+    return "ok", None, False
+
+
+class BesideKernel:
+    """The second kernel. Between its runs it rests stopped (SIGSTOP), as the first does, so
+    that nothing it started runs uncounted."""
+
+    def __init__(self, emit: Callable[[wire.Event], None], secrets: Secrets) -> None:
+        self.emit = emit
+        self.nb = new_notebook()
+        self.client = new_client(self.nb, emit, secrets)
+        self.running: asyncio.Task[None] | None = None
+        self.started = False
+        self.frozen = False
+
+    @property
+    def busy(self) -> bool:
+        return self.running is not None and not self.running.done()
+
+    def pid(self) -> int | None:
+        pid = getattr(kernel_process(self.client), "pid", None)
+        return pid if isinstance(pid, int) else None
+
+    async def run(self, request: wire.Run, rest: bool = True) -> wire.Done:
+        """Run the request's cells; then the kernel rests, unless `rest` is False (the host
+        lets processes go on between runs). Its `Done`, for the caller to send once it has
+        done what follows the run (a request that comes after it must find it over)."""
+        if not self.started:
+            await start_kernel(self.client)
+            self.started = True
+        self.thaw()
+        client = self.client
+        client.run_id = request.id
+        client.text_limit = request.output_limit
+        client.rich_limit = request.rich_limit
+        client.rich_count_limit = request.rich_count_limit
+        client.reset_caps()
+        before = snapshot()
+        try:
+            status, exit_code, oom = await run_cells(client, self.nb, request.cells)
+        finally:
+            if rest:
+                await self.rest()
+        after = snapshot()
+        changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
+        counts = [c.get("execution_count") for c in self.nb.cells if c.get("execution_count")]
+        if status == "died":
+            await self.shutdown()
+        return wire.Done(
+            id=request.id,
+            status=status,
+            execution_count=counts[-1] if counts else None,
+            truncated=client.truncated,
+            dropped_results=client.dropped,
+            changed=tuple(changed),
+            exit_code=exit_code,
+            oom=oom,
+        )
+
+    def thaw(self) -> None:
+        pid = self.pid()
+        if self.frozen and pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+        self.frozen = False
+
+    async def rest(self) -> None:
+        process = kernel_process(self.client)
+        if not self.frozen and process is not None and process.poll() is None:
+            os.kill(process.pid, signal.SIGSTOP)
+            self.frozen = True
+            await stopped(process)
+
+    async def interrupt(self) -> None:
+        if self.started and not self.frozen and self.client.km is not None:
+            await self.client.km.interrupt_kernel()
+
+    async def shutdown(self) -> None:
+        """End the kernel (its variables go; its files stay in /mnt/data)."""
+        if not self.started:
+            return
+        self.thaw()
+        with contextlib.suppress(Exception):
+            await self.client._async_cleanup_kernel()
+        self.started = False
+        self.nb = new_notebook()
+        self.client = new_client(self.nb, self.client.emit, self.client.secrets)
