@@ -314,6 +314,10 @@ class ConsolePoster:
         return Renderer(self.console.out, False)
 
     async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
+        mention = f"{self.mention(notify)} "
+        if notify and text.startswith(mention):
+            # Addressed to the console's own person: "you your run ended" says "Your run ended".
+            text = text[len(mention) :][:1].upper() + text[len(mention) + 1 :]
         self.console._say(text)
 
 
