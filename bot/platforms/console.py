@@ -33,7 +33,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from traceback import format_exception
 from typing import TextIO
@@ -58,7 +58,7 @@ from bot.conversations.approval import (
 from bot.conversations.doors import DoorCard, DoorChoice
 from bot.conversations.network import parse_network
 from bot.conversations.policy import parse_command
-from bot.events import ApprovalRequested, InputRequested
+from bot.events import ApprovalRequested, InputRequested, TurnEvent
 from bot.platforms.console_keys import Keyboard
 from bot.platforms.console_reply import Renderer
 from bot.terminal import clean, show_name
@@ -123,6 +123,8 @@ class Console:
         self.prompt_again: Callable[[], None] = lambda: None
         """Shows the prompt waiting for the person again, after a run in the background
         printed over it (set by the input loop)."""
+        self.fresh_line: Callable[[], None] = lambda: None
+        """Leaves the line of a prompt that waits for the person (set by the input loop)."""
         self._acting: set[asyncio.Task[None]] = set()
         conversations.doorbells["console"] = self._ring
         conversations.post_with("console", ConsolePoster(self))
@@ -400,15 +402,41 @@ class ConsolePoster:
         return "you"
 
     async def reply_in(self, key: ConversationKey, owner: str) -> Renderer:
-        return Renderer(self.console.out, False)
+        return AsideRenderer(self.console)
 
     async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
         mention = f"{self.mention(notify)} "
         if notify and text.startswith(mention):
             # Addressed to the console's own person: "you your run ended" says "Your run ended".
             text = text[len(mention) :][:1].upper() + text[len(mention) + 1 :]
+        self.console.fresh_line()
         self.console._say(text)
         self.console.prompt_again()
+
+
+class AsideRenderer(Renderer):
+    """What is printed beside the chat (a schedule's run, a run in the background): on a line
+    of its own when it comes while the prompt waits for the next message."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(console.out, False)
+        self.console = console
+
+    def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
+        self.console.fresh_line()
+        return super().__call__(event)
+
+    async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
+        self.console.fresh_line()
+        await super().finish(rerun, notices)
+
+    async def failed(self, text: str) -> None:
+        self.console.fresh_line()
+        await super().failed(text)
+
+    async def refused(self, text: str) -> None:
+        self.console.fresh_line()
+        await super().refused(text)
 
 
 class MessageSplitter:
@@ -500,6 +528,7 @@ async def run_interactive(console: Console, banner: str, fd: int | None = None) 
     console.read = keyboard.ask
     console.read_secret = read_secret if os.isatty(fd) else None
     console.prompt_again = keyboard.prompt_again
+    console.fresh_line = keyboard.fresh_line
     console.out.write(f"{banner}\n{HELP}\n")
     loop.add_signal_handler(signal.SIGINT, console.stop)
     keyboard.listen()
@@ -517,7 +546,7 @@ async def run_interactive(console: Console, banner: str, fd: int | None = None) 
     finally:
         keyboard.pause()
         console.read = console.read_secret = None
-        console.prompt_again = lambda: None
+        console.prompt_again = console.fresh_line = lambda: None
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
 

@@ -36,6 +36,8 @@ class Keyboard:
         self._ended = False
         """A pipe ended: every read from now on gets None."""
         self._listening = False
+        self._prompted = False
+        """A prompt is the last thing on the screen (nothing printed nor typed since)."""
 
     def listen(self) -> None:
         """Read lines as they come (until `pause`)."""
@@ -54,6 +56,7 @@ class Keyboard:
         """Show `prompt`; the next line typed (None at the end of input)."""
         self.out.write(prompt)
         self.out.flush()
+        self._prompted = True
         self._asking.append(prompt)
         try:
             return await self._next(lambda: True)
@@ -70,6 +73,14 @@ class Keyboard:
         if self._asking:
             self.out.write(self._asking[-1])
             self.out.flush()
+            self._prompted = True
+
+    def fresh_line(self) -> None:
+        """Before printing what nobody typed for (a run in the background): leave the line
+        of a prompt that waits for the person."""
+        if self._prompted:
+            self.out.write("\n")
+            self._prompted = False
 
     async def _next(self, mine: Callable[[], bool]) -> str | None:
         while not ((self._lines or self._ended) and mine()):
@@ -84,6 +95,7 @@ class Keyboard:
             return
         except OSError:
             data = b""  # the terminal went away: as the end of input
+        self._prompted = False  # Enter took the cursor to a line of its own
         if data:
             *lines, self._partial = (self._partial + self._decoder.decode(data)).split("\n")
             self._lines.extend(line.removesuffix("\r") for line in lines)

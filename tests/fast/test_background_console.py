@@ -2,8 +2,9 @@
 goes on sends it to the background (the turn ends, the chat takes the next message, and the
 run's output and a line saying it ended are printed when it ends); /stop ends it there; a
 line typed while the turn runs is the next message once the turn has ended; the code's own
-questions still get the lines typed after they ask; `/run --background` goes there at once;
-a run that goes on a while says how to stop it or keep it running. The real console reading
+questions still get the lines typed after they ask; `/run --background` goes there at once,
+and what it prints beside the prompt starts on a line of its own; a run that goes on a while
+says how to stop it or keep it running. The real console reading
 a terminal's lines (`run_interactive`, here from a pipe the test types into), on the fake
 sandbox (no Docker), without a model (code runs directly)."""
 
@@ -279,6 +280,12 @@ async def test_run_background_in_the_terminal_goes_at_once(
     shown = await person.shows(ENDED)
     assert "step 4\n" in shown
     assert "✓ ok in" in shown
+    await person.shows("you> ")  # the prompt again, below what was printed over it
+    # What the run printed after the prompt starts on a line of its own (what follows a
+    # prompt on its line is only what the person typed, which their terminal shows).
+    lines = person.screen.getvalue().splitlines()
+    glued = [line for line in lines if line.startswith(("you> step", "you> Your", "you> ✓"))]
+    assert glued == []
     await person.quit()
 
 
