@@ -1,11 +1,16 @@
 """The console chat (`cellmate chat`): the agent in a terminal, or fed by a pipe.
 
 In a terminal it reads one message per line (a line starting with ``` reads on to the closing
-fence), shows the code being run and its output as it streams, and Ctrl-C stops the running
-turn. From a pipe it reads messages separated by blank lines (a blank line inside a fenced
-block does not end a message), answers each in turn, and exits at the end of input.
-Commands: /reset, /files, /restore, /export, /attach PATH, /policy [MODE], /network ...,
-/schedule ..., /quit. A schedule's runs are printed here as they happen, while the chat runs.
+fence), shows the code being run and its output as it streams, and Ctrl-C (or /stop) stops the
+running turn; /keep, typed while it runs, lets its run go on in the background instead, as
+Keep running does on Discord and Slack (lines typed while a turn runs are read at once, see
+`console_keys`; other lines wait for the turn to end). A run in the background prints its
+output here as it comes, then a line saying it ended; /stop ends it sooner. From a pipe it
+reads messages separated by blank lines (a blank line inside a fenced block does not end a
+message), answers each in turn, and exits at the end of input. Commands: /reset, /files,
+/restore, /export, /attach PATH, /policy [MODE], /network ..., /schedule ...,
+/run [--background] CODE, /keep, /stop, /quit. A schedule's runs are printed here as they
+happen, while the chat runs.
 Where the policy is approve, the model's code is shown first and runs only after y (or e, to
 edit it: lines up to one holding only a dot run instead); n declines it. When code hits a
 closed network door, the door is named at once and, once the turn ends, the console asks
@@ -23,10 +28,12 @@ import contextlib
 import getpass
 import json
 import logging
+import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from traceback import format_exception
 from typing import TextIO
@@ -51,7 +58,8 @@ from bot.conversations.approval import (
 from bot.conversations.doors import DoorCard, DoorChoice
 from bot.conversations.network import parse_network
 from bot.conversations.policy import parse_command
-from bot.events import ApprovalRequested, InputRequested
+from bot.events import ApprovalRequested, InputRequested, TurnEvent
+from bot.platforms.console_keys import Keyboard
 from bot.platforms.console_reply import Renderer
 from bot.terminal import clean, show_name
 from bot.text import human_size
@@ -86,8 +94,16 @@ HELP = (
     "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /restore, "
     "/export, /reset, /policy [auto|approve|off], /network [allow|deny HOST], "
     "/schedule [WHEN|list|cancel N|run-now N], /run --background CODE, /quit. "
-    "Ctrl-C stops a running turn."
+    "While a turn runs, Ctrl-C (or /stop) stops it and /keep lets its run go on in the "
+    "background; /stop then ends the run in the background."
 )
+NOTHING_TO_KEEP = (
+    "Nothing is running: /keep, typed while a turn runs, lets its run go on in the background "
+    "(/run --background CODE starts one there)."
+)
+NOTHING_IN_BACKGROUND = "No run is going on in the background."
+STOPPING_BACKGROUND = "Stopping the run in the background …"
+KEEPING_NEXT = "Its next run goes on in the background as it starts."
 
 
 class Console:
@@ -104,6 +120,12 @@ class Console:
         """How to ask for a password: without echoing it, in a terminal (else `read`)."""
         self.doors: list[DoorCard] = []
         """Closed doors met by the code, asked about once its turn ends."""
+        self.prompt_again: Callable[[], None] = lambda: None
+        """Shows the prompt waiting for the person again, after a run in the background
+        printed over it (set by the input loop)."""
+        self.fresh_line: Callable[[], None] = lambda: None
+        """Leaves the line of a prompt that waits for the person (set by the input loop)."""
+        self._acting: set[asyncio.Task[None]] = set()
         conversations.doorbells["console"] = self._ring
         conversations.post_with("console", ConsolePoster(self))
 
@@ -160,12 +182,17 @@ class Console:
             )
         elif command == "/attach":
             self._attach(argument.strip())
+        elif command == "/keep":
+            await self.keep()
+        elif command == "/stop":
+            await self.stop_command()
         elif text.strip():
             message = UserMessage(text, list(self.attachments), user=ME.user)
             self.attachments.clear()
             self.renderer = Renderer(self.out, interactive)
             self.renderer.approve = self._approve
             self.renderer.answer_input = self._answer_input
+            self.renderer.hint = self._hint()
             try:
                 await self.conversations.turn(self.door, ME, CONVERSATION, message, self.renderer)
             finally:
@@ -263,11 +290,75 @@ class Console:
         return None if self.read is None else await self.read(prompt)
 
     def stop(self) -> None:
+        """Ctrl-C: stop the running turn (nothing when none runs)."""
         if self.renderer is not None and self.renderer.stop_key is not None:
-            asyncio.get_running_loop().create_task(
-                self.conversations.stop(self.door, ME, self.renderer.stop_key)
-            )
+            self._act(self.conversations.stop(self.door, ME, self.renderer.stop_key))
             self._say("Stopping …")
+
+    async def stop_command(self) -> None:
+        """/stop: the running turn, as Ctrl-C; else this conversation's runs in the
+        background."""
+        if self.renderer is not None and self.renderer.stop_key is not None:
+            self.stop()
+            return
+        runs = self.conversations.background.runs
+        mine = [stop_key for stop_key, run in runs.items() if run.key == CONVERSATION]
+        if not mine:
+            self._say(NOTHING_IN_BACKGROUND)
+            return
+        for stop_key in mine:
+            why = await self.conversations.stop(self.door, ME, stop_key)
+            if why is not None:
+                self._say(f"✗ {why}")
+                return
+        self._say(STOPPING_BACKGROUND)
+
+    async def keep(self) -> None:
+        """/keep: the running turn's run goes on in the background, as Keep running does."""
+        renderer = self.renderer
+        if renderer is None or renderer.stop_key is None:
+            self._say(NOTHING_TO_KEEP)
+            return
+        try:
+            why = await self.conversations.keep_running(self.door, ME, renderer.stop_key)
+        except Refused as exc:
+            why = str(exc)
+        if why is not None:
+            self._say(f"✗ {why}")
+        elif not renderer.running:
+            self._say(KEEPING_NEXT)
+
+    def act_on_turn(self, line: str) -> bool:
+        """A line typed while a message is handled: /keep and /stop act at once (True);
+        anything else waits for its turn."""
+        command = line.strip()
+        if command == "/keep":
+            self._act(self.keep())
+        elif command == "/stop":
+            self._act(self.stop_command())
+        else:
+            return False
+        return True
+
+    def _act(self, acting: Awaitable[object]) -> None:
+        async def act() -> None:
+            try:
+                await acting
+            except Refused as exc:
+                self._say(f"✗ {exc}")
+            except Exception as exc:
+                log.error("console command failed\n%s", clean("".join(format_exception(exc))))
+                self._say(f"✗ That failed ({type(exc).__name__}).")
+
+        task = asyncio.get_running_loop().create_task(act())
+        self._acting.add(task)
+        task.add_done_callback(self._acting.discard)
+
+    def _hint(self) -> str:
+        """What a run that goes on a while is told, in a terminal."""
+        if self.conversations.background.hooks(CONVERSATION, ME.user, "") is None:
+            return "⌛ Still running: Ctrl-C stops it."
+        return "⌛ Still running: Ctrl-C stops it; /keep lets it go on in the background."
 
     async def _export(self) -> None:
         notebook = await self.conversations.export(self.door, ME, CONVERSATION)
@@ -311,10 +402,41 @@ class ConsolePoster:
         return "you"
 
     async def reply_in(self, key: ConversationKey, owner: str) -> Renderer:
-        return Renderer(self.console.out, False)
+        return AsideRenderer(self.console)
 
     async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
+        mention = f"{self.mention(notify)} "
+        if notify and text.startswith(mention):
+            # Addressed to the console's own person: "you your run ended" says "Your run ended".
+            text = text[len(mention) :][:1].upper() + text[len(mention) + 1 :]
+        self.console.fresh_line()
         self.console._say(text)
+        self.console.prompt_again()
+
+
+class AsideRenderer(Renderer):
+    """What is printed beside the chat (a schedule's run, a run in the background): on a line
+    of its own when it comes while the prompt waits for the next message."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(console.out, False)
+        self.console = console
+
+    def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
+        self.console.fresh_line()
+        return super().__call__(event)
+
+    async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
+        self.console.fresh_line()
+        await super().finish(rerun, notices)
+
+    async def failed(self, text: str) -> None:
+        self.console.fresh_line()
+        await super().failed(text)
+
+    async def refused(self, text: str) -> None:
+        self.console.fresh_line()
+        await super().refused(text)
 
 
 class MessageSplitter:
@@ -361,47 +483,86 @@ async def run_piped(console: Console, source: TextIO) -> None:
             return
 
 
-async def run_interactive(console: Console, banner: str) -> None:
+async def run_interactive(console: Console, banner: str, fd: int | None = None) -> None:
+    """The chat in a terminal (`fd`: its input, standard input unless told) until /quit or
+    Ctrl-D. While a message is handled, lines typed are read at once: /keep and /stop act on
+    the running turn, and other lines wait to be the next messages (the turn's questions
+    take the lines typed after they ask)."""
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, console.stop)
+    fd = sys.stdin.fileno() if fd is None else fd
+    keyboard = Keyboard(fd, console.out)
+    typed_ahead: deque[str | None] = deque()
 
-    async def read(prompt: str) -> str | None:
-        try:
-            return await asyncio.to_thread(input, prompt)
-        except EOFError:
-            return None
+    async def line(prompt: str) -> str | None:
+        """The next line of a message: one typed while the last was handled, else a new one."""
+        if typed_ahead:
+            ahead = typed_ahead.popleft()
+            if ahead is not None:
+                console.out.write(f"{prompt}{ahead}\n")
+                console.out.flush()
+            return ahead
+        return await keyboard.ask(prompt)
 
     async def read_secret(prompt: str) -> str | None:
+        keyboard.pause()  # getpass reads the terminal itself, without echo
         try:
             return await asyncio.to_thread(getpass.getpass, prompt)
         except EOFError:
             return None
+        finally:
+            keyboard.listen()
 
-    console.read = read
-    console.read_secret = read_secret
-    console.out.write(f"{banner}\n{HELP}\n")
-    try:
+    async def watch() -> None:
+        """Lines typed while a message is handled."""
+        fenced = False
         while True:
+            typed = await keyboard.typed()
+            if typed is not None and not fenced and console.act_on_turn(typed):
+                continue
+            typed_ahead.append(typed)
+            if typed is None:
+                return
+            if typed.strip().startswith("```"):
+                fenced = not fenced
+
+    console.read = keyboard.ask
+    console.read_secret = read_secret if os.isatty(fd) else None
+    console.prompt_again = keyboard.prompt_again
+    console.fresh_line = keyboard.fresh_line
+    console.out.write(f"{banner}\n{HELP}\n")
+    loop.add_signal_handler(signal.SIGINT, console.stop)
+    keyboard.listen()
+    try:
+        while (message := await _read_message(line)) is not None:
+            watching = loop.create_task(watch())
             try:
-                message = await asyncio.to_thread(_read_message)
-            except EOFError:
-                break
-            if not await console.handle(message, interactive=True):
+                going_on = await console.handle(message, interactive=True)
+            finally:
+                watching.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watching
+            if not going_on:
                 break
     finally:
+        keyboard.pause()
+        console.read = console.read_secret = None
+        console.prompt_again = console.fresh_line = lambda: None
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
 
 
-def _read_message() -> str:
-    first = input("you> ")
-    if not first.strip().startswith("```"):
+async def _read_message(line: Read) -> str | None:
+    """One message: a line, or a ``` block to its closing fence (None at the end of input)."""
+    first = await line("you> ")
+    if first is None or not first.strip().startswith("```"):
         return first
     lines = [first]
     while True:
-        line = input("...  ")
-        lines.append(line)
-        if line.strip().startswith("```"):
+        more = await line("...  ")
+        if more is None:
+            return None
+        lines.append(more)
+        if more.strip().startswith("```"):
             return "\n".join(lines)
 
 

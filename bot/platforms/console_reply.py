@@ -35,6 +35,9 @@ from bot.events import (
 from bot.terminal import TerminalText, clean, show_name
 from bot.text import human_size, run_status
 
+HINT_AFTER_S = 3.0
+"""How long code runs before the console says how to stop it or keep it running."""
+
 
 class Renderer:
     """Prints a turn's events as they happen.
@@ -55,8 +58,15 @@ class Renderer:
         self.answer_input: Callable[[InputRequested], Awaitable[None]] | None = None
         """Asks in the terminal when the running code calls `input()` or `getpass()`."""
         self._prompts: dict[str, InputRequested] = {}
+        self.hint = ""
+        """Said once a run has gone on for `hint_after_s` (how to stop it, or keep it
+        running); nothing when empty."""
+        self.hint_after_s = HINT_AFTER_S
+        self.running = False
+        """Code is running now (from its start to its end, or to the background)."""
         self._at_line_start = True
         self._spinner: asyncio.Task[None] | None = None
+        self._hinting: asyncio.Task[None] | None = None
         self._streams = {"stdout": TerminalText(), "stderr": TerminalText()}
         self._answer = TerminalText()
         self._drafted = ""
@@ -70,6 +80,7 @@ class Renderer:
 
     async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
         self._stop_spinner()
+        self._ran()
         for notice in notices:
             self._line(f"note: {notice}")
         self.out.flush()
@@ -78,9 +89,12 @@ class Renderer:
         self._line(f"✗ {text}")
 
     async def failed(self, text: str) -> None:
+        self._ran()
         self._line(f"✗ {text}")
 
     def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
+        if isinstance(event, ApprovalRequested | InputRequested):
+            self._quiet()  # the person is asked something: no hint over the question
         if isinstance(event, ApprovalRequested) and self.approve is not None:
             self._stop_spinner()
             self._asked[event.key] = event
@@ -113,12 +127,18 @@ class Renderer:
             self._line("── running ─────────────────────────")
             self._write(event.code if event.code.endswith("\n") else event.code + "\n")
             self._line("── output ──────────────────────────")
+            self.running = True
+            if self.hint and self.interactive:
+                self._quiet()
+                self._hinting = asyncio.get_running_loop().create_task(self._hint_later())
         elif isinstance(event, OutputChunk):
             self._output(event)
         elif isinstance(event, ExecutionFinished):
+            self._ran()
             self._end_streams()
             self._line(run_status(event.status, event.duration_ms, event.message, chat=False))
         elif isinstance(event, RunDetached):
+            self._ran()
             self._end_streams()
             self._line("⏩ went on in the background")
             self._line(f"note: {event.text}")
@@ -152,6 +172,22 @@ class Renderer:
             self.out.write(f"\r{frames[tick % len(frames)]} thinking (step {step}) {waited:.0f} s")
             self.out.flush()
             await asyncio.sleep(0.1)
+
+    async def _hint_later(self) -> None:
+        await asyncio.sleep(self.hint_after_s)
+        self._hinting = None
+        self._line(self.hint)
+        self.out.flush()
+
+    def _ran(self) -> None:
+        """The run ended, or went to the background."""
+        self.running = False
+        self._quiet()
+
+    def _quiet(self) -> None:
+        if self._hinting is not None:
+            self._hinting.cancel()
+            self._hinting = None
 
     def _stop_spinner(self) -> None:
         if self._spinner is not None:

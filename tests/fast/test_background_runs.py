@@ -100,7 +100,7 @@ async def test_a_run_past_its_limit_goes_on_in_the_background_and_its_end_is_pos
     assert "time limit" not in turn
     ended = await talk.background_ended()
     assert "step 4\n" in talk.out.getvalue()
-    assert "you your background run ended: it finished in" in ended
+    assert "Your background run ended: it finished in" in ended
     assert "Its output is in the message above." in ended
     history = await talk.conversations.agent.history.load("console:dm:console:")
     assert any("ended: ok after" in str(m.message.get("content")) for m in history)
@@ -133,7 +133,7 @@ async def test_stop_ends_a_background_run(chat: Callable[..., Chat]) -> None:
     assert await talk.conversations.stop(talk.console.door, ME, stop_key) is None
     ended = await talk.background_ended()
     assert "The run was stopped on request." in talk.out.getvalue()
-    assert "your background run ended: killed after" in ended
+    assert "Your background run ended: killed after" in ended
     assert await talk.conversations.stop(talk.console.door, ME, stop_key) == (
         "That has already finished."
     )
@@ -216,5 +216,5 @@ async def test_a_shutdown_stops_background_runs_and_says_why(chat: Callable[...,
     await talk.conversations.background.close(grace_s=10)
     shown = talk.out.getvalue()[start:]
     assert STOPPED_FOR_SHUTDOWN in shown
-    assert "your background run ended: killed" in shown
+    assert "Your background run ended: killed" in shown
     assert not talk.conversations.background.runs

@@ -3,8 +3,9 @@
 follow in a message of its own in the thread, then a message there that mentions its starter
 says it ended); the running turn offers Keep running (`cm_keep`) beside Stop (`cm_stop`),
 which sends a hanging run to the background at once, and Stop on the background run's message
-ends it; `/run --background CODE` goes there at once and its end is posted; and a bystander's
-Stop on someone's background run is refused (to them alone) while the run goes on. The real
+ends it; `/run --background CODE` goes there at once and its end is posted, in the thread
+of the /run's own answer (as a Re-run there does); and a bystander's Stop on someone's
+background run is refused (to them alone) while the run goes on. The real
 slack_bolt app against the Slack stand-in, on the fake sandbox (no Docker), without a model
 (code runs directly)."""
 
@@ -216,10 +217,10 @@ async def test_run_background_goes_there_at_once_and_its_end_is_posted(
     # The turn's answer starts a thread of its own in the channel, and says where the run
     # went before any of its output: all of that is in the run's own message.
     turn = messages[0]
-    answer = [m for m in messages if turn.ts in (m.ts, m.thread_ts)]
+    (run,) = [m for m in messages if "step 4" in m.text]
+    answer = [m for m in messages if turn.ts in (m.ts, m.thread_ts) and m is not run]
     assert any(NOTICE in m.text for m in answer)
     assert not any("step" in m.text for m in answer)
-    (run,) = [m for m in messages if "step 4" in m.text]
     assert "step 0" in run.text
     assert "✅ ok in " in run.text
     assert messages.index(run) < messages.index(ended)
@@ -251,3 +252,32 @@ async def test_a_bystanders_stop_on_a_background_run_is_refused_and_it_goes_on(
     assert ended.text.startswith(f"{ENDED}killed after ")
     assert STOPPED in ended.text
     await _all_ended(bot, conversations)
+
+
+async def test_a_one_off_runs_background_messages_go_in_the_thread_of_its_reply(
+    bot: Bot, conversations: Conversations
+) -> None:
+    """`/run --background` in a channel: the turn's answer is a message at the channel's top,
+    and the background run's message and the mention when it ends go in that message's
+    thread, as the rest of the answer does; Re-run there keeps it all in that thread."""
+    await bot.server.slash("/run", f"--background {SLOW}", user=ALICE)
+    ended = await _shown(bot, None, lambda m: m.text.startswith(ENDED))
+    turn, *rest = _bot_messages(bot, None)
+    assert turn.thread_ts is None  # the answer starts a thread of its own
+    (run,) = [m for m in rest if "step 4" in m.text]
+    assert any(NOTICE in m.text for m in rest)
+    assert all(m.thread_ts == turn.ts for m in rest), [(m.thread_ts, m.text[:40]) for m in rest]
+    assert run.thread_ts == ended.thread_ts == turn.ts
+    await _all_ended(bot, conversations)
+
+    # Re-run in that thread: the run reaches its 1 s limit and goes on in the same thread.
+    await bot.server.wait_for(lambda: button(turn, "cm_rerun"))
+    await bot.server.click(turn, "cm_rerun", user=ALICE)
+    await bot.server.wait_for(
+        lambda: len([m for m in _bot_messages(bot, None) if m.text.startswith(ENDED)]) == 2
+    )
+    again = _bot_messages(bot, None)
+    assert [m for m in again if m.thread_ts is None] == [turn]  # nothing else at the top
+    assert len([m for m in again if "step 4" in m.text]) == 2
+    await _all_ended(bot, conversations)
+    await bot.server.wait_for(lambda: not bot.slack.one_offs)  # nothing kept once it is over

@@ -66,7 +66,7 @@ async def test_a_run_past_its_limit_goes_on_in_the_background(runtime: str, tmp_
                     await asyncio.sleep(0.05)
             shown = out.getvalue()
             assert "epoch 5\n" in shown
-            assert "you your background run ended: it finished in" in shown
+            assert "Your background run ended: it finished in" in shown
             assert "time limit" not in shown
         finally:
             await conversations.background.close()

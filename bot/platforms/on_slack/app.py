@@ -99,6 +99,10 @@ class CellmateSlack:
         """(team, channel, user) -> the user's latest conversation there, for commands."""
         self.code_messages: dict[tuple[str, str], ConversationKey] = {}
         """(channel, ts) of messages that were code run directly, for a re-run on edit."""
+        self.one_offs: dict[str, SlackThread] = {}
+        """A one-off run's conversation id -> the thread its answer is in (a /run in a
+        channel starts one with its first message), while its turn, or its run in the
+        background, lasts."""
         self.bot_user = ""
         self.team = ""
         self.fetch = http_fetcher(
@@ -345,8 +349,36 @@ class CellmateSlack:
             self.threads[(channel, thread_ts)] = True
         flag = f" {BACKGROUND_FLAG}" if background else ""
         message = UserMessage(f"/run{flag}\n{code}", user=person.user, server=team)
-        reply = self._reply(SlackThread(self.client, channel, thread_ts), person.user)
-        await self.conversations.turn(self.door, person, key, message, reply, rerun_code=code)
+        thread = SlackThread(self.client, channel, thread_ts)
+        if key.is_one_off:
+            self.one_offs[key.id] = thread
+        try:
+            reply = self._reply(thread, person.user)
+            await self.conversations.turn(self.door, person, key, message, reply, rerun_code=code)
+        finally:
+            if key.is_one_off:
+                self._forget_when_over(key)
+
+    def thread_of(self, key: ConversationKey) -> str | None:
+        """The thread a conversation's messages go in (None: the channel's top): its own;
+        a one-off run's, the thread of its answer."""
+        if key.is_one_off:
+            answer = self.one_offs.get(key.id)
+            return None if answer is None else answer.thread_ts
+        return key.thread or None
+
+    def _forget_when_over(self, key: ConversationKey) -> None:
+        """A one-off run's thread is forgotten with its turn, or once its run in the
+        background has been reported."""
+        watching = [
+            entry.watching
+            for entry in self.conversations.background.runs.values()
+            if entry.key == key and entry.watching is not None
+        ]
+        if not watching:
+            self.one_offs.pop(key.id, None)
+        for task in watching:
+            task.add_done_callback(lambda _: self.one_offs.pop(key.id, None))
 
     async def _on_run(self, ack: Any, command: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()

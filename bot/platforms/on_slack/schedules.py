@@ -32,6 +32,8 @@ class SlackParts(Protocol):
 
     def reply_in(self, thread: SlackThread, owner: str) -> Reply: ...
 
+    def thread_of(self, key: ConversationKey) -> str | None: ...
+
 
 ACTING = ("cancel", "run-now", "update", "approve")
 NO_CONVERSATION = (
@@ -80,7 +82,8 @@ def _named_here(front: SlackParts, text: str, team: str, channel: str) -> Conver
 
 
 class SlackPoster:
-    """A schedule's run, posted in its conversation's thread."""
+    """A schedule's run, or a run in the background, posted in its conversation's thread
+    (a one-off run's: the thread of its answer)."""
 
     def __init__(self, front: SlackParts) -> None:
         self.front = front
@@ -101,6 +104,4 @@ class SlackPoster:
         await self._thread(key).post(text)
 
     def _thread(self, key: ConversationKey) -> SlackThread:
-        # A one-off run has no thread of its own: its messages go to the channel.
-        thread = None if key.is_one_off else key.thread or None
-        return SlackThread(self.front.client, key.channel, thread)
+        return SlackThread(self.front.client, key.channel, self.front.thread_of(key))
