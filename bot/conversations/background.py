@@ -94,7 +94,9 @@ class Hooks:
         return self.runs.refusal(self.owner, self.key)
 
     def busy(self) -> bool:
-        return self.runs.busy(self.key.id)
+        # A run whose code has ended no longer holds the session, though its report may
+        # still be on its way.
+        return self.runs.busy(self.key.id, running_only=True)
 
     async def take(self, run: DetachedRun) -> None:
         await self.runs.take(self.key, self.owner, self.server, run)
@@ -131,8 +133,13 @@ class BackgroundRuns:
             )
         return None
 
-    def busy(self, conversation: str) -> bool:
-        return any(r.run.conversation == conversation for r in self.runs.values())
+    def busy(self, conversation: str, running_only: bool = False) -> bool:
+        """Whether a background run of the conversation is going on (or, unless
+        `running_only`, has ended and is still being reported)."""
+        return any(
+            r.run.conversation == conversation and not (running_only and r.run.task.done())
+            for r in self.runs.values()
+        )
 
     def get(self, stop_key: str) -> BackgroundRun | None:
         return self.runs.get(stop_key)

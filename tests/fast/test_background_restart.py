@@ -74,7 +74,7 @@ async def test_a_background_run_goes_on_through_a_restart_and_is_reported_once(
     assert FOLLOWED_AFTER_RESTART.split("{ago}")[0] in shown
     for step in range(5):  # its whole output, what it printed before the restart too
         assert f"step {step}\n" in shown
-    assert "your background run ended: it finished in" in shown
+    assert "Your background run ended: it finished in" in shown
     assert shown.count(ENDED) == 1
     assert restarts.store.of_platform("console") == []
     assert [code.strip() for code in backend.runs] == [SLOW]  # never run again

@@ -17,7 +17,7 @@ from bot.conversations.background_store import BackgroundStore
 from bot.platforms.console import Console, run_piped
 from executor import Executor
 
-ENDED = "you your background run ended"
+ENDED = "Your background run ended"
 """What the console shows when a person's background run ends (the console's mention)."""
 
 
@@ -116,7 +116,7 @@ async def a_long_run_survives_a_restart(restarts: Restarts, seconds: int) -> Non
     assert FOLLOWED_AFTER_RESTART.split("{ago}")[0] in shown
     ticks = [line for line in shown.splitlines() if line.startswith("tick ")]
     assert ticks == [f"tick {n}" for n in range(seconds)]  # each once, in order, none lost
-    assert "your background run ended: it finished in" in shown
+    assert "Your background run ended: it finished in" in shown
     assert shown.count(ENDED) == 1
     assert restarts.store.of_platform("console") == []
     assert "using model-v1" in await second.say(USE_IT)
