@@ -379,7 +379,9 @@ class SessionManager:
             finally:
                 self._stops.pop(key, None)
                 self._running.pop(key, None)
-                self._kept.pop(key, None)
+            # Followed to its end (a follow cancelled by a shutdown leaves it kept, for the
+            # process after this one).
+            self._kept.pop(key, None)
             live.last_used = time.monotonic()
             self._resumed.discard(key)  # the followed run's report says it went on
             return await self._result(key, live, outcome, collector, limits, None)

@@ -135,3 +135,28 @@ async def test_where_sessions_do_not_survive_a_shutdown_stops_the_run_and_keeps_
     await restarts.stop(first)
     assert STOPPED_FOR_SHUTDOWN in first.out.getvalue()
     assert GOES_ON_THROUGH_RESTART not in first.out.getvalue()
+
+
+async def test_a_run_goes_on_through_two_restarts_and_is_followed_by_each(
+    restarts: Restarts,
+) -> None:
+    first = await restarts.start()
+    await first.say(f"/run --background {HANG}")
+    await first.printed("waiting")
+    [stored] = restarts.store.of_platform("console")
+    await restarts.stop(first)
+    second = await restarts.start()
+    await second.printed(FOLLOWED_AFTER_RESTART.split("{ago}")[0])
+    await second.printed("waiting")
+    await restarts.stop(second)  # restarted again before the run ended
+    assert GOES_ON_THROUGH_RESTART in second.out.getvalue()
+    assert ENDED not in second.out.getvalue()
+    assert restarts.store.of_platform("console") == [stored]
+
+    third = await restarts.start()
+    await third.printed("waiting")
+    assert await third.conversations.stop(third.console.door, ME, stored.stop_key) is None
+    await third.printed(ENDED)
+    await third.settled()
+    assert third.out.getvalue().count(ENDED) == 1
+    assert restarts.store.of_platform("console") == []

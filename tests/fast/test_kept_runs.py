@@ -173,3 +173,23 @@ async def test_a_new_run_in_the_session_ends_what_was_kept() -> None:
     async with executor(fake) as second:
         followed = await second.session("k").follow(run_id)
     assert followed.message == NOT_FOLLOWED
+
+
+async def test_a_follow_cut_short_by_the_next_shutdown_leaves_the_run_kept() -> None:
+    """A second restart before the run ends: the process that followed it lets go of it as
+    the first did (kept, neither stopped nor saved), and a third follows it to its end."""
+    fake = backend()
+    async with executor(fake) as first:
+        task, run_id = await started(HANG, first)
+        await abandoned(task)
+    async with executor(fake) as second:
+        following = asyncio.create_task(second.session("k").follow(run_id))
+        async with asyncio.timeout(10):
+            while second.sessions._running.get("k") != run_id:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        await abandoned(following)
+        assert second.sessions.kept("k") == run_id
+    async with executor(fake) as third:
+        result = await third.session("k").follow(run_id, clock=RunClock(0.3))
+    assert result.status is Status.TIMEOUT
+    assert result.stdout == "started\n"
