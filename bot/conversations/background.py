@@ -112,6 +112,7 @@ class BackgroundRuns:
         self.store: BackgroundStore | None = None
         """Where runs that outlive the process are kept (None: a shutdown stops them)."""
         self._following: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def hooks(self, key: ConversationKey, owner: str, server: str) -> Hooks | None:
         """A turn's way to the background; None where runs cannot go there (turned off, or a
@@ -282,7 +283,11 @@ class BackgroundRuns:
 
     async def close(self, grace_s: float = 10.0) -> None:
         """On shutdown: every background run is stopped, and its thread told why; one that
-        outlives the process is left going instead, and its thread told so."""
+        outlives the process is left going instead, and its thread told so. Once: the bot
+        closes them while its platforms can still post, and again on its way out."""
+        if self._closed:
+            return
+        self._closed = True
         for task in list(self._following):
             task.cancel()
         outliving = self.outlive_restarts

@@ -82,6 +82,9 @@ async def _run_until_stopped(
         stopped = await running.conversations.turns.drain(grace)
         if stopped:
             print(f"Stopped {stopped} turn(s) that ran past the grace period.", flush=True)
+        # While the platforms can still post: background runs' threads learn what becomes of
+        # them (stopped, or going on through the restart).
+        await running.conversations.background.close()
     for front in fronts:
         if front.close is not None:
             with contextlib.suppress(Exception):

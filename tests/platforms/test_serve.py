@@ -1,7 +1,8 @@
 """`cellmate serve` as an operator runs it: one process serving Discord and Slack (HTTP
 mode) from settings in the environment, answering on both, reporting health and metrics,
 logging JSON without secrets, and on SIGTERM letting a short turn finish, stopping a long
-one with a message, and leaving no sandbox behind."""
+one with a message, telling a background run's thread it was stopped (while Discord can
+still be posted to), and leaving no sandbox behind."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 from bench.standins import discord_server as dc
 from bench.standins import slack_server as sl
 from bench.standins.ports import free_port
+from bot.conversations.background import STOPPED_FOR_SHUTDOWN
 from executor import default_tag
 from executor.docker_backend import DockerBackend
 from tests.integration.conftest import TEST_INSTANCE
@@ -138,14 +140,22 @@ async def test_serve_answers_on_discord_and_slack_and_stops_cleanly_on_sigterm(
             "```\nimport time\nprint('lo' + 'oping', flush=True)\ntime.sleep(600)\n```",
             mention_bot=True,
         )
+        await discord_side.post_message(
+            dc.CHANNEL_GENERAL,
+            "/run --background import time; print('in the ' + 'background', flush=True); "
+            "time.sleep(600)",
+            mention_bot=True,
+        )
         await discord_side.wait_for(lambda: discord_text(discord_side, "started"), 60)
         await slack_side.wait_for(lambda: slack_text(slack_side, long.ts, "looping"), 60)
+        await discord_side.wait_for(lambda: discord_text(discord_side, "in the background"), 60)
         process.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(process.wait(), 60)
         await reader
         assert code == 0, "".join(output)
         assert discord_text(discord_side, "made it")
         assert slack_text(slack_side, long.ts, "Cellmate is restarting, so this turn was stopped")
+        assert discord_text(discord_side, STOPPED_FOR_SHUTDOWN)
         logged = [json.loads(line) for line in output if line.startswith("{")]
         assert any(entry.get("conversation", "").startswith("slack:") for entry in logged)
         for secret in (dc.TOKEN, sl.BOT_TOKEN, sl.SIGNING_SECRET):
