@@ -1,9 +1,9 @@
 """Cellmate installed to a person's Discord account (a "user install"): `/run` and the Run
 with Cellmate message command in any DM, group DM or server, the bot a member or not.
 
-Where the bot is in the server (Discord names the server among the interaction's
-authorizing integration owners, and the bot is a member), nothing changes: the server's own
-allowlists, code policy and conversations apply, as to any interaction there. Elsewhere
+Where the bot is a member of the server, nothing changes, whoever's install authorized the
+command: the server's own allowlists, code policy and conversations apply, as to any
+interaction there. Elsewhere
 (a DM or group DM between people, or a server the app is not installed in) the bot can
 neither read nor post in the channel, nor start a thread:
 
@@ -102,16 +102,14 @@ def allow_user_installs(tree: app_commands.CommandTree[Any], settings: DiscordSe
 
 def elsewhere(interaction: discord.Interaction) -> bool:
     """Whether an interaction comes from a place the bot is not in: a DM or group DM between
-    people, or a server the app is not installed in (only a person's install authorized
-    it), or one the bot is no longer a member of."""
+    people, or a server the bot is not a member of (only a person's install reaches it).
+    A server the bot is in is its own, whoever's install authorized the command: its rules
+    apply (the bot's membership, not the interaction's say, decides)."""
     if interaction.context.private_channel:
         return True
     if interaction.guild_id is None:
         return False  # the DM with the bot
-    return (
-        not interaction.is_guild_integration()
-        or interaction.client.get_guild(interaction.guild_id) is None
-    )
+    return interaction.client.get_guild(interaction.guild_id) is None
 
 
 def admits(settings: DiscordSettings, interaction: discord.Interaction) -> bool:
