@@ -50,6 +50,7 @@ from tests.support.on_discord import (
     running_bot,
     text_input_id,
 )
+from tests.support.prompts import ASK_NAME, ASKING
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -80,6 +81,7 @@ def fake_backend() -> FakeBackend:
             HANG: FakeRun(outputs=[stdout("waiting\n")], hang=True),
             SLOW: FakeRun(outputs=[stdout(f"step {n}\n") for n in range(5)], delay_s=0.4),
             KEEP: FakeRun(assigns={"secret": "7"}),
+            **ASKING,
             SLOW_CHART: FakeRun(
                 outputs=[stdout("step\n"), stdout("more\n"), image(PNG)], delay_s=0.5
             ),
@@ -378,4 +380,34 @@ async def test_run_alone_opens_the_editor_in_a_dm_between_people(
     )
     assert submitted.raw["authorizing_integration_owners"] == {"1": str(ALICE)}
     assert "42" in (await _finished(bot, submitted))[0].content
+    _never_posted_in_channels(bot)
+
+
+async def test_the_code_asks_for_input_through_the_interaction(
+    start_bot: Callable[..., Awaitable[Bot]],
+) -> None:
+    bot = await start_bot(user_install=True)
+    interaction = await bot.server.slash("run", {"code": ASK_NAME}, channel_id=FOREIGN_CHANNEL)
+    prompt = await bot.server.wait_for(
+        lambda: next((m for m in _shown(bot, interaction) if has_button(m, "Answer")), None)
+    )
+    assert isinstance(prompt, Message)
+    assert "Name:" in prompt.content
+    opened = await bot.server.click(prompt, button_id(prompt, "Answer"), user=ALICE)
+    modal = await bot.server.wait_for(
+        lambda: next(
+            (
+                c
+                for c in bot.server.callbacks
+                if c["interaction_id"] == opened.id and c["type"] == 9
+            ),
+            None,
+        )
+    )
+    assert isinstance(modal, dict)
+    await bot.server.submit_modal(
+        modal["data"], {text_input_id(modal["data"]): "Ada"}, channel_id=FOREIGN_CHANNEL
+    )
+    messages = await _finished(bot, interaction)
+    assert "Ada" in messages[0].content
     _never_posted_in_channels(bot)

@@ -1,6 +1,8 @@
 """A Discord API server on loopback that the real `discord.py` client can connect to.
 
-One aiohttp server plays Discord for one guild, a handful of users and one bot:
+One aiohttp server plays Discord for one guild, a handful of users and one bot (and, for
+the app installed to people's accounts, a server, a group DM and a DM the bot is not in;
+see `places`):
 
 * the REST API (v10) under `/api/v10`: messages (JSON and multipart uploads), threads,
   DMs, application commands, interaction callbacks and interaction webhooks;
@@ -20,7 +22,7 @@ through `messages`, `threads`, `callbacks` and `requests`; `wait_for` waits for 
 
 The modules: `world` (ids, users, flags, records), `payloads` (Discord's JSON objects and
 errors), `checks` (the limits on what the bot sends), `state` (what the server holds),
-`gateway`, `messages`, `interactions`, and the REST routes in `rest`, `commands`,
+`gateway`, `messages`, `places`, `interactions`, and the REST routes in `rest`, `commands`,
 `channels` and `webhooks`, put together by `server`.
 """
 
