@@ -203,6 +203,11 @@ class DiscordSettings:
     `api_url` server when one is set, by default."""
     files_per_answer: int = 10
     """Charts and files shown with one answer; the rest are counted in a note."""
+    user_install: bool = False
+    """Offer /run and Run with Cellmate to people who install the app to their account, in
+    DMs, group DMs and servers the bot is not in (off: nobody outside the bot's servers)."""
+    user_install_users: tuple[str, ...] = ()
+    """Only these people through a user install (empty: whoever a DM to the bot admits)."""
 
     def __post_init__(self) -> None:
         _check_chat_files(self.file_hosts, self.files_per_answer)

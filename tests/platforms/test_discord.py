@@ -349,7 +349,7 @@ async def test_reset_export_files_and_the_run_code_menu_in_a_dm(
             and not bot.client.door.lines.busy
         )
     )
-    menu = await bot.server.context_menu("Run code", code)
+    menu = await bot.server.context_menu("Run with Cellmate", code)
     await bot.server.wait_for(
         lambda: any("42" in m.content for m in bot.server.interaction_messages(menu))
     )
@@ -464,7 +464,7 @@ async def test_every_entry_point_refuses_a_user_the_allowlist_leaves_out(
         await bot.server.slash("reset", channel_id=thread_id, user=CAROL),
         await bot.server.slash("run", {"code": "print('carol')"}, user=CAROL),
         await bot.server.slash("run", channel_id=thread_id, user=CAROL),
-        await bot.server.context_menu("Run code", code_message, user=CAROL),
+        await bot.server.context_menu("Run with Cellmate", code_message, user=CAROL),
         await bot.server.click(running, button_id(running, "Stop"), user=CAROL),
         await bot.server.click(result, button_id(result, "Re-run"), user=CAROL),
         await bot.server.submit_modal(

@@ -87,14 +87,17 @@ async def interaction_reply(bot: Bot, interaction: Interaction) -> str:
 
 
 @contextlib.asynccontextmanager
-async def running_bot(agent: Agent, conversations: Conversations) -> AsyncIterator[Bot]:
+async def running_bot(
+    agent: Agent, conversations: Conversations, **settings: Any
+) -> AsyncIterator[Bot]:
     """The real discord.py client of `conversations` on a Discord stand-in of its own, from
-    its first gateway connection until it and the stand-in are closed again."""
+    its first gateway connection until it and the stand-in are closed again; `settings`
+    change the client's `DiscordSettings`."""
     base, gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
     server = DiscordServer()
     await server.start()
-    settings = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0)
-    client = build_client(conversations, settings)
+    chosen = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0)
+    client = build_client(conversations, dataclasses.replace(chosen, **settings))
     client._connection.guild_ready_timeout = 0.05
     task = asyncio.create_task(run_discord(client))
     try:

@@ -1,6 +1,8 @@
 """A Discord API server on loopback that the real `discord.py` client can connect to.
 
-One aiohttp server plays Discord for one guild, a handful of users and one bot:
+One aiohttp server plays Discord for one guild, a handful of users and one bot (and, for
+the app installed to people's accounts, a server, a group DM and a DM the bot is not in;
+see `places`):
 
 * the REST API (v10) under `/api/v10`: messages (JSON and multipart uploads), threads,
   DMs, application commands, interaction callbacks and interaction webhooks;
@@ -20,7 +22,7 @@ through `messages`, `threads`, `callbacks` and `requests`; `wait_for` waits for 
 
 The modules: `world` (ids, users, flags, records), `payloads` (Discord's JSON objects and
 errors), `checks` (the limits on what the bot sends), `state` (what the server holds),
-`gateway`, `messages`, `interactions`, and the REST routes in `rest`, `commands`,
+`gateway`, `messages`, `places`, `interactions`, and the REST routes in `rest`, `commands`,
 `channels` and `webhooks`, put together by `server`.
 """
 
@@ -38,6 +40,7 @@ from .world import (
     ALL_PERMISSIONS,
     API_PREFIX,
     APP_ID,
+    APP_PERMISSIONS_ELSEWHERE,
     APPLICATION_COMMAND,
     AUTOCOMPLETE,
     BOB,
@@ -52,6 +55,9 @@ from .world import (
     DM,
     EPHEMERAL,
     EVERYONE_PERMISSIONS,
+    FOREIGN_CHANNEL,
+    FOREIGN_GUILD,
+    GROUP_DM,
     GUILD_ID,
     GUILD_JOINED_AT,
     GUILD_MESSAGE_REACTIONS,
@@ -63,6 +69,7 @@ from .world import (
     JSON,
     LOADING,
     MAX_UPLOAD,
+    MAX_USER_INSTALL_FOLLOWUPS,
     MESSAGE_COMPONENT,
     MESSAGE_CONTENT,
     MODAL_SUBMIT,
@@ -70,6 +77,7 @@ from .world import (
     OTHER_GUILD,
     OTHER_ROLE,
     OWNER,
+    PEOPLE_DM,
     PRIVATE_THREAD,
     PUBLIC_THREAD,
     ROLE_MEMBER,
@@ -87,6 +95,7 @@ __all__ = [
     "API_PREFIX",
     "APPLICATION_COMMAND",
     "APP_ID",
+    "APP_PERMISSIONS_ELSEWHERE",
     "AUTOCOMPLETE",
     "BOB",
     "BOT_ID",
@@ -100,6 +109,9 @@ __all__ = [
     "DM",
     "EPHEMERAL",
     "EVERYONE_PERMISSIONS",
+    "FOREIGN_CHANNEL",
+    "FOREIGN_GUILD",
+    "GROUP_DM",
     "GUILDS",
     "GUILD_ID",
     "GUILD_JOINED_AT",
@@ -111,6 +123,7 @@ __all__ = [
     "JSON",
     "LOADING",
     "MAX_UPLOAD",
+    "MAX_USER_INSTALL_FOLLOWUPS",
     "MESSAGE_COMPONENT",
     "MESSAGE_CONTENT",
     "MISSING_PERMISSIONS",
@@ -119,6 +132,7 @@ __all__ = [
     "OTHER_GUILD",
     "OTHER_ROLE",
     "OWNER",
+    "PEOPLE_DM",
     "PRIVATE_THREAD",
     "PUBLIC_THREAD",
     "ROLE_MEMBER",

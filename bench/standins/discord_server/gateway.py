@@ -51,7 +51,7 @@ class Gateway(ServerState):
         channels = [
             {key: value for key, value in channel.items() if key != "guild_id"}
             for channel in self._channels.values()
-            if channel["type"] == GUILD_TEXT
+            if channel["type"] == GUILD_TEXT and channel["guild_id"] == str(GUILD_ID)
         ]
         active_threads = [
             thread for thread in self.threads.values() if not thread["thread_metadata"]["archived"]

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .checks import check_modal, check_text_input, walk, with_ids
-from .messages import Messages
-from .payloads import form_error, member_json, permissions_of, role_json, user_json
+from .payloads import form_error, member_json, role_json, user_json
+from .places import Places
 from .world import (
     ALICE,
     APP_ID,
@@ -38,7 +38,7 @@ from .world import (
 )
 
 
-class Interactions(Messages):
+class Interactions(Places):
     """What users start (slash, context_menu, click, submit_modal) and its callbacks."""
 
     async def slash(
@@ -52,7 +52,7 @@ class Interactions(Messages):
         """A user runs a synced slash command; "group sub" names a subcommand. Option values
         are plain values; users, channels and roles by id; attachments as (filename, bytes)."""
         top, *path = name.split()
-        command = self._find_command(top, 1, channel_id)
+        command, owners = self._find_command(top, 1, channel_id, user)
         data: JSON = {"id": command["id"], "name": top, "type": 1}
         if "guild_id" in command:
             data["guild_id"] = command["guild_id"]
@@ -71,13 +71,13 @@ class Interactions(Messages):
         if resolved:
             data["resolved"] = resolved
         return await self._interact(
-            APPLICATION_COMMAND, data, channel_id, user, name=name, command_type=1
+            APPLICATION_COMMAND, data, channel_id, user, owners, name=name, command_type=1
         )
 
     async def context_menu(self, name: str, message: Message, *, user: int = ALICE) -> Interaction:
         """A user runs a message context-menu command (Apps → name) on `message`."""
         target = self._require_message(message)
-        command = self._find_command(name, 3, target.channel_id)
+        command, owners = self._find_command(name, 3, target.channel_id, user)
         data: JSON = {
             "id": command["id"],
             "name": name,
@@ -89,7 +89,7 @@ class Interactions(Messages):
         if "guild_id" in command:
             data["guild_id"] = command["guild_id"]
         return await self._interact(
-            APPLICATION_COMMAND, data, target.channel_id, user, name=name, command_type=3
+            APPLICATION_COMMAND, data, target.channel_id, user, owners, name=name, command_type=3
         )
 
     async def click(
@@ -123,8 +123,10 @@ class Interactions(Messages):
         }
         if component["type"] in SELECT_TYPES:
             data["values"] = list(values or [])
+        channel = self._require_channel(current.channel_id)
+        owners = self._owners_of(channel, current)
         return await self._interact(
-            MESSAGE_COMPONENT, data, current.channel_id, user, source=current
+            MESSAGE_COMPONENT, data, current.channel_id, user, owners, source=current
         )
 
     async def submit_modal(
@@ -150,27 +152,31 @@ class Interactions(Messages):
         source = None
         if origin is not None and origin.source_message is not None:
             source = self.messages[origin.source_message]
-        return await self._interact(MODAL_SUBMIT, data, channel_id, user, source=source)
+        owners = (
+            dict(origin.owners)
+            if origin is not None
+            else self._owners_of(self._require_channel(channel_id), None)
+        )
+        return await self._interact(MODAL_SUBMIT, data, channel_id, user, owners, source=source)
 
     def expire(self, interaction: Interaction) -> None:
         """The interaction's token stops working, as after Discord's 3 s / 15 min limits."""
         self._states[interaction.id].expired = True
         self._touch()
 
-    def _find_command(self, name: str, kind: int, channel_id: int) -> JSON:
+    def _find_command(
+        self, name: str, kind: int, channel_id: int, user: int
+    ) -> tuple[JSON, dict[str, str]]:
+        """The command `user` can use in the channel, and who authorizes it there."""
         channel = self._require_channel(channel_id)
-        in_guild = "guild_id" in channel
-        places = [(GUILD_ID, 0), (None, 0)] if in_guild else [(None, 1)]
-        for key, context in places:
+        keys = [GUILD_ID, None] if channel.get("guild_id") == str(GUILD_ID) else [None]
+        for key in keys:
             for command in self.commands.get(key, []):
                 if command["name"] != name or command.get("type", 1) != kind:
                     continue
-                contexts = command.get("contexts")
-                if contexts is not None and context not in contexts:
-                    continue
-                if context == 1 and command.get("dm_permission") is False:
-                    continue
-                return command
+                owners = self._owners_for(command, channel, user)
+                if owners is not None:
+                    return command, owners
         synced = {key: [c["name"] for c in value] for key, value in self.commands.items()}
         raise AssertionError(
             f"no command {name!r} (type {kind}) usable in channel {channel_id}; synced: {synced}"
@@ -268,15 +274,13 @@ class Interactions(Messages):
             )
         return answer
 
-    def _interaction_channel(self, channel: JSON, user: int) -> JSON:
-        return {**channel, "permissions": str(permissions_of(user))}
-
     async def _interact(
         self,
         kind: int,
         data: JSON,
         channel_id: int,
         user: int,
+        owners: dict[str, str],
         *,
         name: str | None = None,
         command_type: int | None = None,
@@ -300,19 +304,7 @@ class Interactions(Messages):
             "entitlements": [],
             "attachment_size_limit": MAX_UPLOAD,
         }
-        if "guild_id" in channel:
-            payload.update(
-                guild_id=str(GUILD_ID),
-                guild={"id": str(GUILD_ID), "locale": "en-US", "features": []},
-                guild_locale="en-US",
-                member=member_json(user, permissions=True),
-                authorizing_integration_owners={"0": str(GUILD_ID)},
-                context=0,
-            )
-        else:
-            payload.update(
-                user=user_json(user), authorizing_integration_owners={"0": "0"}, context=1
-            )
+        payload.update(self._place_fields(channel, user, owners))
         if source is not None:
             payload["message"] = self._message_json(source)
         interaction = Interaction(interaction_id, token, channel_id, payload)
@@ -323,6 +315,7 @@ class Interactions(Messages):
             name=name,
             command_type=command_type,
             source_message=source.id if source else None,
+            owners=owners,
         )
         self.interactions[interaction_id] = interaction
         self._states[interaction_id] = state
@@ -339,7 +332,7 @@ class Interactions(Messages):
             "id": str(interaction.id),
             "type": state.kind,
             "user": user_json(state.user),
-            "authorizing_integration_owners": {"0": str(GUILD_ID) if guild else "0"},
+            "authorizing_integration_owners": dict(state.owners),
         }
         extra: JSON = {"interaction_metadata": metadata}
         if state.kind == APPLICATION_COMMAND:

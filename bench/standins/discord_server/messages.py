@@ -14,12 +14,14 @@ from .world import (
     DIRECT_MESSAGES,
     DM,
     EPHEMERAL,
+    GUILD_ID,
     GUILD_MESSAGES,
     IS_COMPONENTS_V2,
     JSON,
     LOADING,
     MEMBER_ROLES,
     MESSAGE_CONTENT,
+    OTHER_GUILD,
     ROLE_MEMBER,
     ROLE_MENTION,
     SENDABLE_FLAGS,
@@ -157,6 +159,14 @@ class Messages(Gateway):
         return data
 
     @staticmethod
+    def _bot_is_in(channel: JSON) -> bool:
+        """Whether the bot is in a channel: one of its servers' (threads included), or its
+        own DM; not a server it is not in, nor a DM or group DM between people."""
+        if "guild_id" in channel:
+            return channel["guild_id"] in (str(GUILD_ID), str(OTHER_GUILD))
+        return channel.get("type") == DM and len(channel.get("recipients") or ()) == 1
+
+    @staticmethod
     def _message_intent(channel: JSON) -> int:
         return DIRECT_MESSAGES if channel.get("type") == DM else GUILD_MESSAGES
 
@@ -171,8 +181,9 @@ class Messages(Gateway):
         message.raw = self._message_json(message)
         for hook in self.message_hooks:
             hook(message)
-        if message.flags & EPHEMERAL:
-            self._touch()  # only the user sees ephemeral messages: no gateway event
+        if message.flags & EPHEMERAL or not self._bot_is_in(channel):
+            # only the user sees ephemeral messages, and the bot nothing where it is not
+            self._touch()
             return
         await self._dispatch(
             "MESSAGE_CREATE",
@@ -184,10 +195,10 @@ class Messages(Gateway):
         message.raw = self._message_json(message)
         for hook in self.message_hooks:
             hook(message)
-        if message.flags & EPHEMERAL:
+        channel = self._channels[message.channel_id]
+        if message.flags & EPHEMERAL or not self._bot_is_in(channel):
             self._touch()
             return
-        channel = self._channels[message.channel_id]
         await self._dispatch(
             "MESSAGE_UPDATE",
             self._gateway_message(message),

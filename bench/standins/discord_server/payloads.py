@@ -9,16 +9,25 @@ from typing import Any
 from aiohttp import web
 
 from .world import (
+    ALICE,
     ALL_PERMISSIONS,
     APP_ID,
+    BOB,
     BOT_ID,
+    CAROL,
+    DM,
     EVERYONE_PERMISSIONS,
+    FOREIGN_CHANNEL,
+    FOREIGN_GUILD,
+    GROUP_DM,
+    GROUP_DM_TYPE,
     GUILD_ID,
     GUILD_JOINED_AT,
     GUILD_TEXT,
     JSON,
     MEMBER_ROLES,
     OWNER,
+    PEOPLE_DM,
     USERS,
 )
 
@@ -60,6 +69,8 @@ UNKNOWN_MESSAGE = (404, 10008, "Unknown Message")
 UNKNOWN_WEBHOOK = (404, 10015, "Unknown Webhook")
 UNKNOWN_INTERACTION = (404, 10062, "Unknown interaction")
 MISSING_PERMISSIONS = (403, 50013, "Missing Permissions")
+MISSING_ACCESS = (403, 50001, "Missing Access")
+MAX_FOLLOWUPS = (400, 40094, "This interaction has hit the maximum number of follow up messages")
 
 
 def known_error(kind: tuple[int, int, str]) -> DiscordError:
@@ -167,6 +178,32 @@ def text_channel_json(channel_id: int, name: str, position: int) -> JSON:
     }
 
 
+def places_elsewhere() -> dict[int, JSON]:
+    """The channels of places the bot is not in (see `world`)."""
+    foreign = {
+        **text_channel_json(FOREIGN_CHANNEL, "lounge", 0),
+        "guild_id": str(FOREIGN_GUILD),
+    }
+    group = {
+        "id": str(GROUP_DM),
+        "type": GROUP_DM_TYPE,
+        "name": "study group",
+        "icon": None,
+        "owner_id": str(ALICE),
+        "last_message_id": None,
+        "flags": 0,
+        "recipients": [user_json(user) for user in (ALICE, BOB, CAROL)],
+    }
+    people = {
+        "id": str(PEOPLE_DM),
+        "type": DM,
+        "last_message_id": None,
+        "flags": 0,
+        "recipients": [user_json(user) for user in (ALICE, BOB)],
+    }
+    return {FOREIGN_CHANNEL: foreign, GROUP_DM: group, PEOPLE_DM: people}
+
+
 def application_json() -> JSON:
     return {
         "id": str(APP_ID),
@@ -187,7 +224,7 @@ def application_json() -> JSON:
         "interactions_endpoint_url": None,
         "approximate_guild_count": 1,
         "tags": [],
-        "integration_types_config": {"0": {}},
+        "integration_types_config": {"0": {}, "1": {}},
     }
 
 

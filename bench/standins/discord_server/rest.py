@@ -15,6 +15,7 @@ from aiohttp import web
 
 from .interactions import Interactions
 from .payloads import (
+    MISSING_ACCESS,
     UNKNOWN_CHANNEL,
     UNKNOWN_MESSAGE,
     DiscordError,
@@ -153,6 +154,8 @@ class Rest(Interactions):
         channel = self._channels.get(int(request.match_info["channel_id"]))
         if channel is None:
             raise known_error(UNKNOWN_CHANNEL)
+        if not self._bot_is_in(channel):
+            raise known_error(MISSING_ACCESS)
         return channel
 
     def _channel_message(self, request: web.Request) -> Message:

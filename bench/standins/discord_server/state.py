@@ -10,7 +10,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from .connection import Connection, Session
-from .payloads import text_channel_json, user_json
+from .payloads import places_elsewhere, text_channel_json, user_json
 from .world import (
     API_PREFIX,
     BOT_ID,
@@ -67,7 +67,10 @@ class ServerState:
         self._channels: dict[int, JSON] = {
             CHANNEL_GENERAL: text_channel_json(CHANNEL_GENERAL, "general", 0),
             CHANNEL_OTHER: text_channel_json(CHANNEL_OTHER, "other", 1),
+            **places_elsewhere(),
         }
+        self.user_installs: set[int] = set()
+        """People who installed the app to their account (`install_app`)."""
         self._dms: dict[int, int] = {}
         self._files: dict[int, Attachment] = {}
         self._states: dict[int, InteractionState] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from .payloads import (
+    MAX_FOLLOWUPS,
     UNKNOWN_INTERACTION,
     UNKNOWN_MESSAGE,
     UNKNOWN_WEBHOOK,
@@ -17,7 +18,9 @@ from .rest import Rest, read_body, truthy_query
 from .world import (
     APP_ID,
     CALLBACKS_ALLOWED,
+    GUILD_INSTALL,
     INTERACTION_FLAGS,
+    MAX_USER_INSTALL_FOLLOWUPS,
     InteractionState,
     Message,
 )
@@ -83,6 +86,12 @@ class Webhooks(Rest):
             state.loading = False
             await self._updated(message)
         else:
+            if (
+                str(GUILD_INSTALL) not in state.owners
+                and state.followups >= MAX_USER_INSTALL_FOLLOWUPS
+            ):
+                raise known_error(MAX_FOLLOWUPS)
+            state.followups += 1
             message = self._compose(
                 state.interaction.channel_id, payload, uploads, allowed_flags=INTERACTION_FLAGS
             )

@@ -27,6 +27,13 @@ OTHER_GUILD = 1100000000000000300
 OTHER_ROLE = 1100000000000000310
 DAVE = 1100000000000000301
 OTHER_BOT = 1100000000000000203
+# Places the bot is not in, which a person's own install of the app reaches: a server the app
+# is not installed in (Alice, Bob and Carol are members; Owner moderates it), a group DM of
+# Alice, Bob and Carol, and a DM between Alice and Bob.
+FOREIGN_GUILD = 1100000000000000500
+FOREIGN_CHANNEL = 1100000000000000501
+GROUP_DM = 1100000000000000510
+PEOPLE_DM = 1100000000000000511
 
 TOKEN = "test-discord-token"  # noqa: S105 - the fake bot's token, known to tests
 
@@ -77,6 +84,7 @@ INTERACTION_FLAGS = SENDABLE_FLAGS | EPHEMERAL
 # channel types
 GUILD_TEXT = 0
 DM = 1
+GROUP_DM_TYPE = 3
 PUBLIC_THREAD = 11
 PRIVATE_THREAD = 12
 THREAD_TYPES = (10, PUBLIC_THREAD, PRIVATE_THREAD)
@@ -92,6 +100,23 @@ CALLBACKS_ALLOWED = {
     AUTOCOMPLETE: {8},
     MODAL_SUBMIT: {4, 5, 6, 7},
 }
+
+# installation contexts (authorizing_integration_owners keys) and interaction contexts
+GUILD_INSTALL = 0
+USER_INSTALL = 1
+GUILD_CONTEXT = 0
+BOT_DM_CONTEXT = 1
+PRIVATE_CHANNEL_CONTEXT = 2
+MAX_USER_INSTALL_FOLLOWUPS = 5
+"""Follow-ups an interaction that only a user install authorized may send."""
+# permissions
+EMBED_LINKS = 1 << 14
+ATTACH_FILES = 1 << 15
+MENTION_EVERYONE = 1 << 17
+USE_EXTERNAL_APPS = 1 << 50
+APP_PERMISSIONS_ELSEWHERE = ATTACH_FILES | EMBED_LINKS | MENTION_EVERYONE
+"""What Discord says the app may do in (group) DMs between people, and here in servers the
+app is not installed in."""
 
 SELECT_TYPES = {3, 5, 6, 7, 8}
 USER_MENTION = re.compile(r"<@!?(\d+)>")
@@ -161,6 +186,11 @@ class InteractionState:
     loading: bool = False
     created: list[int] = field(default_factory=list)
     expired: bool = False
+    owners: dict[str, str] = field(default_factory=dict)
+    """Its authorizing integration owners: "0" the server (or "0" in the DM with the bot)
+    where the app is installed, "1" the person whose own install authorized it."""
+    followups: int = 0
+    """Follow-up messages it created."""
 
 
 @dataclass

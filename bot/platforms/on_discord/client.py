@@ -36,6 +36,12 @@ from bot.platforms.on_discord.prompts import InputButton
 from bot.platforms.on_discord.render import thread_name
 from bot.platforms.on_discord.reply import ChannelSurface, InteractionSurface, Reply, Surface
 from bot.platforms.on_discord.schedules import DiscordPoster, register_schedules
+from bot.platforms.on_discord.user_install import (
+    admits,
+    allow_user_installs,
+    elsewhere,
+    run_elsewhere,
+)
 from bot.settings import DiscordSettings
 from storage.intake import DISCORD_FILE_HOSTS, IncomingFile, http_fetcher
 
@@ -90,6 +96,7 @@ class CellmateDiscord(discord.Client):
         register_commands(self)
         register_network(self)
         register_schedules(self)
+        allow_user_installs(self.tree, settings)
         self.add_dynamic_items(TurnButton, ApprovalButton, DoorButton, InputButton)
         conversations.doorbells["discord"] = doorbell(self)
         self.connected = asyncio.Event()
@@ -228,6 +235,9 @@ class CellmateDiscord(discord.Client):
         """/run, the Run code menu and Re-run: run code directly, no model involved, in the
         conversation it was asked in (or in a one-off session); `background`: it goes on in
         the background at once."""
+        if elsewhere(interaction):  # a user install where the bot is not
+            await run_elsewhere(self, interaction, code, background)
+            return
         person = await self.person_now(interaction)
         if not await self.admitted(interaction, person):
             return
@@ -252,7 +262,7 @@ class CellmateDiscord(discord.Client):
 
     async def admitted(self, interaction: discord.Interaction, person: Person) -> bool:
         """The admission check of every interaction; a refused person is told so."""
-        if self.door.allows(person.place):
+        if self.door.allows(person.place) and admits(self.settings, interaction):
             return True
         await tell(interaction, NOT_HERE)
         return False
@@ -277,7 +287,8 @@ class CellmateDiscord(discord.Client):
                 return interaction.guild is not None and interaction.permissions.manage_guild
             return self.moderator(interaction)
 
-        dm = interaction.guild is None
+        # Where the bot is not (a user install), a person is admitted as by a DM.
+        dm = interaction.guild is None or elsewhere(interaction)
         place = self.presence.known(place_of(interaction.user, interaction.channel, dm))
         return Person(str(interaction.user.id), place, vouched, moderates)
 

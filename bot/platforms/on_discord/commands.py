@@ -23,6 +23,8 @@ NO_CONVERSATION = (
     "There is no Cellmate conversation here: mention me in a channel to start a thread, "
     "or send me a direct message."
 )
+RUN_MENU = "Run with Cellmate"
+"""The message command that runs a message's code (its code blocks, or all of it)."""
 BUTTON_LOOKS = {
     "stop": ("Stop", discord.ButtonStyle.danger),
     "keep": ("Keep running", discord.ButtonStyle.secondary),
@@ -136,7 +138,7 @@ def register_commands(client: DiscordFront) -> None:
             return
         await client.start_run(interaction, code_blocks(code) or code, background=background)
 
-    @tree.context_menu(name="Run code")
+    @tree.context_menu(name=RUN_MENU)
     async def run_code(interaction: discord.Interaction, message: discord.Message) -> None:
         code = code_blocks(message.content)
         if code is None:
