@@ -208,7 +208,8 @@ class CellmateDiscord(discord.Client):
 
     def reply(self, surface: Surface, keep: bool = True) -> Reply:
         """A turn's reply on `surface`; `keep`: with Keep running beside Stop (where runs may
-        go on in the background)."""
+        go on in the background). Run beside joins them while the turn's code waits for the
+        run in the background."""
         keep = keep and self.conversations.background.max_s > 0
 
         def controls(kind: str, key: str) -> discord.ui.View:
