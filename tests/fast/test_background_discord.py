@@ -6,8 +6,9 @@ background at once, and Stop on the background run's message ends it; `/run` wit
 `background` option goes there at once, in a thread and in a plain channel; and a bystander's
 Stop on someone's background run is refused while the run goes on. Once a turn's code waits
 for the run in the background, its message says so and offers Run beside, which runs that
-code now beside it (a bystander's press is refused). The real discord.py client against the
-Discord stand-in, on the fake sandbox (no Docker), without a model (code runs directly)."""
+code now beside it (a bystander's press is refused), as `/run` with its `beside` option does
+at once. The real discord.py client against the Discord stand-in, on the fake sandbox (no
+Docker), without a model (code runs directly)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from bench.standins.discord_server import ALICE, BOB, CHANNEL_GENERAL, EPHEMERAL
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.errors import NOT_YOURS
+from bot.fences import BOTH_FLAGS
 from bot.platforms.progress import WAITING_BEHIND
 from bot.sandbox_words import BESIDE_NOTE
 from executor import Executor, SandboxLimits
@@ -323,3 +325,34 @@ async def test_run_beside_is_offered_once_code_waits_and_runs_it_now_beside(
     assert not has_button(done, "Stop")
     assert background_key in conversations.background.runs
     assert not any(m.content.startswith(ENDED) for m in bot.bot_messages(thread_id))
+
+
+@pytest.mark.parametrize("sandbox_limits", [30], indirect=True)
+async def test_run_with_the_beside_option_runs_at_once_beside_the_background_run(
+    bot: Bot, conversations: Conversations, fake_backend: FakeBackend
+) -> None:
+    thread_id = await _thread_with(bot, HANG)
+    await _kept(bot, thread_id)
+    done = await bot.server.slash(
+        "run", {"code": QUICK, "beside": True}, channel_id=thread_id, user=ALICE
+    )
+    answer = await bot.server.wait_for(
+        lambda: [m for m in bot.server.interaction_messages(done) if BESIDE_NOTE in m.content]
+    )
+    assert "42" in answer[0].content
+    assert WAITING_BEHIND not in answer[0].content  # it never waited
+    assert not has_button(answer[0], "Run beside")
+    assert [code.strip() for code in fake_backend.runs] == [HANG, QUICK]  # no flag in the code
+    assert len(conversations.background.runs) == 1
+
+    # Both options at once is not a thing: the person is told, alone, and nothing runs.
+    both = await bot.server.slash(
+        "run",
+        {"code": QUICK, "background": True, "beside": True},
+        channel_id=thread_id,
+        user=ALICE,
+    )
+    assert await interaction_reply(bot, both) == BOTH_FLAGS
+    (told,) = [c for c in bot.server.callbacks if c["interaction_id"] == both.id]
+    assert told["data"]["flags"] & EPHEMERAL
+    assert len(fake_backend.runs) == 2

@@ -7,7 +7,8 @@ ends it; `/run --background CODE` goes there at once and its end is posted, in t
 of the /run's own answer (as a Re-run there does); and a bystander's Stop on someone's
 background run is refused (to them alone) while the run goes on. Once a turn's code waits for
 the run in the background, its message says so and offers Run beside (`cm_beside`), which
-runs that code now beside it (a bystander's press is refused). The real slack_bolt app
+runs that code now beside it (a bystander's press is refused), as `/run --beside CODE` does
+at once (in a DM, in the person's latest conversation there). The real slack_bolt app
 against the Slack stand-in, on the fake sandbox (no Docker), without a model (code runs
 directly)."""
 
@@ -23,12 +24,13 @@ from bench.standins.slack_server import ALICE, BOB, C_GENERAL, Message
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.errors import NOT_YOURS
+from bot.fences import BOTH_FLAGS
 from bot.platforms.progress import WAITING_BEHIND
 from bot.sandbox_words import BESIDE_NOTE
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend
 from tests.support.later import HANG, QUICK, SLOW, slow_backend
-from tests.support.on_slack import Bot, button, running_bot
+from tests.support.on_slack import Bot, button, ephemeral_to, running_bot
 
 NOTICE = "⏳ This run goes on in the background"
 ENDED = f"<@{ALICE}> your background run ended: "
@@ -345,3 +347,30 @@ async def test_run_beside_is_offered_once_code_waits_and_runs_it_now_beside(
     assert _told(bot) == [NOT_YOURS]  # Alice's press did what it asked: nothing to tell her
     assert background_key in conversations.background.runs
     assert not any(m.text.startswith(ENDED) for m in _bot_messages(bot, root))
+
+
+@pytest.mark.parametrize("sandbox_limits", [30], indirect=True)
+async def test_run_beside_flag_runs_at_once_beside_the_background_run(
+    bot: Bot, conversations: Conversations, fake_backend: FakeBackend
+) -> None:
+    """`/run --beside CODE` in a DM runs in the person's latest conversation there, beside
+    its run in the background; the flag is not code."""
+    dm = bot.server.dm_channel(ALICE)
+    asked, _ = await bot.server.post(dm, f"```python\n{HANG}\n```", user=ALICE)
+    await _kept(bot, dm, asked.ts)
+    await bot.server.slash("/run", f"--beside {QUICK}", channel=dm, user=ALICE)
+    answer = await bot.server.wait_for(
+        lambda: next((m for m in bot.thread(dm, asked.ts) if BESIDE_NOTE in m.text), None)
+    )
+    assert isinstance(answer, Message)
+    assert "42" in answer.text
+    assert WAITING_BEHIND not in answer.text  # it never waited
+    assert not button(answer, "cm_beside")
+    assert [code.strip() for code in fake_backend.runs] == [HANG, QUICK]
+    assert len(conversations.background.runs) == 1
+
+    # Both flags at once is not a thing: the person is told, alone, and nothing runs.
+    await bot.server.slash("/run", f"--background --beside {QUICK}", channel=dm, user=ALICE)
+    told = await bot.server.wait_for(lambda: ephemeral_to(bot, ALICE))
+    assert told == [BOTH_FLAGS]
+    assert len(fake_backend.runs) == 2

@@ -26,7 +26,7 @@ from bot.conversations import Admission, ConversationKey, Conversations, Person,
 from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
-from bot.fences import BACKGROUND_FLAG, direct_code
+from bot.fences import BACKGROUND_FLAG, BESIDE_FLAG, direct_code
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
@@ -225,10 +225,12 @@ class CellmateDiscord(discord.Client):
         code: str,
         key: ConversationKey | None = None,
         background: bool = False,
+        beside: bool = False,
     ) -> None:
         """/run, the Run code menu and Re-run: run code directly, no model involved, in the
         conversation it was asked in (or in a one-off session); `background`: it goes on in
-        the background at once."""
+        the background at once; `beside`: it runs beside the conversation's run in the
+        background rather than wait for it."""
         person = await self.person_now(interaction)
         if not await self.admitted(interaction, person):
             return
@@ -246,7 +248,7 @@ class CellmateDiscord(discord.Client):
             await tell(interaction, str(exc))
             return
         await interaction.response.defer(thinking=True)
-        flag = f" {BACKGROUND_FLAG}" if background else ""
+        flag = f" {BACKGROUND_FLAG}" if background else f" {BESIDE_FLAG}" if beside else ""
         message = UserMessage(f"/run{flag}\n{code}", user=person.user, server=server)
         reply = self.reply(InteractionSurface(interaction))
         await self.conversations.turn(self.door, person, key, message, reply, rerun_code=code)

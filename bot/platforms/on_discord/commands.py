@@ -13,6 +13,7 @@ from discord import app_commands
 
 from bot.conversations import ConversationKey, Person, Refused
 from bot.conversations.policy import parse_mode
+from bot.fences import BOTH_FLAGS
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_discord.front import DiscordFront, front_of
 from bot.platforms.on_discord.interactions import conversation_of, place_key, tell
@@ -103,12 +104,18 @@ class RunModal(discord.ui.Modal, title="Run Python"):
         max_length=4000,
     )
 
-    def __init__(self, client: DiscordFront) -> None:
+    def __init__(
+        self, client: DiscordFront, background: bool = False, beside: bool = False
+    ) -> None:
         super().__init__(timeout=900)
         self.client = client
+        self.background = background
+        self.beside = beside
 
     async def on_submit(self, interaction: discord.Interaction) -> None:
-        await self.client.start_run(interaction, self.code.value)
+        await self.client.start_run(
+            interaction, self.code.value, background=self.background, beside=self.beside
+        )
 
 
 def register_commands(client: DiscordFront) -> None:
@@ -139,15 +146,25 @@ def register_commands(client: DiscordFront) -> None:
     @app_commands.describe(
         code="Python code; leave it out for a multi-line editor",
         background="go on in the background at once (the answer comes when it ends)",
+        beside="run now beside the run in the background here: its files, not its variables",
     )
     async def run(
-        interaction: discord.Interaction, code: str | None = None, background: bool = False
+        interaction: discord.Interaction,
+        code: str | None = None,
+        background: bool = False,
+        beside: bool = False,
     ) -> None:
+        if background and beside:
+            if await client.admitted(interaction, await client.person_now(interaction)):
+                await tell(interaction, BOTH_FLAGS)
+            return
         if code is None or not code.strip():
             if await client.admitted(interaction, await client.person_now(interaction)):
-                await interaction.response.send_modal(RunModal(client))
+                await interaction.response.send_modal(RunModal(client, background, beside))
             return
-        await client.start_run(interaction, code_blocks(code) or code, background=background)
+        await client.start_run(
+            interaction, code_blocks(code) or code, background=background, beside=beside
+        )
 
     @tree.context_menu(name="Run code")
     async def run_code(interaction: discord.Interaction, message: discord.Message) -> None:
