@@ -71,6 +71,23 @@ BESIDE_FLAG = "--beside"
 second kernel (`/run --beside CODE`)."""
 
 
+BOTH_FLAGS = (
+    "Choose background or beside, not both: code run beside the background run does not go "
+    "on in the background itself."
+)
+
+
+def run_flags(text: str) -> tuple[set[str], str]:
+    """The flags (`--background`, `--beside`) that start the text of a /run command, each a
+    word of its own, and the code after them."""
+    flags: set[str] = set()
+    rest = text.strip()
+    while (parts := rest.split(maxsplit=1)) and parts[0] in (BACKGROUND_FLAG, BESIDE_FLAG):
+        flags.add(parts[0])
+        rest = parts[1] if len(parts) > 1 else ""
+    return flags, rest
+
+
 def direct_code(text: str) -> str | None:
     """The code of a message that is only a fenced code block, or `/run [--background] ...`,
     as it runs (`as_run`); else None."""

@@ -3,14 +3,16 @@
 In a terminal it reads one message per line (a line starting with ``` reads on to the closing
 fence), shows the code being run and its output as it streams, and Ctrl-C (or /stop) stops the
 running turn; /keep, typed while it runs, lets its run go on in the background instead, as
-Keep running does on Discord and Slack (lines typed while a turn runs are read at once, see
-`console_keys`; other lines wait for the turn to end). A run in the background prints its
-output here as it comes, then a line saying it ended; /stop ends it sooner. From a pipe it
-reads messages separated by blank lines (a blank line inside a fenced block does not end a
-message), answers each in turn, and exits at the end of input. Commands: /reset, /files,
-/restore, /export, /attach PATH, /policy [MODE], /network ..., /schedule ...,
-/run [--background] CODE, /keep, /stop, /quit. A schedule's runs are printed here as they
-happen, while the chat runs.
+Keep running does on Discord and Slack, and /beside, typed while its code waits for the run
+in the background, runs that code now in a second kernel beside it, as Run beside does
+(lines typed while a turn runs are read at once, see `console_keys`; other lines wait for
+the turn to end). A run in the background prints its output here as it comes, then a line
+saying it ended; /stop ends it sooner. From a pipe it reads messages separated by blank
+lines (a blank line inside a fenced block does not end a message), answers each in turn,
+and exits at the end of input. Commands: /reset, /files, /restore, /export, /attach PATH,
+/policy [MODE], /network ..., /schedule ..., /run [--background|--beside] CODE, /keep,
+/beside, /stop, /quit. A schedule's runs are printed here as they happen, while the chat
+runs.
 Where the policy is approve, the model's code is shown first and runs only after y (or e, to
 edit it: lines up to one holding only a dot run instead); n declines it. When code hits a
 closed network door, the door is named at once and, once the turn ends, the console asks
@@ -93,13 +95,25 @@ NETWORK_USAGE = "Use /network, /network allow HOST[:PORT] [once|channel] or /net
 HELP = (
     "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /restore, "
     "/export, /reset, /policy [auto|approve|off], /network [allow|deny HOST], "
-    "/schedule [WHEN|list|cancel N|run-now N], /run --background CODE, /quit. "
+    "/schedule [WHEN|list|cancel N|run-now N], /run --background CODE, "
+    "/run --beside CODE, /quit. "
     "While a turn runs, Ctrl-C (or /stop) stops it and /keep lets its run go on in the "
-    "background; /stop then ends the run in the background."
+    "background; /stop then ends the run in the background. While a turn's code waits for "
+    "that run to end, /beside runs it now in a second kernel beside it (the conversation's "
+    "files, not its variables)."
 )
 NOTHING_TO_KEEP = (
     "Nothing is running: /keep, typed while a turn runs, lets its run go on in the background "
     "(/run --background CODE starts one there)."
+)
+NOTHING_WAITS = (
+    "Nothing is running: /beside, typed while a turn's code waits for the run in the "
+    "background, runs it now beside that run (/run --beside CODE does so at once)."
+)
+RUNNING_BESIDE = "Running it now beside the run in the background …"
+BESIDE_NEXT = "Its next code runs beside the run in the background."
+WAITING_HINT = (
+    "⌛ Still waiting for the run in the background: /beside runs it now; Ctrl-C stops it."
 )
 NOTHING_IN_BACKGROUND = "No run is going on in the background."
 STOPPING_BACKGROUND = "Stopping the run in the background …"
@@ -184,6 +198,8 @@ class Console:
             self._attach(argument.strip())
         elif command == "/keep":
             await self.keep()
+        elif command == "/beside":
+            await self.beside()
         elif command == "/stop":
             await self.stop_command()
         elif text.strip():
@@ -193,6 +209,7 @@ class Console:
             self.renderer.approve = self._approve
             self.renderer.answer_input = self._answer_input
             self.renderer.hint = self._hint()
+            self.renderer.waiting_hint = WAITING_HINT
             try:
                 await self.conversations.turn(self.door, ME, CONVERSATION, message, self.renderer)
             finally:
@@ -328,12 +345,33 @@ class Console:
         elif not renderer.running:
             self._say(KEEPING_NEXT)
 
+    async def beside(self) -> None:
+        """/beside: the running turn's code that waits for the run in the background runs
+        now, beside it, as Run beside does."""
+        renderer = self.renderer
+        if renderer is None or renderer.stop_key is None:
+            self._say(NOTHING_WAITS)
+            return
+        try:
+            why = await self.conversations.run_beside(self.door, ME, renderer.stop_key)
+        except Refused as exc:
+            why = str(exc)
+        if why is not None:
+            self._say(f"✗ {why}")
+        elif renderer.waiting:
+            renderer.waiting = False
+            self._say(RUNNING_BESIDE)
+        else:
+            self._say(BESIDE_NEXT)
+
     def act_on_turn(self, line: str) -> bool:
-        """A line typed while a message is handled: /keep and /stop act at once (True);
-        anything else waits for its turn."""
+        """A line typed while a message is handled: /keep, /beside and /stop act at once
+        (True); anything else waits for its turn."""
         command = line.strip()
         if command == "/keep":
             self._act(self.keep())
+        elif command == "/beside":
+            self._act(self.beside())
         elif command == "/stop":
             self._act(self.stop_command())
         else:
@@ -485,9 +523,9 @@ async def run_piped(console: Console, source: TextIO) -> None:
 
 async def run_interactive(console: Console, banner: str, fd: int | None = None) -> None:
     """The chat in a terminal (`fd`: its input, standard input unless told) until /quit or
-    Ctrl-D. While a message is handled, lines typed are read at once: /keep and /stop act on
-    the running turn, and other lines wait to be the next messages (the turn's questions
-    take the lines typed after they ask)."""
+    Ctrl-D. While a message is handled, lines typed are read at once: /keep, /beside and
+    /stop act on the running turn, and other lines wait to be the next messages (the turn's
+    questions take the lines typed after they ask)."""
     loop = asyncio.get_running_loop()
     fd = sys.stdin.fileno() if fd is None else fd
     keyboard = Keyboard(fd, console.out)

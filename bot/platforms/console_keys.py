@@ -1,9 +1,10 @@
 """The console's keyboard in a terminal: lines read as they are typed, on the event loop.
 
-A turn runs while its person may type: a line typed then is seen at once (so /keep and /stop
-act on the running turn), while the turn's own questions (approve this code? the code's
-`input()`) get the lines typed after they ask. The terminal's line discipline edits the line
-(backspace, Ctrl-U) and sends it whole when Enter is pressed, as it did for `input()`.
+A turn runs while its person may type: a line typed then is seen at once (so /keep, /beside
+and /stop act on the running turn), while the turn's own questions (approve this code? the
+code's `input()`) get the lines typed after they ask. The terminal's line discipline edits
+the line (backspace, Ctrl-U) and sends it whole when Enter is pressed, as it did for
+`input()`.
 """
 
 from __future__ import annotations

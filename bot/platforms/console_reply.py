@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TextIO
 
+from bot.agent.detach import FOR_PERSON, QUEUED_BEHIND
 from bot.conversations.approval import outcome
 from bot.conversations.input_prompts import answered_text
 from bot.events import (
@@ -37,6 +38,33 @@ from bot.text import human_size, run_status
 
 HINT_AFTER_S = 3.0
 """How long code runs before the console says how to stop it or keep it running."""
+WAITS_BEHIND = (
+    "This code waits for the run in the background to end. Type /beside to run it now "
+    "instead, in a second kernel: with the conversation's files, not its variables."
+)
+"""The console's words for code that waits for the run in the background (a terminal)."""
+WAITS_BEHIND_PIPED = (
+    "This code waits for the run in the background to end (/run --beside CODE runs code "
+    "beside it instead, in a second kernel: with the conversation's files, not its variables)."
+)
+"""The same, where lines are read only between turns (a pipe): /beside cannot be typed."""
+WENT_ON = (
+    "⏳ This run goes on in the background (up to {minutes} in all): its output is printed "
+    "here as it comes, then a line saying it ended. The chat goes on meanwhile; code run here "
+    "waits for it (or runs beside it, with /run --beside CODE)."
+)
+"""The console's words for a run that went on in the background (`detach.FOR_PERSON`)."""
+
+
+def console_words(notice: str, interactive: bool) -> str:
+    """A notice of the conversation layer as the console says it: without the buttons and
+    mentions of the chat platforms."""
+    if notice == QUEUED_BEHIND:
+        return WAITS_BEHIND if interactive else WAITS_BEHIND_PIPED
+    before, _, after = FOR_PERSON.partition("{minutes}")
+    if notice.startswith(before) and notice.endswith(after) and len(notice) > len(before + after):
+        return WENT_ON.format(minutes=notice[len(before) : len(notice) - len(after)])
+    return notice
 
 
 class Renderer:
@@ -62,8 +90,12 @@ class Renderer:
         """Said once a run has gone on for `hint_after_s` (how to stop it, or keep it
         running); nothing when empty."""
         self.hint_after_s = HINT_AFTER_S
+        self.waiting_hint = ""
+        """Said instead of `hint` while the code waits for the run in the background."""
         self.running = False
         """Code is running now (from its start to its end, or to the background)."""
+        self.waiting = False
+        """The code waits for the run in the background (until it runs, beside it or after)."""
         self._at_line_start = True
         self._spinner: asyncio.Task[None] | None = None
         self._hinting: asyncio.Task[None] | None = None
@@ -82,7 +114,7 @@ class Renderer:
         self._stop_spinner()
         self._ran()
         for notice in notices:
-            self._line(f"note: {notice}")
+            self._line(f"note: {console_words(notice, self.interactive)}")
         self.out.flush()
 
     async def refused(self, text: str) -> None:
@@ -132,6 +164,7 @@ class Renderer:
                 self._quiet()
                 self._hinting = asyncio.get_running_loop().create_task(self._hint_later())
         elif isinstance(event, OutputChunk):
+            self.waiting = False
             self._output(event)
         elif isinstance(event, ExecutionFinished):
             self._ran()
@@ -141,13 +174,14 @@ class Renderer:
             self._ran()
             self._end_streams()
             self._line("⏩ went on in the background")
-            self._line(f"note: {event.text}")
+            self._line(f"note: {console_words(event.text, self.interactive)}")
         elif isinstance(event, ArtifactsPublished):
             for item in event.artifacts:
                 where = item.link if item.status == "published" else f"not uploaded ({item.reason})"
                 self._line(f"📎 {show_name(item.name)} ({human_size(item.size)}): {where}")
         elif isinstance(event, Notice):
-            self._line(f"note: {event.text}")
+            self.waiting = self.waiting or event.text == QUEUED_BEHIND
+            self._line(f"note: {console_words(event.text, self.interactive)}")
         elif isinstance(event, Answer):
             if self._drafted and event.text.startswith(self._drafted):
                 self._draft(event.text)
@@ -176,12 +210,13 @@ class Renderer:
     async def _hint_later(self) -> None:
         await asyncio.sleep(self.hint_after_s)
         self._hinting = None
-        self._line(self.hint)
+        self._line(self.waiting_hint if self.waiting and self.waiting_hint else self.hint)
         self.out.flush()
 
     def _ran(self) -> None:
         """The run ended, or went to the background."""
         self.running = False
+        self.waiting = False
         self._quiet()
 
     def _quiet(self) -> None:

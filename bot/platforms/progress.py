@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bot.agent.detach import QUEUED_BEHIND
 from bot.events import (
     Answer,
     AnswerDelta,
@@ -45,6 +46,12 @@ DONE = "Done."
 """The answer of a turn whose model said nothing (a direct run says nothing: its run report
 is the answer)."""
 NO_ANSWER = "The turn ended without an answer."
+WAITING_BEHIND = (
+    "⏳ waiting for the run in the background here to end (Stop on its message ends it "
+    "sooner). Run beside runs this code now instead, in a second kernel: with the "
+    "conversation's files, not its variables."
+)
+"""A run's line while its code waits for the conversation's run in the background."""
 
 DoingKind = Literal["thinking", "writing", "approval"]
 
@@ -77,6 +84,8 @@ class RunView:
     started: float = field(default_factory=time.monotonic)
     detached: bool = False
     """It went on in the background: its end is shown in a message of its own."""
+    waiting: bool = False
+    """Its code waits for the conversation's run in the background (Run beside is offered)."""
 
     @property
     def text(self) -> str:
@@ -94,9 +103,17 @@ class RunView:
         self.output_size += min(len(text), room)
         self.dropped += max(0, len(text) - room)
 
+    def stop_waiting(self) -> None:
+        """Its code no longer waits: it runs (beside the run in the background, or after it)."""
+        if self.waiting:
+            self.waiting = False
+            self.started = time.monotonic()
+
     def summary(self) -> str:
         if self.detached:
             return "⏩ went on in the background"
+        if self.waiting:
+            return WAITING_BEHIND
         if self.status is None:
             return f"⏳ running for {time.monotonic() - self.started:.0f} s"
         return run_status(self.status, self.duration_ms, self.message)
@@ -125,6 +142,12 @@ class TurnView:
     @property
     def current(self) -> RunView | None:
         return self.runs[-1] if self.runs else None
+
+    @property
+    def waiting(self) -> bool:
+        """The turn's code waits for the conversation's run in the background."""
+        run = self.current
+        return run is not None and run.waiting and not self.done
 
     def doing(self) -> Doing | None:
         """What the turn is doing while no run is going on (None once it is done): waiting
@@ -160,8 +183,10 @@ class TurnView:
             self.draft = ""
             self.runs.append(RunView(event.code))
         elif isinstance(event, OutputChunk) and self.current is not None:
+            self.current.stop_waiting()
             self.current.add(output_text(event))
         elif isinstance(event, ExecutionFinished) and self.current is not None:
+            self.current.waiting = False
             self.current.status = event.status
             self.current.duration_ms = event.duration_ms
             self.current.message = event.message
@@ -178,11 +203,14 @@ class TurnView:
                 self.notices.append(event.workspace)
         elif isinstance(event, RunDetached):
             if self.current is not None:
+                self.current.waiting = False
                 self.current.detached = True
             self.notices.append(event.text)
         elif isinstance(event, ArtifactsPublished):
             self.artifacts.extend(event.artifacts)
         elif isinstance(event, Notice):
+            if event.text == QUEUED_BEHIND and self.current is not None:
+                self.current.waiting = True
             self.notices.append(event.text)
         elif isinstance(event, Answer):
             self.answer = event.text

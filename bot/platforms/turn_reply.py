@@ -2,6 +2,8 @@
 
     queued?  a progress message with a Stop control ("⏳ Waiting for …")
     start    the progress message says the turn began ("⏳ Working on it…")
+    behind?  while the turn's code waits for the conversation's run in the background, the
+             progress message says so and offers Run beside too (until the code runs)
     events   folded into a `TurnView`; the progress message redrawn at most once per
              interval; code waiting for approval, and the code's `input()` prompts, get a
              message of their own, edited once decided or answered
@@ -10,13 +12,14 @@
     failed   instead: what broke
 
 A platform's reply is a `TurnReply` that supplies only its API calls: posting and editing a
-message with its controls (Stop, Re-run), the approval messages, a note only the asker
-sees, and the answer with its files.
+message with its controls (Stop, Run beside, Re-run), the approval messages, a note only the
+asker sees, and the answer with its files.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
@@ -35,6 +38,19 @@ log = logging.getLogger(__name__)
 Message = TypeVar("Message")
 """What a platform returns for a posted message, and takes to edit it."""
 
+_RUNNING: weakref.WeakValueDictionary[str, TurnReply[Any]] = weakref.WeakValueDictionary()
+"""The replies of the turns running now, by their Stop key (for `ran_beside`)."""
+
+
+def ran_beside(stop_key: str) -> None:
+    """Run beside was pressed, and done, for the turn `stop_key`: its reply no longer says
+    that its code waits, nor offers Run beside."""
+    reply = _RUNNING.get(stop_key)
+    run = None if reply is None else reply.view.current
+    if reply is not None and run is not None and run.waiting:
+        run.stop_waiting()
+        reply.pacer.poke()
+
 
 class TurnReply(ABC, Generic[Message]):
     marks: ClassVar[Mapping[str, str]]
@@ -46,8 +62,8 @@ class TurnReply(ABC, Generic[Message]):
     def __init__(self, interval: float) -> None:
         self.view = TurnView()
         self.progress: Message | None = None
-        self.stop: Any = None
-        """The progress message's Stop control, while the turn runs."""
+        self.stop_key: str | None = None
+        """The key of the progress message's controls, while the turn runs."""
         self.pacer = Pacer(self._draw, interval)
         self.approvals: dict[str, tuple[ApprovalRequested, Message]] = {}
         """Approval messages by key, with what they asked."""
@@ -58,8 +74,9 @@ class TurnReply(ABC, Generic[Message]):
 
     @abstractmethod
     def controls(self, kind: str, key: str) -> Any:
-        """The platform's control for a turn: "stop" (a running turn) or "rerun" (a finished
-        direct run), named by `key`."""
+        """The platform's controls for a turn, named by `key`: "stop" (a running turn),
+        "beside" (a running turn whose code waits for the run in the background: Stop and
+        Run beside) or "rerun" (a finished direct run)."""
 
     @abstractmethod
     def progress_text(self) -> str:
@@ -109,18 +126,33 @@ class TurnReply(ABC, Generic[Message]):
     # ── the lifecycle ────────────────────────────────────────────────────
 
     async def queued(self, stop: str, text: str) -> None:
-        self.stop = self.controls("stop", stop)
+        self._running(stop)
         await self._show(f"{self.marks['waiting']} {text}")
 
     async def start(self, stop: str) -> None:
-        self.stop = self.controls("stop", stop)
+        self._running(stop)
         await self._show(f"{self.marks['waiting']} {WORKING}")
+
+    def _running(self, stop: str) -> None:
+        self.stop_key = stop
+        _RUNNING[stop] = self
+
+    def _ended(self) -> None:
+        if self.stop_key is not None and _RUNNING.get(self.stop_key) is self:
+            del _RUNNING[self.stop_key]
+        self.stop_key = None
+
+    def _controls(self) -> Any:
+        """The progress message's controls now (None once the turn is over)."""
+        if self.stop_key is None:
+            return None
+        return self.controls("beside" if self.view.waiting else "stop", self.stop_key)
 
     async def _show(self, text: str) -> None:
         if self.progress is None:
-            self.progress = await self.post(text, self.stop)
+            self.progress = await self.post(text, self._controls())
         else:
-            self.progress = await self.edit(self.progress, text, self.stop)
+            self.progress = await self.edit(self.progress, text, self._controls())
 
     def __call__(self, event: TurnEvent) -> Awaitable[None] | None:
         self.view.apply(event)
@@ -166,18 +198,21 @@ class TurnReply(ABC, Generic[Message]):
             return
         text = self.progress_text()
         if text:
-            self.progress = await self.edit(self.progress, text, self.stop)
+            self.progress = await self.edit(self.progress, text, self._controls())
 
     async def finish(self, rerun: str | None, notices: Sequence[str]) -> None:
         await self.pacer.finish()
+        self._ended()
         self.view.notices.extend(notices)
         await self.answer(None if rerun is None else self.controls("rerun", rerun))
 
     async def refused(self, text: str) -> None:
+        self._ended()
         if self.progress is not None:
             await self.edit(self.progress, text, None)
         else:
             await self.tell(text)
 
     async def failed(self, text: str) -> None:
+        self._ended()
         await self.say(f"{self.marks['failed']} {text}")

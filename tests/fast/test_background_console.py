@@ -4,7 +4,9 @@ run's output and a line saying it ended are printed when it ends); /stop ends it
 line typed while the turn runs is the next message once the turn has ended; the code's own
 questions still get the lines typed after they ask; `/run --background` goes there at once,
 and what it prints beside the prompt starts on a line of its own; a run that goes on a while
-says how to stop it or keep it running. The real console reading
+says how to stop it or keep it running; code that waits for the run in the background says
+so, and /beside runs it now beside that run (with nothing waiting, /beside says why). The
+real console reading
 a terminal's lines (`run_interactive`, here from a pipe the test types into), on the fake
 sandbox (no Docker), without a model (code runs directly)."""
 
@@ -22,17 +24,21 @@ from pathlib import Path
 import pytest
 
 from bot.agent import Agent
-from bot.agent.detach import QUEUED_BEHIND
 from bot.conversations import Conversations
+from bot.conversations.service import NOTHING_TO_RUN_BESIDE
 from bot.platforms import console_reply
 from bot.platforms.console import (
     HELP,
     NOTHING_IN_BACKGROUND,
     NOTHING_TO_KEEP,
+    NOTHING_WAITS,
+    RUNNING_BESIDE,
+    WAITING_HINT,
     Console,
     run_interactive,
     run_piped,
 )
+from bot.sandbox_words import BESIDE_NOTE
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend
 from tests.support.later import HANG, QUICK, SLOW, slow_backend
@@ -246,7 +252,7 @@ async def test_a_line_typed_while_a_turn_runs_is_the_next_message(
     assert "step 4" not in follow
     since = person.seen
     waited = await person.shows("42\n")
-    assert QUEUED_BEHIND in waited
+    assert console_reply.WAITS_BEHIND in waited
     assert "step 4\n" in waited
     await person.screen.wait_for(ENDED, since)  # before or after the 42: either may be first
     await person.quit()
@@ -350,3 +356,58 @@ async def test_the_end_of_input_at_the_prompt_ends_the_chat(
     assert "42\n" in await person.shows("you> ")
     person.end_input()
     await person.ended()
+
+
+async def test_beside_runs_code_that_waits_for_the_background_run_now(
+    terminal: Callable[..., Terminal], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(console_reply, "HINT_AFTER_S", 0.3)
+    person = terminal()
+    await person.shows(HELP)
+    assert "/beside runs it now" in HELP
+    await person.prompt()
+    person.type(f"/run --background {HANG}")
+    await person.shows(WENT)
+    went = await person.shows("you> ")
+    # Said as the console does it: printed here, not posted, and nobody is mentioned.
+    assert "⏳ This run goes on in the background (up to 20 s in all)" in went
+    assert "its output is printed here as it comes" in went
+    assert "mentioned" not in went
+    (stop_key,) = person.conversations.background.runs
+
+    # The next code waits for it: the console says so in its own words, and how to run it
+    # now; a while later, that it still waits.
+    person.type(f"/run {QUICK}")
+    waits = await person.shows(WAITING_HINT)
+    assert console_reply.WAITS_BEHIND in waits
+    assert "button" not in waits  # no buttons here
+    assert "Run beside" not in waits
+    assert "42" not in waits
+
+    # /beside runs it now, in a second kernel, while the run in the background goes on.
+    since = person.seen
+    person.type("/beside")
+    ran = await person.shows(BESIDE_NOTE)
+    await person.screen.wait_for(RUNNING_BESIDE, since)  # before or after it ran
+    assert "42\n" in ran
+    await person.prompt()
+    assert stop_key in person.conversations.background.runs
+    person.type("/stop")
+    await person.shows(ENDED)
+    await person.quit()
+
+
+async def test_beside_with_nothing_waiting_says_why(terminal: Callable[..., Terminal]) -> None:
+    person = terminal()
+    await person.prompt()
+    person.type("/beside")  # no turn runs
+    assert NOTHING_WAITS in await person.shows("you> ")
+    person.type(f"/run {HANG}")
+    await person.shows("waiting\n")
+    person.type("/beside")  # a turn runs, but nothing runs in the background
+    await person.shows(f"✗ {NOTHING_TO_RUN_BESIDE}")
+    person.type("/stop")
+    stopped = await person.shows("you> ")
+    assert "The run was stopped on request." in stopped
+    assert not person.conversations.background.runs
+    await person.quit()

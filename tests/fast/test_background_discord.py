@@ -4,9 +4,11 @@ follow in a message of its own, then a message that notifies its starter, and on
 it ended); the running turn offers Keep running beside Stop, which sends a hanging run to the
 background at once, and Stop on the background run's message ends it; `/run` with its
 `background` option goes there at once, in a thread and in a plain channel; and a bystander's
-Stop on someone's background run is refused while the run goes on. The real discord.py client
-against the Discord stand-in, on the fake sandbox (no Docker), without a model (code runs
-directly)."""
+Stop on someone's background run is refused while the run goes on. Once a turn's code waits
+for the run in the background, its message says so and offers Run beside, which runs that
+code now beside it (a bystander's press is refused), as `/run` with its `beside` option does
+at once. The real discord.py client against the Discord stand-in, on the fake sandbox (no
+Docker), without a model (code runs directly)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from bench.standins.discord_server import ALICE, BOB, CHANNEL_GENERAL, EPHEMERAL
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.errors import NOT_YOURS
+from bot.fences import BOTH_FLAGS
+from bot.platforms.progress import WAITING_BEHIND
+from bot.sandbox_words import BESIDE_NOTE
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend
 from tests.support.later import HANG, QUICK, SLOW, slow_backend
@@ -261,3 +266,93 @@ async def test_a_bystanders_stop_on_a_background_run_is_refused_and_it_goes_on(
     ended = await _shown(bot, thread_id, lambda m: m.content.startswith(ENDED))
     assert ended.content.startswith(f"{ENDED}killed after ")
     assert STOPPED in ended.content
+
+
+# ── Run beside ───────────────────────────────────────────────────────────────────────────────
+
+
+async def _kept(bot: Bot, thread_id: int) -> Message:
+    """HANG's turn in the thread, sent to the background by Keep running: its message, as
+    it was when its run was going (its code did not wait: no Run beside)."""
+    progress = await _shown(
+        bot, thread_id, lambda m: "waiting" in m.content and has_button(m, "Keep running")
+    )
+    assert not has_button(progress, "Run beside")
+    await bot.server.click(progress, button_id(progress, "Keep running"), user=ALICE)
+    await _shown(bot, thread_id, lambda m: NOTICE in m.content, within=10)
+    return progress
+
+
+@pytest.mark.parametrize("sandbox_limits", [30], indirect=True)
+async def test_run_beside_is_offered_once_code_waits_and_runs_it_now_beside(
+    bot: Bot, conversations: Conversations
+) -> None:
+    thread_id = await _thread_with(bot, HANG)
+    await _kept(bot, thread_id)
+    (background_key,) = conversations.background.runs
+
+    # A follow-up's code waits for the run in the background: its message says so and
+    # offers Run beside, beside Stop and Keep running, for the same turn.
+    await bot.server.post_message(
+        thread_id, f"```python\n{QUICK}\n```", author=ALICE, mention_bot=True
+    )
+    waiting = await _shown(bot, thread_id, lambda m: has_button(m, "Run beside"))
+    assert WAITING_BEHIND in waiting.content
+    assert "42" not in waiting.content
+    key = button_id(waiting, "Stop").removeprefix("cm:stop:")
+    assert button_id(waiting, "Run beside") == f"cm:beside:{key}"
+    assert has_button(waiting, "Keep running")
+
+    # Bob took no part in Alice's thread: his press is refused, to him alone, and the code
+    # still waits.
+    refused = await bot.server.click(waiting, f"cm:beside:{key}", user=BOB)
+    assert await interaction_reply(bot, refused) == NOT_YOURS
+    (answer,) = [c for c in bot.server.callbacks if c["interaction_id"] == refused.id]
+    assert answer["data"]["flags"] & EPHEMERAL
+    running = conversations.turns.get(key)
+    assert running is not None
+    assert not running.turn.beside.is_set()
+    assert has_button(bot.server.messages[waiting.id], "Run beside")
+
+    # Alice's press runs it now, in a second kernel, while the run in the background goes on.
+    pressed = await bot.server.click(waiting, f"cm:beside:{key}", user=ALICE)
+    await _acknowledged(bot, pressed.id)
+    done = await _shown(bot, thread_id, lambda m: m.id == waiting.id and has_button(m, "Re-run"))
+    assert "42" in done.content
+    assert BESIDE_NOTE in done.content
+    assert WAITING_BEHIND not in done.content
+    assert not has_button(done, "Run beside")
+    assert not has_button(done, "Stop")
+    assert background_key in conversations.background.runs
+    assert not any(m.content.startswith(ENDED) for m in bot.bot_messages(thread_id))
+
+
+@pytest.mark.parametrize("sandbox_limits", [30], indirect=True)
+async def test_run_with_the_beside_option_runs_at_once_beside_the_background_run(
+    bot: Bot, conversations: Conversations, fake_backend: FakeBackend
+) -> None:
+    thread_id = await _thread_with(bot, HANG)
+    await _kept(bot, thread_id)
+    done = await bot.server.slash(
+        "run", {"code": QUICK, "beside": True}, channel_id=thread_id, user=ALICE
+    )
+    answer = await bot.server.wait_for(
+        lambda: [m for m in bot.server.interaction_messages(done) if BESIDE_NOTE in m.content]
+    )
+    assert "42" in answer[0].content
+    assert WAITING_BEHIND not in answer[0].content  # it never waited
+    assert not has_button(answer[0], "Run beside")
+    assert [code.strip() for code in fake_backend.runs] == [HANG, QUICK]  # no flag in the code
+    assert len(conversations.background.runs) == 1
+
+    # Both options at once is not a thing: the person is told, alone, and nothing runs.
+    both = await bot.server.slash(
+        "run",
+        {"code": QUICK, "background": True, "beside": True},
+        channel_id=thread_id,
+        user=ALICE,
+    )
+    assert await interaction_reply(bot, both) == BOTH_FLAGS
+    (told,) = [c for c in bot.server.callbacks if c["interaction_id"] == both.id]
+    assert told["data"]["flags"] & EPHEMERAL
+    assert len(fake_backend.runs) == 2

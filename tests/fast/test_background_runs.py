@@ -17,11 +17,11 @@ import pytest
 
 from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent, UserMessage
-from bot.agent.detach import QUEUED_BEHIND
 from bot.conversations import ConversationKey, Conversations, Person, Place
 from bot.conversations.background import STOPPED_FOR_SHUTDOWN
 from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.platforms.console import ME, Console, run_piped
+from bot.platforms.console_reply import WAITS_BEHIND_PIPED
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend
 from tests.support.later import HANG, SLOW, Posting, slow_backend
@@ -118,7 +118,7 @@ async def test_run_background_goes_at_once_and_a_follow_up_waits_saying_so(
     assert "⏳ This run goes on in the background" in first
     assert "step 4" not in first  # the turn did not wait for it
     follow = await talk.say("/run print(6 * 7)")
-    assert QUEUED_BEHIND in follow
+    assert WAITS_BEHIND_PIPED in follow
     assert "42\n" in follow
     printed = talk.out.getvalue()
     assert printed.index("step 4") < printed.index("42\n")  # it ran after the first

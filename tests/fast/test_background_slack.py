@@ -5,9 +5,12 @@ says it ended); the running turn offers Keep running (`cm_keep`) beside Stop (`c
 which sends a hanging run to the background at once, and Stop on the background run's message
 ends it; `/run --background CODE` goes there at once and its end is posted, in the thread
 of the /run's own answer (as a Re-run there does); and a bystander's Stop on someone's
-background run is refused (to them alone) while the run goes on. The real
-slack_bolt app against the Slack stand-in, on the fake sandbox (no Docker), without a model
-(code runs directly)."""
+background run is refused (to them alone) while the run goes on. Once a turn's code waits for
+the run in the background, its message says so and offers Run beside (`cm_beside`), which
+runs that code now beside it (a bystander's press is refused), as `/run --beside CODE` does
+at once (in a DM, in the person's latest conversation there). The real slack_bolt app
+against the Slack stand-in, on the fake sandbox (no Docker), without a model (code runs
+directly)."""
 
 from __future__ import annotations
 
@@ -21,10 +24,13 @@ from bench.standins.slack_server import ALICE, BOB, C_GENERAL, Message
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.errors import NOT_YOURS
+from bot.fences import BOTH_FLAGS
+from bot.platforms.progress import WAITING_BEHIND
+from bot.sandbox_words import BESIDE_NOTE
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend
-from tests.support.later import HANG, SLOW, slow_backend
-from tests.support.on_slack import Bot, button, running_bot
+from tests.support.later import HANG, QUICK, SLOW, slow_backend
+from tests.support.on_slack import Bot, button, ephemeral_to, running_bot
 
 NOTICE = "⏳ This run goes on in the background"
 ENDED = f"<@{ALICE}> your background run ended: "
@@ -281,3 +287,90 @@ async def test_a_one_off_runs_background_messages_go_in_the_thread_of_its_reply(
     assert len([m for m in again if "step 4" in m.text]) == 2
     await _all_ended(bot, conversations)
     await bot.server.wait_for(lambda: not bot.slack.one_offs)  # nothing kept once it is over
+
+
+# ── Run beside ───────────────────────────────────────────────────────────────────────────────
+
+
+async def _kept(bot: Bot, channel: str, root: str) -> None:
+    """HANG's turn in the thread, sent to the background by Keep running (its code did not
+    wait: no Run beside)."""
+    progress = await bot.server.wait_for(
+        lambda: next(
+            (m for m in bot.thread(channel, root) if "waiting" in m.text and button(m, "cm_keep")),
+            None,
+        ),
+        WAIT_S,
+    )
+    assert isinstance(progress, Message)
+    assert not button(progress, "cm_beside")
+    await bot.server.click(progress, "cm_keep", user=ALICE)
+    await bot.server.wait_for(lambda: any(NOTICE in m.text for m in bot.thread(channel, root)))
+
+
+@pytest.mark.parametrize("sandbox_limits", [30], indirect=True)
+async def test_run_beside_is_offered_once_code_waits_and_runs_it_now_beside(
+    bot: Bot, conversations: Conversations
+) -> None:
+    root = await _conversation(bot, HANG)
+    await _kept(bot, C_GENERAL, root)
+    (background_key,) = conversations.background.runs
+
+    # A follow-up's code waits for the run in the background: its message says so and
+    # offers Run beside (`cm_beside`), beside Stop and Keep running, for the same turn.
+    await bot.server.post(C_GENERAL, f"```python\n{QUICK}\n```", user=ALICE, thread_ts=root)
+    waiting = await _shown(bot, root, lambda m: button(m, "cm_beside"))
+    assert WAITING_BEHIND in waiting.text
+    assert "42" not in waiting.text
+    key = _value(waiting, "cm_stop")
+    assert _value(waiting, "cm_beside") == _value(waiting, "cm_keep") == key
+
+    # Bob took no part in Alice's thread: his press is refused, to him alone, and the code
+    # still waits.
+    await bot.server.click(waiting, "cm_beside", user=BOB)
+    await bot.server.wait_for(lambda: NOT_YOURS in _told(bot))
+    (refusal,) = bot.server.responses
+    assert refusal.get("response_type") == "ephemeral"
+    running = conversations.turns.get(key)
+    assert running is not None
+    assert not running.turn.beside.is_set()
+    assert button(waiting, "cm_beside")
+
+    # Alice's press runs it now, in a second kernel, while the run in the background goes on.
+    await bot.server.click(waiting, "cm_beside", user=ALICE)
+    await bot.server.wait_for(lambda: button(waiting, "cm_rerun"))
+    assert "42" in waiting.text
+    assert BESIDE_NOTE in waiting.text
+    assert WAITING_BEHIND not in waiting.text
+    assert not button(waiting, "cm_beside")
+    assert not button(waiting, "cm_stop")
+    assert _told(bot) == [NOT_YOURS]  # Alice's press did what it asked: nothing to tell her
+    assert background_key in conversations.background.runs
+    assert not any(m.text.startswith(ENDED) for m in _bot_messages(bot, root))
+
+
+@pytest.mark.parametrize("sandbox_limits", [30], indirect=True)
+async def test_run_beside_flag_runs_at_once_beside_the_background_run(
+    bot: Bot, conversations: Conversations, fake_backend: FakeBackend
+) -> None:
+    """`/run --beside CODE` in a DM runs in the person's latest conversation there, beside
+    its run in the background; the flag is not code."""
+    dm = bot.server.dm_channel(ALICE)
+    asked, _ = await bot.server.post(dm, f"```python\n{HANG}\n```", user=ALICE)
+    await _kept(bot, dm, asked.ts)
+    await bot.server.slash("/run", f"--beside {QUICK}", channel=dm, user=ALICE)
+    answer = await bot.server.wait_for(
+        lambda: next((m for m in bot.thread(dm, asked.ts) if BESIDE_NOTE in m.text), None)
+    )
+    assert isinstance(answer, Message)
+    assert "42" in answer.text
+    assert WAITING_BEHIND not in answer.text  # it never waited
+    assert not button(answer, "cm_beside")
+    assert [code.strip() for code in fake_backend.runs] == [HANG, QUICK]
+    assert len(conversations.background.runs) == 1
+
+    # Both flags at once is not a thing: the person is told, alone, and nothing runs.
+    await bot.server.slash("/run", f"--background --beside {QUICK}", channel=dm, user=ALICE)
+    told = await bot.server.wait_for(lambda: ephemeral_to(bot, ALICE))
+    assert told == [BOTH_FLAGS]
+    assert len(fake_backend.runs) == 2

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from bot.agent import Agent
-from bot.agent.detach import QUEUED_BEHIND
 from bot.conversations import Conversations
 from bot.conversations.service import NOTHING_TO_RUN_BESIDE
 from bot.platforms.console import ME, Console, run_piped
+from bot.platforms.console_reply import WAITS_BEHIND_PIPED
 from bot.sandbox_words import BESIDE_NOTE
 from executor import Executor, PoolSettings, SandboxLimits, Status
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -135,14 +135,15 @@ async def test_run_beside_in_the_console(
     beside = await say(chat, out, f"/run --beside {SHOW}")
     assert BESIDE_NOTE in beside
     assert "NameError" in beside
-    assert QUEUED_BEHIND not in beside  # it did not wait
+    assert WAITS_BEHIND_PIPED not in beside  # it did not wait
 
     # A follow-up that waits is sent beside by the Run beside control (its turn's key).
     start = out.tell()
     waiting = asyncio.create_task(say(chat, out, "/run print(6 * 7)"))
     async with asyncio.timeout(10):
-        while QUEUED_BEHIND not in out.getvalue()[start:]:  # noqa: ASYNC110
+        while WAITS_BEHIND_PIPED not in out.getvalue()[start:]:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
+    assert "Stop button" not in out.getvalue()  # the console has no buttons
     [stop_key] = conversations.turns.keys()
     assert await conversations.run_beside(chat.door, ME, stop_key) is None
     async with asyncio.timeout(10):

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from bot.agent import Agent, AgentLimits
-from bot.agent.detach import QUEUED_BEHIND
 from bot.agent.history import History
 from bot.conversations import Conversations
 from bot.platforms.console import Console, run_piped
+from bot.platforms.console_reply import WAITS_BEHIND_PIPED
 from executor import Executor, SandboxLimits, default_tag
 from storage.local import LocalStorage
 from tests.integration.conftest import NO_POOL, TEST_INSTANCE
@@ -59,7 +59,7 @@ async def test_a_run_past_its_limit_goes_on_in_the_background(runtime: str, tmp_
             assert "⏳ This run goes on in the background (up to 1 min in all)" in turn
             assert "epoch 5" not in turn
             follow = await say(AFTER)  # waits for the background run, in the same kernel
-            assert QUEUED_BEHIND in follow
+            assert WAITS_BEHIND_PIPED in follow
             assert "using model-v1\n" in follow
             async with asyncio.timeout(30):
                 while conversations.background.runs:  # noqa: ASYNC110 (its report is last)

@@ -26,7 +26,7 @@ from bot.conversations import Admission, ConversationKey, Conversations, Person,
 from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
-from bot.fences import BACKGROUND_FLAG, direct_code
+from bot.fences import BACKGROUND_FLAG, BESIDE_FLAG, direct_code
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
@@ -215,7 +215,8 @@ class CellmateDiscord(discord.Client):
 
     def reply(self, surface: Surface, keep: bool = True) -> Reply:
         """A turn's reply on `surface`; `keep`: with Keep running beside Stop (where runs may
-        go on in the background)."""
+        go on in the background). Run beside joins them while the turn's code waits for the
+        run in the background."""
         keep = keep and self.conversations.background.max_s > 0
 
         def controls(kind: str, key: str) -> discord.ui.View:
@@ -231,11 +232,14 @@ class CellmateDiscord(discord.Client):
         code: str,
         key: ConversationKey | None = None,
         background: bool = False,
+        beside: bool = False,
     ) -> None:
         """/run, the Run code menu and Re-run: run code directly, no model involved, in the
         conversation it was asked in (or in a one-off session); `background`: it goes on in
-        the background at once."""
-        if elsewhere(interaction):  # a user install where the bot is not
+        the background at once; `beside`: it runs beside the conversation's run in the
+        background rather than wait for it."""
+        if elsewhere(interaction):  # a user install where the bot is not: a one-off run,
+            # with nothing in the background to run beside
             await run_elsewhere(self, interaction, code, background)
             return
         person = await self.person_now(interaction)
@@ -255,7 +259,7 @@ class CellmateDiscord(discord.Client):
             await tell(interaction, str(exc))
             return
         await interaction.response.defer(thinking=True)
-        flag = f" {BACKGROUND_FLAG}" if background else ""
+        flag = f" {BACKGROUND_FLAG}" if background else f" {BESIDE_FLAG}" if beside else ""
         message = UserMessage(f"/run{flag}\n{code}", user=person.user, server=server)
         reply = self.reply(InteractionSurface(interaction))
         await self.conversations.turn(self.door, person, key, message, reply, rerun_code=code)

@@ -1,5 +1,6 @@
-"""Discord's slash commands, the Run code menu, the /run editor, and the Stop and Re-run
-buttons: each one translated into a call on the conversation service."""
+"""Discord's slash commands, the Run code menu, the /run editor, and the Stop, Keep running,
+Run beside and Re-run buttons: each one translated into a call on the conversation
+service."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from discord import app_commands
 
 from bot.conversations import ConversationKey, Person, Refused
 from bot.conversations.policy import parse_mode
+from bot.fences import BOTH_FLAGS
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_discord.front import DiscordFront, front_of
 from bot.platforms.on_discord.interactions import conversation_of, place_key, tell
 from bot.platforms.on_discord.render import plain
 from bot.platforms.on_discord.reply import InteractionSurface
+from bot.platforms.turn_reply import ran_beside
 from bot.text import files_text
 
 NO_CONVERSATION = (
@@ -28,26 +31,33 @@ RUN_MENU = "Run with Cellmate"
 BUTTON_LOOKS = {
     "stop": ("Stop", discord.ButtonStyle.danger),
     "keep": ("Keep running", discord.ButtonStyle.secondary),
+    "beside": ("Run beside", discord.ButtonStyle.primary),
     "rerun": ("Re-run", discord.ButtonStyle.secondary),
 }
 
 
 def buttons(kind: str, key: str, keep: bool = False) -> discord.ui.View:
-    """A view with the turn's buttons: "stop" (and Keep running, with `keep`) or "rerun"
-    for the turn `key`."""
+    """A view with the turn `key`'s buttons: "stop" (Stop, and Keep running with `keep`),
+    "beside" (the same and Run beside: its code waits for the run in the background) or
+    "rerun"."""
     view = discord.ui.View(timeout=None)
-    view.add_item(TurnButton(kind, key))
-    if kind == "stop" and keep:
+    if kind == "rerun":
+        view.add_item(TurnButton("rerun", key))
+        return view
+    view.add_item(TurnButton("stop", key))
+    if keep:
         view.add_item(TurnButton("keep", key))
+    if kind == "beside":
+        view.add_item(TurnButton("beside", key))
     return view
 
 
 class TurnButton(
     discord.ui.DynamicItem[discord.ui.Button[Any]],
-    template=r"cm:(?P<kind>stop|keep|rerun):(?P<key>\w+)",
+    template=r"cm:(?P<kind>stop|keep|beside|rerun):(?P<key>\w+)",
 ):
-    """Stop (and Keep running) on a running turn, Re-run on a finished direct run; found
-    again by custom id."""
+    """Stop (Keep running, Run beside) on a running turn, Re-run on a finished direct run;
+    found again by custom id."""
 
     def __init__(self, kind: str, key: str) -> None:
         label, style = BUTTON_LOOKS[kind]
@@ -64,16 +74,20 @@ class TurnButton(
     async def callback(self, interaction: discord.Interaction) -> None:
         client = front_of(interaction)
         person = await client.person_now(interaction)
+        conversations = client.conversations
+        acts = {
+            "stop": conversations.stop,
+            "keep": conversations.keep_running,
+            "beside": conversations.run_beside,
+        }
         try:
-            if self.kind in ("stop", "keep"):
-                act = (
-                    client.conversations.stop
-                    if self.kind == "stop"
-                    else client.conversations.keep_running
-                )
+            act = acts.get(self.kind)
+            if act is not None:
                 why_not = await act(client.door, person, self.key)
                 if why_not is None:
                     await interaction.response.defer()
+                    if self.kind == "beside":
+                        ran_beside(self.key)
                 else:
                     await tell(interaction, why_not)
                 return
@@ -92,12 +106,18 @@ class RunModal(discord.ui.Modal, title="Run Python"):
         max_length=4000,
     )
 
-    def __init__(self, client: DiscordFront) -> None:
+    def __init__(
+        self, client: DiscordFront, background: bool = False, beside: bool = False
+    ) -> None:
         super().__init__(timeout=900)
         self.client = client
+        self.background = background
+        self.beside = beside
 
     async def on_submit(self, interaction: discord.Interaction) -> None:
-        await self.client.start_run(interaction, self.code.value)
+        await self.client.start_run(
+            interaction, self.code.value, background=self.background, beside=self.beside
+        )
 
 
 def register_commands(client: DiscordFront) -> None:
@@ -128,15 +148,25 @@ def register_commands(client: DiscordFront) -> None:
     @app_commands.describe(
         code="Python code; leave it out for a multi-line editor",
         background="go on in the background at once (the answer comes when it ends)",
+        beside="run now beside the run in the background here: its files, not its variables",
     )
     async def run(
-        interaction: discord.Interaction, code: str | None = None, background: bool = False
+        interaction: discord.Interaction,
+        code: str | None = None,
+        background: bool = False,
+        beside: bool = False,
     ) -> None:
+        if background and beside:
+            if await client.admitted(interaction, await client.person_now(interaction)):
+                await tell(interaction, BOTH_FLAGS)
+            return
         if code is None or not code.strip():
             if await client.admitted(interaction, await client.person_now(interaction)):
-                await interaction.response.send_modal(RunModal(client))
+                await interaction.response.send_modal(RunModal(client, background, beside))
             return
-        await client.start_run(interaction, code_blocks(code) or code, background=background)
+        await client.start_run(
+            interaction, code_blocks(code) or code, background=background, beside=beside
+        )
 
     @tree.context_menu(name=RUN_MENU)
     async def run_code(interaction: discord.Interaction, message: discord.Message) -> None:

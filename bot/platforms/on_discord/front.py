@@ -31,9 +31,11 @@ class DiscordFront(Protocol):
         code: str,
         key: ConversationKey | None = None,
         background: bool = False,
+        beside: bool = False,
     ) -> None:
         """Run code directly in the interaction's conversation (or a one-off session);
-        `background`: it goes on in the background at once."""
+        `background`: it goes on in the background at once; `beside`: it runs beside the
+        conversation's run in the background rather than wait for it."""
 
 
 def front_of(interaction: discord.Interaction) -> DiscordFront:

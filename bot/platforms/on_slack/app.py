@@ -28,7 +28,7 @@ from bot.conversations import Admission, ConversationKey, Conversations, Person
 from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
-from bot.fences import BACKGROUND_FLAG, direct_code
+from bot.fences import BACKGROUND_FLAG, BESIDE_FLAG, BOTH_FLAGS, direct_code, run_flags
 from bot.logs import payload_logger
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.markup import code_blocks
@@ -336,10 +336,12 @@ class CellmateSlack:
         key: ConversationKey | None,
         thread_ts: str | None,
         background: bool = False,
+        beside: bool = False,
     ) -> None:
         """/run, the modal, the shortcut, Re-run and edits: code run directly, in `key`'s
         session (None: a one-off session whose answer starts its own thread). `background`:
-        it goes on in the background at once (`/run --background`)."""
+        it goes on in the background at once (`/run --background`); `beside`: it runs beside
+        the conversation's run in the background rather than wait for it (`/run --beside`)."""
         place = person.place
         channel, team = place.channel or "", place.server or self.team
         if key is None:
@@ -347,7 +349,7 @@ class CellmateSlack:
         elif not key.is_one_off:
             thread_ts = key.thread
             self.threads[(channel, thread_ts)] = True
-        flag = f" {BACKGROUND_FLAG}" if background else ""
+        flag = f" {BACKGROUND_FLAG}" if background else f" {BESIDE_FLAG}" if beside else ""
         message = UserMessage(f"/run{flag}\n{code}", user=person.user, server=team)
         thread = SlackThread(self.client, channel, thread_ts)
         if key.is_one_off:
@@ -382,17 +384,19 @@ class CellmateSlack:
 
     async def _on_run(self, ack: Any, command: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
-        code = unescape(str(command.get("text") or "")).strip()
-        background = code.startswith(BACKGROUND_FLAG)
-        code = code.removeprefix(BACKGROUND_FLAG) if background else code
+        flags, code = run_flags(unescape(str(command.get("text") or "")))
         channel, user = str(command["channel_id"]), str(command["user_id"])
         team = str(command.get("team_id") or self.team)
         person = await self.person(user, team, channel)
         if not await self.admitted(person, channel):
             return
+        if len(flags) > 1:
+            await self._tell(user, channel, None, None, BOTH_FLAGS)
+            return
         if code.strip():
             code = code_blocks(code) or code.strip()
-            await self.start_run(code, person, self._here(person), None, background)
+            background, beside = BACKGROUND_FLAG in flags, BESIDE_FLAG in flags
+            await self.start_run(code, person, self._here(person), None, background, beside)
             return
         await client.views_open(trigger_id=command["trigger_id"], view=run_modal(channel, team))
 

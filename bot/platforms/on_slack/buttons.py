@@ -1,6 +1,6 @@
-"""Slack's buttons (Stop, Re-run; Run, Edit and Cancel on code waiting for approval) and
-the approval editor's submission: each press translated into a call on the conversation
-service."""
+"""Slack's buttons (Stop, Keep running, Run beside, Re-run; Run, Edit and Cancel on code
+waiting for approval) and the approval editor's submission: each press translated into a
+call on the conversation service."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from bot.conversations.approval import Verdict
 from bot.platforms.on_slack import approval
 from bot.platforms.on_slack.front import SlackFront
 from bot.platforms.on_slack.modals import EDIT_MODAL, edit_modal, submitted
+from bot.platforms.turn_reply import ran_beside
 
 
 def register_buttons(app: AsyncApp, front: SlackFront) -> None:
@@ -70,20 +71,29 @@ def register_buttons(app: AsyncApp, front: SlackFront) -> None:
 
     @app.action("cm_stop")
     @app.action("cm_keep")
-    async def stop_or_keep(ack: Any, body: dict[str, Any], respond: Any) -> None:
+    @app.action("cm_beside")
+    async def on_turn(ack: Any, body: dict[str, Any], respond: Any) -> None:
+        """Stop, Keep running or Run beside on a running turn (Stop also on a run in the
+        background); who may not act on it is told why, alone."""
         await ack()
         action = body["actions"][0]
         key = str(action.get("value") or "")
         person = await presser(front, body)
         conversations = front.conversations
-        stopping = action.get("action_id") == "cm_stop"
-        act = conversations.stop if stopping else conversations.keep_running
+        pressed = str(action.get("action_id") or "")
+        acts = {
+            "cm_stop": conversations.stop,
+            "cm_keep": conversations.keep_running,
+            "cm_beside": conversations.run_beside,
+        }
         try:
-            why_not = await act(front.door, person, key)
+            why_not = await acts[pressed](front.door, person, key)
         except Refused as exc:
             why_not = str(exc)
         if why_not is not None:
             await respond(why_not, response_type="ephemeral", replace_original=False)
+        elif pressed == "cm_beside":
+            ran_beside(key)
 
     @app.action("cm_rerun")
     async def rerun(ack: Any, body: dict[str, Any], respond: Any) -> None:

@@ -64,6 +64,10 @@ def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     return "\n".join(parts)
 
 
+STYLES = {"cm_stop": "danger", "cm_beside": "primary"}
+"""The buttons that stand out: Stop, and Run beside while code waits for a background run."""
+
+
 def blocks(text: str, buttons: list[tuple[str, str, str]] | None = None) -> list[dict[str, Any]]:
     """A section with `text`, and buttons given as (action_id, label, value)."""
     shown: list[dict[str, Any]] = [
@@ -79,7 +83,7 @@ def blocks(text: str, buttons: list[tuple[str, str, str]] | None = None) -> list
                         "action_id": action,
                         "text": {"type": "plain_text", "text": label},
                         "value": value,
-                        **({"style": "danger"} if action == "cm_stop" else {}),
+                        **({"style": STYLES[action]} if action in STYLES else {}),
                     }
                     for action, label, value in buttons
                 ],

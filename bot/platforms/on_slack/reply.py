@@ -85,11 +85,13 @@ class SlackReply(TurnReply[str]):
         """Offer Keep running beside Stop (runs may go on in the background)."""
 
     def controls(self, kind: str, key: str) -> list[tuple[str, str, str]]:
-        if kind != "stop":
+        if kind == "rerun":
             return [("cm_rerun", "Re-run", key)]
         shown = [("cm_stop", "Stop", key)]
         if self.keep:
             shown.append(("cm_keep", "Keep running", key))
+        if kind == "beside":
+            shown.append(("cm_beside", "Run beside", key))
         return shown
 
     def progress_text(self) -> str:
