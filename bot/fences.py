@@ -93,10 +93,7 @@ def direct_code(text: str) -> str | None:
     as it runs (`as_run`); else None."""
     stripped = text.strip()
     if stripped.startswith("/run"):
-        rest = stripped.removeprefix("/run").strip()
-        for flag in (BACKGROUND_FLAG, BESIDE_FLAG):
-            if rest.startswith(flag):
-                rest = rest.removeprefix(flag).strip()
+        _, rest = run_flags(stripped.removeprefix("/run"))
         code = rest or None
     else:
         code = only_code(stripped)
@@ -105,11 +102,11 @@ def direct_code(text: str) -> str | None:
 
 def background_asked(text: str) -> bool:
     """Whether a `/run` message asks for the background at once."""
-    rest = text.strip().removeprefix("/run").strip()
-    return text.strip().startswith("/run") and rest.startswith(BACKGROUND_FLAG)
+    stripped = text.strip()
+    return stripped.startswith("/run") and BACKGROUND_FLAG in run_flags(stripped[4:])[0]
 
 
 def beside_asked(text: str) -> bool:
     """Whether a `/run` message asks to run beside a run in the background."""
-    rest = text.strip().removeprefix("/run").strip()
-    return text.strip().startswith("/run") and rest.startswith(BESIDE_FLAG)
+    stripped = text.strip()
+    return stripped.startswith("/run") and BESIDE_FLAG in run_flags(stripped[4:])[0]

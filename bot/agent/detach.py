@@ -32,8 +32,8 @@ FOR_PERSON = (
     "go on meanwhile; code run here waits for it."
 )
 QUEUED_BEHIND = (
-    "This code waits for the background run in this conversation to end (its Stop button "
-    "ends it sooner). Run beside runs it now instead, in a second kernel: with the "
+    "This code waits for the background run in this conversation to end (Stop on the "
+    "background run's message ends it sooner). Run beside runs it now instead, in a second kernel: with the "
     "conversation's files, not its variables."
 )
 
