@@ -19,7 +19,7 @@ from bot.conversations.background import (
     GOES_ON_THROUGH_RESTART,
     STOPPED_FOR_SHUTDOWN,
 )
-from bot.conversations.background_store import BackgroundStore
+from bot.conversations.background_store import BackgroundStore, StoredRun
 from bot.platforms.console import ME
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend
@@ -27,6 +27,17 @@ from tests.support.later import HANG, SLOW, slow_backend
 from tests.support.restarts import ENDED, Restarts
 
 CONVERSATION = "console:dm:console:"
+FOLLOWED = FOLLOWED_AFTER_RESTART.split("{ago}")[0]
+
+
+async def hanging_through_a_restart(restarts: Restarts) -> StoredRun:
+    """A run that never ends sent to the background, then the bot stopped: its record."""
+    first = await restarts.start()
+    await first.say(f"/run --background {HANG}")
+    await first.printed("waiting")
+    [stored] = restarts.store.of_platform("console")
+    await restarts.stop(first)
+    return stored
 
 
 @pytest.fixture
@@ -71,7 +82,7 @@ async def test_a_background_run_goes_on_through_a_restart_and_is_reported_once(
     await second.printed(ENDED)
     await second.settled()
     shown = second.out.getvalue()
-    assert FOLLOWED_AFTER_RESTART.split("{ago}")[0] in shown
+    assert FOLLOWED in shown
     for step in range(5):  # its whole output, what it printed before the restart too
         assert f"step {step}\n" in shown
     assert "Your background run ended: it finished in" in shown
@@ -88,14 +99,10 @@ async def test_stop_works_on_a_followed_run_with_the_stop_from_before_the_restar
     restarts: Restarts,
     backend: FakeBackend,
 ) -> None:
-    first = await restarts.start()
-    await first.say(f"/run --background {HANG}")
-    await first.printed("waiting")
-    [stored] = restarts.store.of_platform("console")
-    await restarts.stop(first)
+    stored = await hanging_through_a_restart(restarts)
 
     second = await restarts.start()
-    await second.printed(FOLLOWED_AFTER_RESTART.split("{ago}")[0])
+    await second.printed(FOLLOWED)
     await second.printed("waiting")
     assert await second.conversations.stop(second.console.door, ME, stored.stop_key) is None
     await second.printed(ENDED)
@@ -140,13 +147,9 @@ async def test_where_sessions_do_not_survive_a_shutdown_stops_the_run_and_keeps_
 async def test_a_run_goes_on_through_two_restarts_and_is_followed_by_each(
     restarts: Restarts,
 ) -> None:
-    first = await restarts.start()
-    await first.say(f"/run --background {HANG}")
-    await first.printed("waiting")
-    [stored] = restarts.store.of_platform("console")
-    await restarts.stop(first)
+    stored = await hanging_through_a_restart(restarts)
     second = await restarts.start()
-    await second.printed(FOLLOWED_AFTER_RESTART.split("{ago}")[0])
+    await second.printed(FOLLOWED)
     await second.printed("waiting")
     await restarts.stop(second)  # restarted again before the run ended
     assert GOES_ON_THROUGH_RESTART in second.out.getvalue()

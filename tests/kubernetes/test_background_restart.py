@@ -5,21 +5,16 @@ session secret lets the next process attach to the Pod): see
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from bot.agent import Agent, AgentLimits
-from bot.agent.history import History
 from bot.conversations.background_store import BackgroundStore
 from executor import Executor
-from storage.local import LocalStorage
 from tests.kubernetes.conftest import make_executor, sandbox_pods, wait_until
-from tests.support.links import SECRET
-from tests.support.restarts import Restarts, a_long_run_survives_a_restart
+from tests.support.restarts import Restarts, a_long_run_survives_a_restart, agents_without_a_model
 
 pytestmark = pytest.mark.kubernetes
 
@@ -35,19 +30,10 @@ async def restarts(
     def executor(session_secret: str = secret) -> Executor:
         return make_executor(bot_kubeconfig, runtime, session_secret=session_secret, timeout_s=2)
 
-    def agent(executor: Executor, *_: Any, **__: Any) -> Agent:
-        return Agent(
-            executor,
-            LocalStorage(tmp_path / "files", SECRET),
-            History(tmp_path / "history.sqlite3"),
-            client=None,
-            model="none",
-            limits=AgentLimits(),
-        )
-
-    make: Callable[..., Agent] = agent
     store = BackgroundStore(tmp_path / "background.sqlite3")
-    made = Restarts(executor, store, make, tmp_path, background_max_s=600)
+    made = Restarts(
+        executor, store, agents_without_a_model(tmp_path), tmp_path, background_max_s=600
+    )
     try:
         yield made
     finally:

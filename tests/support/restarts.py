@@ -9,15 +9,19 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from bot.agent import Agent
+from bot.agent import Agent, AgentLimits
+from bot.agent.history import History
 from bot.conversations import Conversations
 from bot.conversations.background import FOLLOWED_AFTER_RESTART, GOES_ON_THROUGH_RESTART
 from bot.conversations.background_store import BackgroundStore
 from bot.platforms.console import Console, run_piped
 from executor import Executor
+from storage.local import LocalStorage
 
 ENDED = "Your background run ended"
+SECRET_FOR_LINKS = b"r" * 32
 """What the console shows when a person's background run ends (the console's mention)."""
 
 
@@ -120,3 +124,20 @@ async def a_long_run_survives_a_restart(restarts: Restarts, seconds: int) -> Non
     assert shown.count(ENDED) == 1
     assert restarts.store.of_platform("console") == []
     assert "using model-v1" in await second.say(USE_IT)
+
+
+def agents_without_a_model(tmp_path: Path) -> Callable[..., Agent]:
+    """Agents for real executors, without a model (the console's fenced code runs as it
+    is), sharing one history and one store, as one bot's restarts do."""
+
+    def make(executor: Executor, *_: Any, **__: Any) -> Agent:
+        return Agent(
+            executor,
+            LocalStorage(tmp_path / "files", SECRET_FOR_LINKS),
+            History(tmp_path / "history.sqlite3"),
+            client=None,
+            model="none",
+            limits=AgentLimits(),
+        )
+
+    return make
