@@ -97,6 +97,24 @@ async def test_code_output_stays_in_the_progress_message_and_the_answer_streams_
     assert [f.content for f in bot.server.files if f.name.endswith(".png")] == [PNG]
 
 
+async def test_words_before_code_stay_as_their_own_message_and_the_answer_follows(
+    start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel
+) -> None:
+    bot = await streaming_bot(start_bot)
+    model.script(
+        Reply(content="Let me work that out.", code="print(6 * 7)", pieces=3),
+        Reply(content="It is **42**.", pieces=3),
+    )
+    asked, _ = await bot.server.post(C_GENERAL, "six times seven?", mention_bot=True)
+    messages = await bot.answered(C_GENERAL, asked.ts)
+    progress, before, answer = (m.text for m in messages)
+    assert "print(6 * 7)" in progress
+    assert "42" in progress
+    assert before == "Let me work that out."
+    assert answer == "It is **42**."
+    assert all(streamed(bot, m) == "stopped" for m in messages[1:])
+
+
 async def test_without_the_streaming_methods_the_progress_message_becomes_the_answer(
     start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel
 ) -> None:

@@ -331,7 +331,10 @@ class StreamingSlackReply(SlackReply):
 
     async def _end_step(self) -> None:
         """The model's step ended (it runs code, or waits for a person): its words so far
-        are its message's whole text."""
+        are its message's whole text. The next step's stream starts with its first words
+        again, however soon they come."""
+        await self.stream_pacer.finish()
+        self.stream_pacer = Pacer(self._stream, APPEND_INTERVAL_S)
         async with self.lock:
             words, draft = self.words, self.draft
             self.words, self.streaming, self.draft = None, False, ""
