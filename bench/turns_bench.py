@@ -13,7 +13,11 @@ Discord), as the stand-in receives it:
 * the first message of a new thread (a new conversation: a sandbox from the warm pool);
 * `/run` (a one-off session, also from the pool);
 * the acknowledgement: Slack's HTTP 200 of the event request; for a Discord interaction
-  its callback; for a Discord message the bot's first REST call (named in the printout).
+  its callback; for a Discord message the bot's first REST call (named in the printout);
+* on Slack, the model's first words: from the scripted model (bench/standins) writing the
+  first fragment of its answer to the first call that shows it, streamed
+  (`chat.startStream`) and, with CELLMATE_SLACK_STREAM off, edited into the progress
+  message (`chat.update`, paced).
 
 Samples run one at a time, each after the previous turn ended, the servers went quiet and
 the pool refilled. The servers share the bot's event loop (and the machine's cores), as
@@ -30,27 +34,41 @@ import collections
 import contextlib
 import dataclasses
 import json
+import secrets
 import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import discord
+import openai
 import yarl
 from aiohttp import web
 
 from bench.executor_bench import Figures, machine, percentile
 from bench.standins import discord_server as dc
 from bench.standins import slack_server as sl
-from bench.turn_samples import QUIET_S, WARM_UP, Samples, Watch, sample_all
+from bench.standins.openai_server import Reply, ScriptedModel
+from bench.turn_samples import (
+    QUIET_S,
+    SAMPLE_TIMEOUT_S,
+    WARM_UP,
+    Samples,
+    Watch,
+    sample_all,
+    settle,
+)
+from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.quotas import QuotaSettings
 from bot.ops.http import start_server
 from bot.ops.services import services
 from bot.platforms.on_discord import build_client, run_discord
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
+from bot.platforms.on_slack.streaming import START_BURST, START_PER_MINUTE
 from bot.settings import (
     DiscordSettings,
     ModelSettings,
@@ -65,10 +83,18 @@ INSTANCE = "bench-turns"
 # ── Slack ─────────────────────────────────────────────────────────────────
 
 
+SHOWN = ("chat.postMessage", "chat.update", "chat.startStream", "chat.appendStream")
+"""The calls whose arguments show text."""
+
+
 @contextlib.asynccontextmanager
-async def slack_bot(conversations: Conversations, watch: Watch) -> AsyncIterator[sl.SlackServer]:
-    """The Slack front end in HTTP mode on its own aiohttp server, and Slack's stand-in."""
+async def slack_bot(
+    conversations: Conversations, watch: Watch, stream: bool = True
+) -> AsyncIterator[sl.SlackServer]:
+    """The Slack front end in HTTP mode on its own aiohttp server, and Slack's stand-in (a
+    workspace with the streaming methods)."""
     server = sl.SlackServer(mode="http")
+    server.streaming = True
     await server.start()
     runner: web.AppRunner | None = None
     try:
@@ -77,6 +103,7 @@ async def slack_bot(conversations: Conversations, watch: Watch) -> AsyncIterator
             signing_secret=sl.SIGNING_SECRET,
             api_url=server.api_url,
             cooldown_s=0,
+            stream=stream,
         )
         slack = build_slack(conversations, settings)
         await slack.connect()
@@ -87,7 +114,7 @@ async def slack_bot(conversations: Conversations, watch: Watch) -> AsyncIterator
 
         def seen(method: str, args: dict[str, Any]) -> None:
             watch.call(method)
-            if method in ("chat.postMessage", "chat.update"):
+            if method in SHOWN:
                 watch.text(json.dumps(args, default=str))
 
         server.call_hooks.append(seen)
@@ -135,6 +162,66 @@ async def measure_slack(
 
         acts = {"new_thread": new_thread, "follow_up": follow_up, "run_command": run_command}
         await sample_all(acts, samples, watch, found, conversations, executor)
+
+
+ANSWER_WORDS = 40
+ANSWER_PIECES = 20
+PIECE_DELAY_S = 0.02
+"""The scripted model writes its answer in this many fragments this far apart."""
+
+
+async def measure_first_words(
+    agent: Agent, executor: Executor, samples: int, quiet_s: float = QUIET_S
+) -> dict[str, list[float]]:
+    """Milliseconds from the model's first fragment to the first Slack call that shows it,
+    streamed ("streamed") and edited into the progress message ("edited"): mentions that
+    the scripted model answers in words, on an agent like `agent` that asks it. Streamed
+    samples keep to chat.startStream's tier (20 a minute) unless they fit its burst."""
+    many = samples + WARM_UP > START_BURST
+    spacing = 60 / START_PER_MINUTE if many else 0.0
+    model = await ScriptedModel().start()
+    client = openai.AsyncOpenAI(
+        api_key="bench", base_url=model.base_url, max_retries=0, timeout=SAMPLE_TIMEOUT_S
+    )
+    writer = Agent(executor, agent.storage, agent.history, client=client, model="scripted-model")
+    found: dict[str, list[float]] = {"streamed": [], "edited": []}
+    try:
+        for kind, stream in (("streamed", True), ("edited", False)):
+            conversations = Conversations(writer)
+            watch = Watch(quiet_s)
+            async with slack_bot(conversations, watch, stream=stream) as server:
+                next_at = 0.0
+                for number in range(samples + WARM_UP):
+                    await settle(conversations, executor, watch)
+                    if stream:  # the tier's pace, not a wait for the bot
+                        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+                        next_at = time.perf_counter() + spacing
+                    token = f"w{number}{secrets.token_hex(2)}"
+                    words = " ".join(f"word{n}" for n in range(ANSWER_WORDS))
+                    first: list[float] = []
+                    model.piece_hooks[:] = [partial(_written, first)]
+                    model.script(
+                        Reply(
+                            content=f"{token} {words}",
+                            pieces=ANSWER_PIECES,
+                            piece_delay_s=PIECE_DELAY_S,
+                        )
+                    )
+                    carried = watch.expect(token)
+                    await server.post(sl.C_GENERAL, f"question {number}", mention_bot=True)
+                    async with asyncio.timeout(SAMPLE_TIMEOUT_S):
+                        shown = await carried
+                    if number >= WARM_UP:
+                        found[kind].append((shown - first[0]) * 1000)
+                await settle(conversations, executor, watch)
+    finally:
+        await client.close()
+        await model.stop()
+    return found
+
+
+def _written(first: list[float], piece: str) -> None:
+    first.append(time.perf_counter())
 
 
 # ── Discord ───────────────────────────────────────────────────────────────
@@ -215,6 +302,10 @@ TURNS = {
 
 
 ACKS = {"follow_up": "follow-up", "new_thread": "new thread", "run_command": "/run"}
+FIRST_WORDS = {
+    "streamed": "model's first words, streamed*",
+    "edited": "model's first words, edited in (no stream)*",
+}
 
 
 async def measure(
@@ -224,6 +315,7 @@ async def measure(
     (`ack_*` over all its events), Discord's prefixed, and which call acked Discord's."""
     slack, disc = Samples(), Samples()
     await measure_slack(conversations, executor, samples, slack, quiet_s)
+    first_words = await measure_first_words(conversations.agent, executor, samples, quiet_s)
     await measure_discord(conversations, executor, samples, disc, quiet_s)
     figures = Figures()
     for platform, found, prefix in (("Slack", slack, ""), ("Discord", disc, "discord_")):
@@ -234,6 +326,8 @@ async def measure(
         every = [ms for kind in ACKS for ms in found.acks[kind]]
         figures.summary[f"{prefix}ack_p50_ms"] = round(statistics.median(every), 1)
         figures.summary[f"{prefix}ack_p95_ms"] = round(percentile(every, 0.95), 1)
+    for kind, what in FIRST_WORDS.items():
+        figures.add(f"Slack: {what}", first_words[kind], f"first_words_{kind}")
     figures.summary["discord_ack_calls"] = {kind: named(disc.ack_calls[kind]) for kind in ACKS}
     return figures
 
@@ -312,6 +406,8 @@ def main(argv: list[str]) -> int:
         print(f"{name:52} {p50:9.1f} {p95:9.1f} {count:4}")
     print("turns: until the first chat.postMessage/chat.update or Discord message create/edit")
     print("  that shows the run's output")
+    print("*: from the model's first fragment to the first chat.startStream (or chat.update)")
+    print("  that shows it")
     print("acks: Slack's are the HTTP 200 of the event request(s); Discord's the bot's first")
     for kind, call in summary["discord_ack_calls"].items():
         print(f"  REST call after the dispatch, for a {ACKS[kind]}: {call}")

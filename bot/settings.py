@@ -223,6 +223,23 @@ def _check_chat_files(hosts: tuple[str, ...], per_answer: int) -> None:
         raise ValueError("files_per_answer must not be negative")
 
 
+ASSISTANT_GREETING = (
+    "Hi! Ask me anything Python can answer: I write the code, run it in a sandbox and show "
+    "the result. Share a CSV or Excel file to analyse it."
+)
+ASSISTANT_PROMPTS = (
+    "Plot a function :: Plot sin(x) and cos(x) from 0 to 2π on one chart."
+    " | Simulate dice :: Roll two dice 10,000 times and show how often each sum comes up."
+    " | Compound interest :: What do 1,000 € grow to in 10 years at 3 % a year, compounded"
+    " monthly?"
+    " | Analyse a file :: Summarise the file I attach: its columns, their types and a chart of"
+    " the most interesting one."
+)
+MAX_PROMPTS = 4
+"""Slack shows at most four suggested prompts."""
+PROMPT_TITLE_MAX = 75
+
+
 @dataclass(frozen=True, slots=True)
 class SlackSettings:
     """The Slack front end: `SLACK_*` tokens, and `CELLMATE_SLACK_<FIELD>` for the rest."""
@@ -251,9 +268,39 @@ class SlackSettings:
     files.slack.com, plus the `api_url` server when one is set, by default."""
     files_per_answer: int = 10
     """Charts and files shown with one answer; the rest are counted in a note."""
+    stream: bool = True
+    """The model's words are streamed (chat.startStream/appendStream/stopStream) where the
+    workspace allows it; off, or where it does not, the progress message is edited."""
+    assistant_greeting: str = ASSISTANT_GREETING
+    """What the bot says when someone opens a new assistant thread ("off": nothing)."""
+    assistant_prompts: str = ASSISTANT_PROMPTS
+    """The suggested prompts of a new assistant thread, `|`-separated, each `title :: message`
+    or just the message (at most four; "off": none)."""
 
     def __post_init__(self) -> None:
         _check_chat_files(self.file_hosts, self.files_per_answer)
+        self.suggested_prompts()  # fails early on a bad list
+
+    def greeting(self) -> str:
+        """The greeting of a new assistant thread ('' for none)."""
+        text = self.assistant_greeting.strip()
+        return "" if text.lower() == "off" else text
+
+    def suggested_prompts(self) -> list[tuple[str, str]]:
+        """The suggested prompts of a new assistant thread, as (title, message)."""
+        if self.assistant_prompts.strip().lower() in ("", "off"):
+            return []
+        prompts: list[tuple[str, str]] = []
+        for item in self.assistant_prompts.split("|"):
+            title, _, message = item.partition("::")
+            title, message = title.strip(), message.strip()
+            if not message:
+                title, message = title[:PROMPT_TITLE_MAX], title
+            if message:
+                prompts.append((title[:PROMPT_TITLE_MAX], message))
+        if len(prompts) > MAX_PROMPTS:
+            raise ValueError(f"at most {MAX_PROMPTS} suggested prompts, got {len(prompts)}")
+        return prompts
 
     @property
     def connection(self) -> typing.Literal["socket", "http"]:

@@ -73,6 +73,9 @@ class ScriptedModel:
     """The `api-key` the Azure-style routes accept."""
     paths: list[str] = field(default_factory=list)
     """The path and query of each chat completions request."""
+    piece_hooks: list[Callable[[str], None]] = field(default_factory=list)
+    """Called with each fragment of streamed text as it is written (benchmarks time the
+    model's first token by them)."""
     port: int = 0
     _runner: web.AppRunner | None = None
 
@@ -187,6 +190,8 @@ class ScriptedModel:
         async def send(delta: dict[str, Any], finish: str | None = None) -> None:
             if reply.piece_delay_s:
                 await asyncio.sleep(reply.piece_delay_s)
+            for hook in self.piece_hooks if delta.get("content") else ():
+                hook(delta["content"])
             chunk = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 

@@ -1,5 +1,6 @@
 """`python -m bench turns` measures every figure it reports: its measurement, run with two
-samples against the stand-in Slack and Discord servers on the fake sandbox. The values are
+samples against the stand-in Slack and Discord servers (and the scripted model, for the
+model's first words on Slack) on the fake sandbox. The values are
 timings, so only that each is there and positive is checked."""
 
 from __future__ import annotations
@@ -53,7 +54,14 @@ async def test_every_figure_is_measured_on_slack_and_discord(
     for key in timings:
         assert isinstance(summary[key], float), key
         assert summary[key] > 0, key
-    assert [count for *_, count in figures.rows] == [2] * 12
+    assert [count for *_, count in figures.rows] == [2] * 14
+    first_words = {
+        f"first_words_{kind}_{share}_ms"
+        for kind in ("streamed", "edited")
+        for share in ("p50", "p95")
+    }
+    assert first_words <= summary.keys()
+    assert all(summary[key] > 0 for key in first_words)
     calls = summary["discord_ack_calls"]
     assert calls["run_command"] == "POST /interactions/{id}/{token}/callback"
     assert calls["new_thread"] == "POST /channels/{id}/messages/{id}/threads"

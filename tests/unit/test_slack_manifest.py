@@ -39,4 +39,10 @@ def test_manifest_declares_the_commands_shortcut_and_events_the_app_handles() ->
     # DM admission reads the members of the allowed channels (public and private).
     assert {"channels:read", "groups:read"} <= scopes
     assert manifest["settings"]["interactivity"]["is_enabled"] is True
+    # The assistant view: its threads' events, and the scope of their title and prompts.
+    assert manifest["features"]["assistant_view"]["assistant_description"]
+    assert {"assistant_thread_started", "assistant_thread_context_changed"} <= events
+    assert "assistant:write" in scopes
+    assert "thread_started(" in APP
+    assert "thread_context_changed(" in APP
     assert RUN_MODAL in APP

@@ -20,9 +20,11 @@ text lengths, trigger_id lifetime, response_url uses) are enforced with Slack's 
 The modules: `world` (ids, people, tokens, limits, records), `payloads` (Web API arguments
 and Block Kit), `workspace` (what the server holds), `socket_mode`, `http_events` and
 `events` (deliveries to the app), `web_api` and `files` (what the app calls), `people`
-(what users do), put together by `server`.
+(what users do), `ai` (assistant threads and streamed messages, and their rate tiers), put
+together by `server`.
 """
 
+from .ai import MARKDOWN_LIMIT
 from .server import SlackServer
 from .world import (
     ACK_TIMEOUT_S,
@@ -69,6 +71,7 @@ __all__ = [
     "CONNECT_TIMEOUT_S",
     "C_GENERAL",
     "C_OTHER",
+    "MARKDOWN_LIMIT",
     "MAX_MESSAGE_BLOCKS",
     "MAX_MESSAGE_TEXT",
     "MAX_VIEW_BLOCKS",

@@ -10,15 +10,17 @@ from typing import Any, Literal
 import aiohttp
 from aiohttp import web
 
+from .ai import AiApps
 from .files import Files
 from .people import People
 
 
-class SlackServer(People, Files):
+class SlackServer(AiApps, People, Files):
     """Slack's side of one workspace with the bot installed, for one connection mode."""
 
     def __init__(self, *, mode: Literal["socket", "http"], bot_url: str | None = None) -> None:
         super().__init__(mode=mode, bot_url=bot_url)
+        self._ai_init()
         self._methods: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "auth.test": self._auth_test,
             "apps.connections.open": self._apps_connections_open,
@@ -33,6 +35,7 @@ class SlackServer(People, Files):
             "conversations.replies": self._conversations_replies,
             "conversations.members": self._conversations_members,
             "users.info": self._users_info,
+            **self.ai_methods(),
         }
 
     async def start(self) -> None:

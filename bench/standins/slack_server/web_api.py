@@ -33,6 +33,7 @@ from .world import (
     TEAM_ID,
     TRIGGER_TTL_S,
     Message,
+    RateLimited,
     SlackError,
     member_of,
 )
@@ -62,6 +63,12 @@ class WebApi(Events):
         try:
             check_token(method, token)
             result = handler(args)
+        except RateLimited as error:
+            self._notify()
+            headers = {"Retry-After": str(error.retry_after)}
+            return web.json_response(
+                {"ok": False, "error": error.error}, status=429, headers=headers
+            )
         except SlackError as error:
             result = {"ok": False, "error": error.error, **error.extra}
         self._notify()

@@ -130,6 +130,14 @@ class SlackError(Exception):
         self.extra = extra
 
 
+class RateLimited(SlackError):
+    """A call past its method's rate tier: HTTP 429 `ratelimited` with Retry-After."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__("ratelimited")
+        self.retry_after = retry_after
+
+
 def ts_key(ts: str) -> tuple[int, int]:
     seconds, _, micros = ts.partition(".")
     return int(seconds or 0), int((micros or "0").ljust(6, "0")[:6])

@@ -32,6 +32,7 @@ from bot.fences import BACKGROUND_FLAG, BESIDE_FLAG, BOTH_FLAGS, direct_code, ru
 from bot.logs import payload_logger
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.markup import code_blocks
+from bot.platforms.on_slack.assistant import AssistantThreads, register_assistant
 from bot.platforms.on_slack.buttons import register_buttons
 from bot.platforms.on_slack.commands import register_commands
 from bot.platforms.on_slack.doors import register_doors
@@ -40,6 +41,7 @@ from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.prompts import register_prompts
 from bot.platforms.on_slack.reply import SlackReply, SlackThread
 from bot.platforms.on_slack.schedules import register_schedules
+from bot.platforms.on_slack.streaming import StreamingSlackReply, Streams
 from bot.settings import SlackSettings
 from storage.intake import SLACK_FILE_HOSTS, IncomingFile, http_fetcher
 
@@ -71,6 +73,8 @@ class CellmateSlack:
             token=settings.bot_token, base_url=settings.api_url or AsyncWebClient.BASE_URL
         )
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
+        self.streams = Streams(self.client, settings.stream)
+        self.assistant = AssistantThreads(self.client, settings)
         http_mode = settings.connection == "http"
         self.app = AsyncApp(
             client=self.client,
@@ -131,6 +135,7 @@ class CellmateSlack:
         register_doors(app, self)
         register_prompts(app, self)
         register_schedules(app, self)
+        register_assistant(app, self, self.assistant)
 
     # ── messages ──────────────────────────────────────────────────────────
 
@@ -186,10 +191,11 @@ class CellmateSlack:
         code = direct_code(text)
         if code is not None:
             self.code_messages[(channel, ts)] = key
+        text = await self.assistant.asked(channel, root, text, for_model=code is None)
         message = UserMessage(text, files, user=user, server=team, fetch=self.fetch)
         await self._react(channel, ts, "eyes", add=True)
         try:
-            reply = self._reply(thread, user)
+            reply = self._reply(thread, user, team=team)
             await self.conversations.turn(
                 self.door, person, key, message, reply, rerun_code=code, quiet=True
             )
@@ -237,9 +243,19 @@ class CellmateSlack:
         except SlackApiError as exc:  # a missing reaction scope must not cost the answer
             log.info("reaction %s failed: %s", name, exc.response.get("error"))
 
-    def _reply(self, thread: SlackThread, owner: str, keep: bool = True) -> SlackReply:
+    def _reply(
+        self, thread: SlackThread, owner: str, keep: bool = True, team: str = ""
+    ) -> SlackReply:
         keep = keep and self.conversations.background.max_s > 0
-        return SlackReply(thread, owner, max_files=self.settings.files_per_answer, keep=keep)
+        return StreamingSlackReply(
+            thread,
+            owner,
+            self.streams,
+            team or self.team,
+            self.assistant.status_for(thread.channel, thread.thread_ts),
+            max_files=self.settings.files_per_answer,
+            keep=keep,
+        )
 
     def reply_in(self, thread: SlackThread, owner: str) -> SlackReply:
         """A reply in `thread` for what nobody just asked for (a schedule's run, a run in

@@ -38,9 +38,11 @@ MARKS = {
 """The mark before each kind of status line (`TurnView.doing`) and answer line."""
 
 
-def progress_text(view: TurnView) -> str:
+def progress_text(view: TurnView, draft: bool = True) -> str:
+    """The progress message; without the model's `draft` when its words are shown
+    elsewhere (streamed into a message of their own)."""
     return fit_progress(
-        lambda code, output: _progress(view, code, output),
+        lambda code, output: _progress(view, code, output, draft),
         CODE_SHOWN,
         OUTPUT_SHOWN,
         SECTION_LIMIT - 100,
@@ -48,9 +50,12 @@ def progress_text(view: TurnView) -> str:
     )
 
 
-def _progress(view: TurnView, code_room: int, output_room: int) -> str:
+def _progress(view: TurnView, code_room: int, output_room: int, draft: bool = True) -> str:
     run = view.current
     thinking = status_line(view, MARKS, lambda draft: to_mrkdwn(tail(draft, 2 * output_room)))
+    doing = view.doing()
+    if not draft and doing is not None and doing.kind == "writing":
+        thinking = f"{MARKS['writing']} {doing.text}"
     if run is None:
         return thinking
     count = len(view.runs)
@@ -95,14 +100,26 @@ def blocks(text: str, buttons: list[tuple[str, str, str]] | None = None) -> list
 def answer_texts(view: TurnView, not_uploaded: list[Artifact], max_files: int = 10) -> list[str]:
     """The answer in mrkdwn, split to fit, listing artifacts that were not uploaded and
     counting those beyond `max_files`."""
-    lines = fit_notices(
-        view.notices, NOTICES_ROOM, lambda notice: f"{MARKS['notice']} {plain(notice)}"
-    )
+    lines = notice_lines(view)
     ending = view.ending()
     if ending is not None and ending.failed:
         lines.append(f"{MARKS['failed']} {escape(ending.text)}")
     elif ending is not None:
         lines.append(to_mrkdwn(ending.text))
+    lines += file_lines(view, not_uploaded, max_files)
+    return split_message("\n".join(lines), MESSAGE_LIMIT)
+
+
+def notice_lines(view: TurnView) -> list[str]:
+    """The answer's notices, one message's worth at most."""
+    return fit_notices(
+        view.notices, NOTICES_ROOM, lambda notice: f"{MARKS['notice']} {plain(notice)}"
+    )
+
+
+def file_lines(view: TurnView, not_uploaded: list[Artifact], max_files: int) -> list[str]:
+    """The lines after an answer: artifacts that were not uploaded, and those not shown."""
+    lines: list[str] = []
     if not_uploaded:
         lines.append("")
         lines += [
@@ -112,7 +129,7 @@ def answer_texts(view: TurnView, not_uploaded: list[Artifact], max_files: int = 
     _, hidden = shown_artifacts(view, max_files)
     if hidden:
         lines += ["", f"{MARKS['notice']} {escape(hidden)}"]
-    return split_message("\n".join(lines), MESSAGE_LIMIT)
+    return lines
 
 
 def plain(text: str) -> str:
