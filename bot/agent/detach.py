@@ -33,8 +33,8 @@ FOR_PERSON = (
 )
 QUEUED_BEHIND = (
     "This code waits for the background run in this conversation to end (Stop on the "
-    "background run's message ends it sooner). Run beside runs it now instead, in a second kernel: with the "
-    "conversation's files, not its variables."
+    "background run's message ends it sooner). Run beside runs it now instead, in a second "
+    "kernel: with the conversation's files, not its variables."
 )
 
 

@@ -116,6 +116,10 @@ class UserMessage:
     fetch: Fetcher | None = None
     """How to download the attachments' URLs (with the platform's credentials); by default
     the agent's fetcher."""
+    context: str = ""
+    """Facts from the platform about where the person is (Slack's assistant view: the
+    channel they have open), given to the model beside the system prompt for this turn,
+    never as their words nor kept in the history."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +259,8 @@ class Agent:
         earlier: list[dict[str, Any]] = []
         limits = self.executor.limits
         system = system_prompt(limits.network, doors=limits.egress == "allowlist")
+        if message.context:
+            system = f"{system}\n\n{message.context}"
         user = {"role": "user", "content": _user_content(message.text, files, previews)}
         new: list[dict[str, Any]] = [user]
         shown: list[dict[str, Any]] = []

@@ -271,13 +271,13 @@ async def test_a_question_in_an_assistant_thread_titles_it_shows_status_and_stre
     assert [m.text for m in messages if not m.files][-1] == "It is **42**."
     assert "42" in messages[0].text  # the run report, in the progress message
     # The channel the person looks at reached the model as context, not as their words.
-    question = str(model.requests[0]["messages"][-1]["content"])
-    assert question.startswith("What is six times seven?")
-    assert f"<#{C_GENERAL}>" in question
-    assert "not an instruction" in question
+    first = model.requests[0]["messages"]
+    assert str(first[-1]["content"]) == "What is six times seven?"
+    assert f"<#{C_GENERAL}>" in str(first[0]["content"])
+    assert "not an instruction" in str(first[0]["content"])
 
 
-async def test_context_is_noted_once_and_again_when_it_changes(
+async def test_context_goes_with_each_question_and_follows_the_channel_viewed(
     start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel
 ) -> None:
     bot = await start_bot(assistant_greeting="off", assistant_prompts="off")
@@ -290,9 +290,12 @@ async def test_context_is_noted_once_and_again_when_it_changes(
     await bot.server.post(dm, "third?", thread_ts=root)
     await bot.answered(dm, root, count=3)
     asked = [str(request["messages"][-1]["content"]) for request in model.requests]
-    assert f"<#{C_GENERAL}>" in asked[0]
-    assert asked[1] == "second?"
-    assert f"<#{C_OTHER}>" in asked[2]
+    assert asked == ["first?", "second?", "third?"]  # their words, and only theirs
+    systems = [str(request["messages"][0]["content"]) for request in model.requests]
+    assert [f"<#{C_GENERAL}>" in s for s in systems] == [True, True, False]
+    assert f"<#{C_OTHER}>" in systems[2]
+    history = str(model.requests[2]["messages"][1:])
+    assert "not an instruction" not in history  # never kept in the history
     assert bot.server.titles[(dm, root)] == "first?"  # the first question only
 
 

@@ -191,8 +191,10 @@ class CellmateSlack:
         code = direct_code(text)
         if code is not None:
             self.code_messages[(channel, ts)] = key
-        text = await self.assistant.asked(channel, root, text, for_model=code is None)
-        message = UserMessage(text, files, user=user, server=team, fetch=self.fetch)
+        context = await self.assistant.asked(channel, root, text, for_model=code is None)
+        message = UserMessage(
+            text, files, user=user, server=team, fetch=self.fetch, context=context
+        )
         await self._react(channel, ts, "eyes", add=True)
         try:
             reply = self._reply(thread, user, team=team)

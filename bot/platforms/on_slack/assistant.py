@@ -7,8 +7,9 @@ An assistant thread is a thread of the person's DM with the app, so its messages
 the app's message handler like any DM thread: the same admission, turns, approval, Stop,
 Re-run, files and workspaces. This module adds what only the assistant view has.
 
-Context is facts about where the person is, handed to the model as a note marked as context,
-never as instructions; it is noted once per thread and again only when it changes. Which
+Context is facts about where the person is, handed to the model beside the system prompt
+(`UserMessage.context`) as a note marked as context, never as the person's words nor as
+instructions, with each question (it is not kept in the history). Which
 threads are assistant threads, their titles and their context are kept in memory (the
 latest `THREADS_KEPT`): after a restart a thread goes on as a DM thread until its context
 changes.
@@ -99,8 +100,6 @@ class ThreadStatus:
 class ThreadState:
     viewing: str = ""
     """The channel the person has open beside the thread ('' when none)."""
-    noted: str = ""
-    """The context last handed to the model in this thread."""
     titled: bool = False
 
 
@@ -130,18 +129,18 @@ class AssistantThreads:
         return ThreadStatus(self.client, channel, thread_ts)
 
     async def asked(self, channel: str, thread_ts: str, text: str, for_model: bool) -> str:
-        """A question in a thread: the first one in an assistant thread becomes its title;
-        a question for the model gets the context note when the context is new to it."""
+        """A question in a thread: the first one in an assistant thread becomes its title.
+        The context to give the model with it (`UserMessage.context`; "" for none): where
+        the person is now, on every question, since it is not kept in the history."""
         state = self.threads.get((channel, thread_ts))
         if state is None:
-            return text
+            return ""
         if not state.titled and text.strip():
             state.titled = True
             await self._title(channel, thread_ts, text)
-        if not for_model or not state.viewing or state.noted == state.viewing:
-            return text
-        state.noted = state.viewing
-        return f"{text}\n\n{context_note(state.viewing)}"
+        if not for_model or not state.viewing:
+            return ""
+        return context_note(state.viewing)
 
     async def _title(self, channel: str, thread_ts: str, text: str) -> None:
         title = " ".join(text.split())
