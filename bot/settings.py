@@ -337,6 +337,12 @@ class Settings:
     http_port: int = 8080
     http_host: str = "127.0.0.1"
     """Where the HTTP server listens; 0.0.0.0 to serve local links to other machines."""
+    mcp: bool = False
+    """CELLMATE_MCP: serve the MCP endpoint (coding agents run code in a conversation with a
+    person's `/mcp token`)."""
+    mcp_host: str = "127.0.0.1"
+    mcp_port: int = 8765
+    """Where the MCP endpoint (streamable HTTP, path /mcp) listens."""
     model: ModelSettings = field(default_factory=ModelSettings)
     discord: DiscordSettings = field(default_factory=DiscordSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)

@@ -120,6 +120,9 @@ class UserMessage:
     """Facts from the platform about where the person is (Slack's assistant view: the
     channel they have open), given to the model beside the system prompt for this turn,
     never as their words nor kept in the history."""
+    agent: bool = False
+    """A direct run written by the person's coding agent (MCP), not typed by them: its code
+    passes the place's approval policy as the model's code does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +237,14 @@ class Agent:
         direct = direct_code(message.text)
         if direct is not None:
             restore = Restore.VARIABLES if restores is None else await restores.restore()
+            if message.agent:
+                decision = await turn.approval(as_run(direct))
+                if not decision.runs:
+                    await _call(
+                        emit, Answer(f"The agent's code was not run ({decision.verdict.value}).")
+                    )
+                    return
+                direct = decision.code
             at_once = background_asked(message.text)
             if beside_asked(message.text):
                 turn.beside.set()

@@ -40,6 +40,7 @@ from bot.conversations.input_prompts import (
 )
 from bot.conversations.input_prompts import NOT_WAITING as INPUT_NOT_WAITING
 from bot.conversations.keys import ConversationKey
+from bot.conversations.mcp_tokens import McpDesk
 from bot.conversations.moderation import pressed_in
 from bot.conversations.network import NetworkGrants
 from bot.conversations.people import Admission, Person
@@ -118,6 +119,8 @@ class Conversations(Doors):
         """How each platform that is up posts a schedule's run, by platform name."""
         self.schedules: Scheduler | None = None
         """The schedules, where the bot keeps them (services set it)."""
+        self.mcp: McpDesk | None = None
+        """/mcp's tokens and the MCP endpoint's address, while it serves (CELLMATE_MCP)."""
         self.background = BackgroundRuns(self, background_max_s, background_per_person)
         """Runs that went on without their turn (0 s: runs end at their time limit)."""
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bot.logs import setup_logging
+from bot.mcp.service import mcp_service
 from bot.ops.demo import DEMO_CODE
 from bot.ops.doctor import diagnose, report
 from bot.ops.exec_output import print_result, save_outputs
@@ -222,8 +223,11 @@ async def _chat_session(settings: Settings) -> int:
     async with (
         services(settings, pool) as running,
         background(settings, running.storage),
+        mcp_service(running.conversations, settings) as desk,
     ):
         console = Console(running.conversations, sys.stdout, settings.data_dir / "exports")
+        if desk is not None:
+            print(f"MCP endpoint for coding agents: {desk.url}", file=sys.stderr, flush=True)
         if is_terminal():
             await run_interactive(console, _banner(settings))
         else:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from bot.mcp.service import mcp_service
 from bot.ops.front_ends import FrontEnd, configured, configured_platforms
 from bot.ops.health import Health
 from bot.ops.services import Services, background, services
@@ -46,18 +47,23 @@ async def serve(settings: Settings, ready: Callable[[Services], None] | None = N
                     if front.route is not None:
                         front.route(app)
 
-            async with background(
-                settings,
-                running.storage,
-                always_serve=True,
-                extend=extend,
-                checks=health.checks,
-                metrics=running.metrics,
+            async with (
+                background(
+                    settings,
+                    running.storage,
+                    always_serve=True,
+                    extend=extend,
+                    checks=health.checks,
+                    metrics=running.metrics,
+                ),
+                mcp_service(running.conversations, settings) as desk,
             ):
                 if ready is not None:
                     ready(running)
                 names = ", ".join(front.name for front in fronts)
                 print(f"Cellmate is serving {names}. Stop with Ctrl-C.", flush=True)
+                if desk is not None:
+                    print(f"MCP endpoint for coding agents: {desk.url}", flush=True)
                 await _run_until_stopped(fronts, stopping, running)
     finally:
         for number in (signal.SIGTERM, signal.SIGINT):

@@ -11,7 +11,8 @@ saying it ended; /stop ends it sooner. From a pipe it reads messages separated b
 lines (a blank line inside a fenced block does not end a message), answers each in turn,
 and exits at the end of input. Commands: /reset, /files, /restore, /export, /attach PATH,
 /policy [MODE], /network ..., /schedule ..., /run [--background|--beside] CODE, /keep,
-/beside, /stop, /quit. A schedule's runs are printed here as they happen, while the chat
+/beside, /stop, /mcp [token|revoke [N]] (a coding agent's token, see `bot.mcp`), /quit. A
+schedule's runs, and a coding agent's, are printed here as they happen, while the chat
 runs.
 Where the policy is approve, the model's code is shown first and runs only after y (or e, to
 edit it: lines up to one holding only a dot run instead); n declines it. When code hits a
@@ -58,6 +59,7 @@ from bot.conversations.approval import (
     shown_names,
 )
 from bot.conversations.doors import DoorCard, DoorChoice
+from bot.conversations.mcp_tokens import mcp_command
 from bot.conversations.network import parse_network
 from bot.conversations.policy import parse_command
 from bot.events import ApprovalRequested, InputRequested, TurnEvent
@@ -96,7 +98,7 @@ HELP = (
     "Type a message, or Python in a ``` block. Commands: /attach PATH, /files, /restore, "
     "/export, /reset, /policy [auto|approve|off], /network [allow|deny HOST], "
     "/schedule [WHEN|list|cancel N|run-now N], /run --background CODE, "
-    "/run --beside CODE, /quit. "
+    "/run --beside CODE, /mcp [token|revoke [N]], /quit. "
     "While a turn runs, Ctrl-C (or /stop) stops it and /keep lets its run go on in the "
     "background; /stop then ends the run in the background. While a turn's code waits for "
     "that run to end, /beside runs it now in a second kernel beside it (the conversation's "
@@ -193,6 +195,10 @@ class Console:
         elif command == "/schedule":
             self._say(
                 await self.conversations.schedule_command(self.door, ME, CONVERSATION, argument)
+            )
+        elif command == "/mcp":
+            self._say(
+                mcp_command(self.conversations.mcp, ME.user, "you", CONVERSATION, "", argument)
             )
         elif command == "/attach":
             self._attach(argument.strip())
@@ -440,7 +446,9 @@ class ConsolePoster:
         return "you"
 
     async def reply_in(self, key: ConversationKey, owner: str) -> Renderer:
-        return AsideRenderer(self.console)
+        aside = AsideRenderer(self.console)
+        aside.approve = self.console._approve  # an agent's run (MCP) may need a yes here
+        return aside
 
     async def say(self, key: ConversationKey, text: str, notify: str = "") -> None:
         mention = f"{self.mention(notify)} "
