@@ -40,6 +40,7 @@ from bot.events import (
     OutputChunk,
     TurnEvent,
 )
+from bot.mcp.bridge import endpoint_url
 
 log = logging.getLogger(__name__)
 
@@ -339,8 +340,7 @@ class McpEndpoint:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}{PATH}"
+        return endpoint_url(self.host, self.port)
 
     async def start(self) -> None:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET

@@ -9,11 +9,13 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from bot.logs import setup_logging
+from bot.mcp.bridge import bridge, endpoint_url
 from bot.mcp.service import mcp_service
 from bot.ops.demo import DEMO_CODE
 from bot.ops.doctor import diagnose, report
@@ -122,6 +124,16 @@ def _parser() -> argparse.ArgumentParser:
         "doctor", help="check the engine, image, storage, model and platform tokens"
     )
     doctor.set_defaults(handler=_doctor)
+
+    mcp = commands.add_parser(
+        "mcp",
+        help="MCP over stdio for a coding agent: forwards to the running bot's MCP endpoint "
+        "with the token in CELLMATE_MCP_TOKEN (from /mcp token)",
+    )
+    mcp.add_argument(
+        "--url", metavar="URL", help="the bot's MCP endpoint (default: from CELLMATE_MCP_HOST/PORT)"
+    )
+    mcp.set_defaults(handler=_mcp)
 
     demo = commands.add_parser("demo", help="run a short example with a table and a chart")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), metavar="DIR")
@@ -233,6 +245,11 @@ async def _chat_session(settings: Settings) -> int:
         else:
             await run_piped(console, sys.stdin)
     return 0
+
+
+def _mcp(args: argparse.Namespace, settings: Settings) -> int:
+    url = args.url or endpoint_url(settings.mcp_host, settings.mcp_port)
+    return asyncio.run(bridge(url, os.environ.get("CELLMATE_MCP_TOKEN", "").strip()))
 
 
 def _banner(settings: Settings) -> str:

@@ -8,7 +8,9 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import re
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import httpx2
 import pytest
 from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
@@ -29,6 +32,9 @@ from bot.mcp.server import MISSING, NOT_ALLOWED, REVOKED, UNKNOWN, McpEndpoint
 from bot.platforms.console import CONVERSATION, Console, run_piped
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
+
+WORKTREE = Path(__file__).resolve().parents[2]
+"""Where the bot's code is, for `cellmate mcp` started elsewhere."""
 
 
 @pytest.fixture
@@ -314,3 +320,64 @@ async def test_a_quota_refusal_is_the_tools_error(
     assert second.is_error
     assert "limit of 1 runs" in text(second)
     assert fake_backend.runs == ["print(6*7)"]
+
+
+# ── `cellmate mcp`: the stdio bridge ───────────────────────────────────────────────────
+
+
+@contextlib.asynccontextmanager
+async def launched(url: str, token: str, tmp_path: Path) -> AsyncIterator[ClientSession]:
+    """`cellmate mcp` as a coding agent launches it, driven by the SDK's stdio client."""
+    command = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bot", "mcp", "--url", url],
+        env={"CELLMATE_MCP_TOKEN": token, "PYTHONPATH": str(WORKTREE)},
+        cwd=tmp_path,  # no .env there
+    )
+    with (tmp_path / "bridge.log").open("w") as errors:
+        async with (
+            stdio_client(command, errlog=errors) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+async def test_cellmate_mcp_over_stdio_reaches_the_same_kernel(
+    bot: Callable[..., Bot], fake_backend: FakeBackend, tmp_path: Path
+) -> None:
+    chat = await started(bot())
+    token = await chat.token()
+    async with launched(chat.endpoint.url, token, tmp_path) as session:
+        tools = {tool.name for tool in (await session.list_tools()).tools}
+        result = await session.call_tool("run_code", {"code": "x = 41"})
+        out = await chat.pipe("/run print(x)")
+        assert "Revoked 1 token." in await chat.pipe("/mcp revoke")
+        after = await session.call_tool("run_code", {"code": "print(6*7)"})
+    assert "run_code" in tools
+    assert text(result) == "[status: ok]"
+    assert "🤖 Run by your agent:" in chat.out.getvalue()
+    assert "41\n" in out
+    assert after.is_error
+    assert text(after) == REVOKED
+    assert fake_backend.runs == ["x = 41", "print(x)"]
+
+
+async def test_cellmate_mcp_without_a_token_says_how_to_get_one(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "mcp",
+        "--url",
+        "http://127.0.0.1:9/mcp",
+        cwd=tmp_path,
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(WORKTREE)},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    assert out == b""
+    assert "set CELLMATE_MCP_TOKEN to a token from /mcp token" in err.decode()
