@@ -116,6 +116,10 @@ class McpDesk:
 
 
 USAGE = "Use /mcp token (a token for your coding agent here), /mcp, or /mcp revoke [N]."
+NO_CONVERSATION = (
+    "A token is for one conversation: use /mcp token in a thread with me (after your "
+    "message there) or in our DM."
+)
 OFF = "The MCP endpoint is off here (CELLMATE_MCP=off)."
 
 
@@ -123,12 +127,12 @@ def mcp_command(
     desk: McpDesk | None,
     user: str,
     name: str,
-    key: ConversationKey,
+    key: ConversationKey | None,
     server: str,
     text: str,
 ) -> str:
-    """The answer to `/mcp TEXT` typed by `user` (shown as `name`) in conversation `key`;
-    `desk` None: the endpoint is off."""
+    """The answer to `/mcp TEXT` typed by `user` (shown as `name`) in conversation `key`
+    (None: not in one); `desk` None: the endpoint is off."""
     if desk is None:
         return OFF
     tokens, url = desk.tokens, desk.url
@@ -144,6 +148,8 @@ def mcp_command(
         lines.append("/mcp revoke N revokes one; /mcp revoke revokes them all.")
         return "\n".join(lines)
     if words[0] == "token" and len(words) == 1:
+        if key is None:
+            return NO_CONVERSATION
         if key.is_one_off:
             return "A token is for a conversation: ask in a thread or a DM, not for a one-off run."
         token, grant = tokens.issue(user, name, key.id, server)

@@ -193,7 +193,7 @@ class AgentTools:
     async def run_code(self, code: str, ctx: Context) -> str:
         grant, key, poster = await self._where(ctx)
         person = await poster.person(grant.user, key)
-        await poster.say(key, heading(poster.mention(grant.user)))
+        await poster.say(key, heading(grant.name))
         reply = AgentReply(await poster.reply_in(key, grant.user))
         message = UserMessage(f"/run\n{code}", user=grant.user, server=grant.server, agent=True)
         await self.conversations.turn(poster.door, person, key, message, reply)

@@ -26,6 +26,7 @@ def test_manifest_declares_the_commands_shortcut_and_events_the_app_handles() ->
         "/policy",
         "/network",
         "/schedule",
+        "/mcp",
     }
     for command in commands:
         assert f'app.command("{command}")' in APP

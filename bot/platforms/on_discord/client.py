@@ -32,6 +32,7 @@ from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
 from bot.platforms.on_discord.doors import DoorButton, doorbell, register_network
 from bot.platforms.on_discord.interactions import conversation_of, place_of, tell, thread_key
+from bot.platforms.on_discord.mcp import register_mcp
 from bot.platforms.on_discord.prompts import InputButton
 from bot.platforms.on_discord.render import thread_name
 from bot.platforms.on_discord.reply import ChannelSurface, InteractionSurface, Reply, Surface
@@ -96,6 +97,7 @@ class CellmateDiscord(discord.Client):
         register_commands(self)
         register_network(self)
         register_schedules(self)
+        register_mcp(self)
         allow_user_installs(self.tree, settings)
         self.add_dynamic_items(TurnButton, ApprovalButton, DoorButton, InputButton)
         conversations.doorbells["discord"] = doorbell(self)

@@ -36,6 +36,7 @@ from bot.platforms.on_slack.assistant import AssistantThreads, register_assistan
 from bot.platforms.on_slack.buttons import register_buttons
 from bot.platforms.on_slack.commands import register_commands
 from bot.platforms.on_slack.doors import register_doors
+from bot.platforms.on_slack.mcp import register_mcp
 from bot.platforms.on_slack.modals import RUN_MODAL, run_modal, submitted
 from bot.platforms.on_slack.mrkdwn import unescape
 from bot.platforms.on_slack.prompts import register_prompts
@@ -135,6 +136,7 @@ class CellmateSlack:
         register_doors(app, self)
         register_prompts(app, self)
         register_schedules(app, self)
+        register_mcp(app, self)
         register_assistant(app, self, self.assistant)
 
     # ── messages ──────────────────────────────────────────────────────────
