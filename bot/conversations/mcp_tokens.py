@@ -96,6 +96,12 @@ class TokenStore:
             ).fetchall()
         return [Grant(*row) for row in rows]
 
+    def live(self) -> int:
+        """How many tokens work (not revoked), everyone's."""
+        with self._lock:
+            row = self._db.execute("SELECT count(*) FROM mcp_tokens WHERE revoked = 0").fetchone()
+        return int(row[0])
+
     def revoke(self, user: str, number: int | None = None) -> int:
         """Revoke the person's tokens (or only token `number`); how many were revoked."""
         query = "UPDATE mcp_tokens SET revoked = ? WHERE user = ? AND revoked = 0"

@@ -19,6 +19,7 @@ from bot.ops.cluster_enforcement import enforcement
 from bot.ops.cluster_isolation import isolation
 from bot.ops.findings import Finding
 from bot.ops.front_ends import PLATFORMS
+from bot.ops.mcp_check import mcp_check
 from bot.ops.model_setup import build_model_client
 from bot.ops.storage_setup import build_storage
 from bot.settings import Settings
@@ -38,7 +39,7 @@ Check = Callable[[Settings], Awaitable[list[Finding]]]
 async def diagnose(settings: Settings) -> list[Finding]:
     findings: list[Finding] = [Finding("settings", True, "loaded (.env and the environment)")]
     checks: list[tuple[str, Check]] = [("sandboxes", _sandboxes), ("storage", _storage)]
-    checks += [("model", _model), *((p.key, p.check) for p in PLATFORMS)]
+    checks += [("model", _model), *((p.key, p.check) for p in PLATFORMS), ("mcp", mcp_check)]
     for name, check in checks:
         try:
             findings += await asyncio.wait_for(check(settings), TIMEOUT_S)

@@ -29,7 +29,9 @@ from bot.conversations.mcp_tokens import McpDesk, TokenStore
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.mcp.server import MISSING, NOT_ALLOWED, REVOKED, UNKNOWN, McpEndpoint
+from bot.ops.mcp_check import mcp_check
 from bot.platforms.console import CONVERSATION, Console, run_piped
+from bot.settings import Settings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 
@@ -381,3 +383,53 @@ async def test_cellmate_mcp_without_a_token_says_how_to_get_one(tmp_path: Path) 
     assert process.returncode == 2
     assert out == b""
     assert "set CELLMATE_MCP_TOKEN to a token from /mcp token" in err.decode()
+
+
+# ── cellmate doctor ─────────────────────────────────────────────────────────────────────
+
+
+async def test_doctor_says_whether_mcp_is_off_free_served_or_taken(
+    bot: Callable[..., Bot], tmp_path: Path
+) -> None:
+    off = await mcp_check(Settings(data_dir=tmp_path))
+    assert [(f.name, f.ok, f.required) for f in off] == [("mcp", True, False)]
+    assert "off (CELLMATE_MCP)" in off[0].detail
+
+    chat = await started(bot())
+    await chat.token()
+    port = chat.endpoint.port
+    served = await mcp_check(Settings(data_dir=tmp_path, mcp=True, mcp_port=port))
+    assert served[0].detail == (
+        f"a running bot serves http://127.0.0.1:{port}/mcp and asks for tokens"
+    )
+    assert all(f.ok for f in served)
+    await chat.endpoint.stop()
+
+    free = await mcp_check(Settings(data_dir=tmp_path, mcp=True, mcp_port=port))
+    assert free[0].ok
+    assert free[0].detail == f"port {port} is free; the bot serves http://127.0.0.1:{port}/mcp"
+
+    async def say_hello(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+        await writer.drain()
+        writer.close()
+
+    other = await asyncio.start_server(say_hello, "127.0.0.1", 0)
+    taken = other.sockets[0].getsockname()[1]
+    try:
+        found = await mcp_check(Settings(data_dir=tmp_path, mcp=True, mcp_port=taken))
+    finally:
+        other.close()
+        await other.wait_closed()
+    assert not found[0].ok
+    assert found[0].detail == f"something else answers at 127.0.0.1:{taken}"
+    assert found[0].fix == "set CELLMATE_MCP_PORT to a free port"
+
+
+async def test_doctor_cannot_read_the_token_store(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the data folder should be")
+    found = await mcp_check(Settings(data_dir=blocked, mcp=True, mcp_port=0))
+    tokens = next(f for f in found if f.name == "mcp tokens")
+    assert not tokens.ok
+    assert tokens.fix == "check that CELLMATE_DATA_DIR is writable by the bot"
