@@ -14,6 +14,8 @@ Discord), as the stand-in receives it:
 * `/run` (a one-off session, also from the pool);
 * the acknowledgement: Slack's HTTP 200 of the event request; for a Discord interaction
   its callback; for a Discord message the bot's first REST call (named in the printout);
+* a coding agent's `run_code` round trip over stdio through `cellmate mcp`, on a warm
+  session (bench/mcp_bench.py);
 * on Slack, the model's first words: from the scripted model (bench/standins) writing the
   first fragment of its answer to the first call that shows it, streamed
   (`chat.startStream`) and, with CELLMATE_SLACK_STREAM off, edited into the progress
@@ -49,6 +51,7 @@ import yarl
 from aiohttp import web
 
 from bench.executor_bench import Figures, machine, percentile
+from bench.mcp_bench import measure_mcp
 from bench.standins import discord_server as dc
 from bench.standins import slack_server as sl
 from bench.standins.openai_server import Reply, ScriptedModel
@@ -317,6 +320,7 @@ async def measure(
     await measure_slack(conversations, executor, samples, slack, quiet_s)
     first_words = await measure_first_words(conversations.agent, executor, samples, quiet_s)
     await measure_discord(conversations, executor, samples, disc, quiet_s)
+    agent_runs = await measure_mcp(conversations, samples)
     figures = Figures()
     for platform, found, prefix in (("Slack", slack, ""), ("Discord", disc, "discord_")):
         for kind, what in TURNS.items():
@@ -328,6 +332,7 @@ async def measure(
         figures.summary[f"{prefix}ack_p95_ms"] = round(percentile(every, 0.95), 1)
     for kind, what in FIRST_WORDS.items():
         figures.add(f"Slack: {what}", first_words[kind], f"first_words_{kind}")
+    figures.add("MCP: run_code round trip over stdio (warm session)", agent_runs, "mcp_run_code")
     figures.summary["discord_ack_calls"] = {kind: named(disc.ack_calls[kind]) for kind in ACKS}
     return figures
 
@@ -408,6 +413,7 @@ def main(argv: list[str]) -> int:
     print("  that shows the run's output")
     print("*: from the model's first fragment to the first chat.startStream (or chat.update)")
     print("  that shows it")
+    print("MCP: from a coding agent's tools/call through `cellmate mcp` (stdio) to its result")
     print("acks: Slack's are the HTTP 200 of the event request(s); Discord's the bot's first")
     for kind, call in summary["discord_ack_calls"].items():
         print(f"  REST call after the dispatch, for a {ACKS[kind]}: {call}")

@@ -54,7 +54,8 @@ async def test_every_figure_is_measured_on_slack_and_discord(
     for key in timings:
         assert isinstance(summary[key], float), key
         assert summary[key] > 0, key
-    assert [count for *_, count in figures.rows] == [2] * 14
+    assert [count for *_, count in figures.rows] == [2] * 15
+    assert summary["mcp_run_code_p50_ms"] > 0
     first_words = {
         f"first_words_{kind}_{share}_ms"
         for kind in ("streamed", "edited")
