@@ -41,6 +41,7 @@ from bot.events import (
     TurnEvent,
 )
 from bot.mcp.bridge import endpoint_url
+from executor import InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -214,13 +215,16 @@ class AgentTools:
         session = self.conversations.agent.executor.session(key.id)
         if not session.active:
             raise ToolError("No session is live in this conversation: run some code first.")
-        sizes = dict(await session.list_files())
-        size = sizes.get(path.removeprefix("/mnt/data/"))
-        if size is None:
-            raise ToolError(f"No file {path!r} in /mnt/data.")
-        if size > MAX_FILE_BYTES:
-            raise ToolError(f"{path} is {size} B; read_file returns at most {MAX_FILE_BYTES} B.")
-        data = await session.get_file(path.removeprefix("/mnt/data/"))
+        name = path.removeprefix("/mnt/data/")
+        with _told():
+            size = dict(await session.list_files()).get(name)
+            if size is None:
+                raise ToolError(f"No file {path!r} in /mnt/data.")
+            if size > MAX_FILE_BYTES:
+                raise ToolError(
+                    f"{path} is {size} B; read_file returns at most {MAX_FILE_BYTES} B."
+                )
+            data = await session.get_file(name)
         if data is None:
             raise ToolError(f"No file {path!r} in /mnt/data.")
         try:
@@ -234,7 +238,8 @@ class AgentTools:
         if len(data) > MAX_FILE_BYTES:
             raise ToolError(f"write_file takes at most {MAX_FILE_BYTES} B.")
         name = path.removeprefix("/mnt/data/")
-        await self.conversations.agent.executor.session(key.id).put_files({name: data})
+        with _told():
+            await self.conversations.agent.executor.session(key.id).put_files({name: data})
         return f"Wrote /mnt/data/{name} ({len(data)} B)."
 
     async def export_notebook(self, ctx: Context) -> str:
@@ -244,6 +249,15 @@ class AgentTools:
         if notebook is None:
             raise ToolError("No code has run in this conversation yet.")
         return json.dumps(notebook)
+
+
+@contextlib.contextmanager
+def _told() -> Iterator[None]:
+    """A refusal of the sandbox's (a path outside /mnt/data, too many files), for the agent."""
+    try:
+        yield
+    except InvalidInput as exc:
+        raise ToolError(str(exc)) from exc
 
 
 def build(conversations: Conversations, tokens: TokenStore) -> MCPServer[Any]:

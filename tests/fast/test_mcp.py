@@ -211,11 +211,14 @@ async def test_files_written_by_the_agent_are_listed_read_and_exported(
         read = await session.call_tool("read_file", {"path": "notes/plan.txt"})
         missing = await session.call_tool("read_file", {"path": "nope.txt"})
         exported = await session.call_tool("export_notebook", {})
+        outside = await session.call_tool("write_file", {"path": "../etc/x", "content": "no"})
     assert text(wrote) == "Wrote /mnt/data/notes/plan.txt (9 B)."
     assert "notes/plan.txt\t9 B" in text(listed)
     assert text(read) == "step one\n"
     assert missing.is_error
     assert text(missing) == "Error executing tool read_file: No file 'nope.txt' in /mnt/data."
+    assert outside.is_error
+    assert text(outside).endswith("input file name '..' is empty or a directory reference")
     cells = json.loads(text(exported))["cells"]
     assert ["".join(cell["source"]) for cell in cells] == ["print(6*7)"]
     assert "/mcp" in await chat.pipe("/help")
