@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 PATH = "/mcp"
 MAX_FILE_BYTES = 25_000_000
 """The most read_file and write_file move at once, as an attachment may be."""
+GRACE_S = 1.0
+"""On stop, how long the endpoint waits for open requests and streams before closing them
+(the bot's turns were drained before)."""
 OUTPUT_CHARS = 20_000
 """The most of a run's output a tool result carries (the thread has all of it)."""
 
@@ -384,6 +387,8 @@ class McpEndpoint:
             log_config=None,
             access_log=False,
             lifespan="on",
+            # An agent's client keeps a stream open between calls: it is not waited for.
+            timeout_graceful_shutdown=GRACE_S,
         )
         self._server = _InLoop(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from bot.conversations.mcp_tokens import McpDesk, TokenStore
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.mcp.server import MISSING, NOT_ALLOWED, REVOKED, UNKNOWN, McpEndpoint
+from bot.mcp.service import mcp_service
 from bot.ops.mcp_check import mcp_check
 from bot.platforms.console import CONVERSATION, Console, run_piped
 from bot.settings import Settings
@@ -436,3 +438,39 @@ async def test_doctor_cannot_read_the_token_store(tmp_path: Path) -> None:
     tokens = next(f for f in found if f.name == "mcp tokens")
     assert not tokens.ok
     assert tokens.fix == "check that CELLMATE_DATA_DIR is writable by the bot"
+
+
+async def test_the_bot_stops_promptly_while_an_agent_stays_connected(
+    bot: Callable[..., Bot],
+) -> None:
+    """An agent's client keeps its session open between calls; the bot's shutdown does not
+    wait for it."""
+    chat = await started(bot())
+    token = await chat.token()
+    with refused(""):
+        async with agent(chat.endpoint.url, token) as session:
+            await session.call_tool("run_code", {"code": "print(6*7)"})
+            began = time.monotonic()
+            await chat.endpoint.stop()
+            assert time.monotonic() - began < 5
+            await session.call_tool("run_code", {"code": "print(6*7)"})
+
+
+async def test_the_endpoint_serves_with_the_bots_services_only_when_turned_on(
+    bot: Callable[..., Bot], tmp_path: Path
+) -> None:
+    chat = bot()
+    assert await chat.pipe("/mcp token") == ("The MCP endpoint is off here (CELLMATE_MCP=off).\n")
+    settings = Settings(data_dir=tmp_path / "data", mcp=True, mcp_port=0)
+    async with mcp_service(chat.conversations, settings) as desk:
+        assert desk is not None
+        assert chat.conversations.mcp is desk
+        token = re.search(r"^(cm_\S+)$", await chat.pipe("/mcp token"), re.MULTILINE)
+        assert token is not None
+        async with agent(desk.url, token.group(1)) as session:
+            result = await session.call_tool("run_code", {"code": "print(6*7)"})
+        assert text(result).splitlines() == ["42", "[status: ok]"]
+    assert chat.conversations.mcp is None
+    assert (tmp_path / "data" / "mcp_tokens.sqlite3").exists()
+    async with mcp_service(chat.conversations, Settings(data_dir=tmp_path)) as off:
+        assert off is None
