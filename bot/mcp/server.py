@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 PATH = "/mcp"
 MAX_FILE_BYTES = 25_000_000
 """The most read_file and write_file move at once, as an attachment may be."""
-GRACE_S = 1.0
+GRACE_S = 1
 """On stop, how long the endpoint waits for open requests and streams before closing them
 (the bot's turns were drained before)."""
 OUTPUT_CHARS = 20_000
