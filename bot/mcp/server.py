@@ -34,6 +34,7 @@ from bot.errors import NotHere, NotYours
 from bot.events import (
     Answer,
     ApprovalDecided,
+    ApprovalRequested,
     ArtifactsPublished,
     ExecutionFinished,
     Failure,
@@ -124,6 +125,8 @@ class AgentReply:
     def __init__(self, inner: Reply) -> None:
         self.inner = inner
         self.outcome = Outcome()
+        self.asked: set[str] = set()
+        """The keys of the cards that asked about the agent's code."""
 
     async def queued(self, stop: str, text: str) -> None:
         await self.inner.queued(stop, text)
@@ -150,8 +153,10 @@ class AgentReply:
                 seen.files.append(
                     f"{artifact.name} {artifact.link}" if artifact.link else artifact.name
                 )
-        elif isinstance(event, ApprovalDecided):
-            seen.verdict = event.verdict
+        elif isinstance(event, ApprovalRequested) and event.code:
+            self.asked.add(event.key)
+        elif isinstance(event, ApprovalDecided) and event.key in self.asked:
+            seen.verdict = event.verdict  # of the code (a card for saved variables only: not)
         elif isinstance(event, Answer):
             seen.answer = event.text
         elif isinstance(event, Failure):
