@@ -69,7 +69,7 @@ async def test_a_restart_keeps_live_sessions_and_only_with_the_secret(
         kept = {live.lease.sandbox.id for live in first.sessions._live.values()}
     stopped = await busy  # the shutdown stopped the run; its session stays
     assert stopped.status is Status.KILLED
-    running = {c.id for c in docker_client.containers.list(filters={"label": LABEL})}
+    running = {c.id for c in docker_client.containers.list(filters={"label": LABEL}, sparse=True)}
     assert kept <= running  # the sessions' containers outlived the process
 
     async with executor(runtime, store, secret) as second:
@@ -83,7 +83,9 @@ async def test_a_restart_keeps_live_sessions_and_only_with_the_secret(
 
     async with executor(runtime, store, secrets.token_hex(32)) as third:
         assert third.sessions.active == []  # it cannot speak to them: they were removed
-        assert not kept & {c.id for c in docker_client.containers.list(all=True)}
+        # Ids only (sparse): a full listing inspects each container, and one that another
+        # test removes meanwhile would fail it.
+        assert not kept & {c.id for c in docker_client.containers.list(all=True, sparse=True)}
         fresh = spoken(await third.session("conv-a").run("print(x, 'right' in dir())"))
         assert fresh.stdout == "41 False\n"  # the workspace saved at the last shutdown
         assert "Restored your workspace" in fresh.message
