@@ -56,6 +56,10 @@ from executor.wire.messages import (
 )
 from executor.wire.sealing import KEY_BYTES, loads
 
+# A kept run is at most a time limit old; a runner's larger figure would overflow the
+# durations the host derives from it (a timedelta of 2**80 ms is an OverflowError).
+MAX_ELAPSED_MS = 366 * 24 * 3600 * 1000
+
 
 def encode(message: Request | Event) -> dict[str, Any]:
     """A message as the JSON object that goes on the line: its kind first, fields left at
@@ -233,7 +237,7 @@ def _event(kind: type[Event], read: _Reader) -> Event:
         return Following(
             id=read.text("id"),
             found=read.flag("found"),
-            elapsed_ms=max(read.number("elapsed_ms", 0), 0),
+            elapsed_ms=min(max(read.number("elapsed_ms", 0), 0), MAX_ELAPSED_MS),
         )
     if kind is Rekeyed:
         return Rekeyed(nonce=read.text("nonce")[:100], reseeded=read.flag("reseeded"))

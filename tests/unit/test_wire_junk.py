@@ -6,6 +6,7 @@ for nothing."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import types
 import typing
 
@@ -98,3 +99,13 @@ def test_an_input_reply_longer_than_a_chat_box_is_refused_and_a_long_prompt_cut(
     assert isinstance(asked, wire.InputRequest)
     assert len(asked.prompt) == wire.MAX_PROMPT_CHARS
     assert not asked.password
+
+
+@pytest.mark.parametrize("elapsed", [2**80, 10**18, -(2**80), -1])
+def test_a_followed_run_s_age_is_bounded_whatever_the_runner_claims(elapsed: int) -> None:
+    event = wire.decode_event(
+        {"type": "following", "id": "r", "found": True, "elapsed_ms": elapsed}
+    )
+    assert isinstance(event, wire.Following)
+    assert 0 <= event.elapsed_ms <= 366 * 24 * 3600 * 1000
+    datetime.timedelta(milliseconds=event.elapsed_ms)  # a duration the host can compute with
