@@ -135,7 +135,9 @@ class SlackReply(TurnReply[str]):
         text, shown = answered_message(asked, event)
         await self.thread.update(message, text, shown)
 
-    async def answer(self, rerun: Any) -> None:
+    async def upload_files(self) -> list[Artifact]:
+        """The turn's charts and files, uploaded into the thread; what could not be shown
+        there (over the cap, or refused by Slack) is returned, to be listed as links."""
         files, missing = uploads(self.view, self.max_files)
         not_uploaded = list(missing)
         if files:
@@ -145,6 +147,10 @@ class SlackReply(TurnReply[str]):
                 log.warning("file upload failed: %s", exc.response.get("error"))
                 attached, _ = shown_artifacts(self.view, self.max_files)
                 not_uploaded += _published(attached)
+        return not_uploaded
+
+    async def answer(self, rerun: Any) -> None:
+        not_uploaded = await self.upload_files()
         texts = answer_texts(self.view, not_uploaded, self.max_files)
         final = progress_text(self.view)
         if self.progress is not None:

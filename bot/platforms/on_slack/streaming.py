@@ -64,10 +64,9 @@ from bot.platforms.on_slack.render import (
     file_lines,
     notice_lines,
     progress_text,
-    uploads,
 )
-from bot.platforms.on_slack.reply import SlackReply, SlackThread, _published
-from bot.platforms.progress import DONE, Pacer, shown_artifacts
+from bot.platforms.on_slack.reply import SlackReply, SlackThread
+from bot.platforms.progress import DONE, Pacer
 
 log = logging.getLogger(__name__)
 
@@ -391,15 +390,7 @@ class StreamingSlackReply(SlackReply):
     async def _streamed_answer(self, words: Words, draft: str, rerun: Any) -> None:
         """The answer when its words were streamed: files, the progress message's last
         state (or none, when it showed no code), then the stream's end with the notes."""
-        files, missing = uploads(self.view, self.max_files)
-        not_uploaded = list(missing)
-        if files:
-            try:
-                await self.thread.upload(files)
-            except SlackApiError as exc:
-                log.warning("file upload failed: %s", exc.response.get("error"))
-                attached, _ = shown_artifacts(self.view, self.max_files)
-                not_uploaded += _published(attached)
+        not_uploaded = await self.upload_files()
         await self._last_progress(rerun)
         extras = notice_lines(self.view)
         ending = self.view.ending()
