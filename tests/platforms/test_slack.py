@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bench.standins.openai_server import ScriptedModel, runs, says
+from bench.standins.openai_server import Reply, ScriptedModel, runs, says
 from bench.standins.ports import free_port
 from bench.standins.slack_server import (
     ADMIN,
@@ -581,3 +581,38 @@ async def test_many_charts_give_a_bounded_answer_and_one_note(
     assert len(notes) == 1
     assert "9 more charts and files were not shown (at most 3 per answer)" in notes[0]
     assert len(messages) <= 3
+
+
+async def test_an_assistant_thread_streams_a_chart_answer_and_keeps_its_session(
+    start_bot: Callable[..., Awaitable[Bot]], model: ScriptedModel
+) -> None:
+    bot = await start_bot(assistant_greeting="off", assistant_prompts="off")
+    bot.server.streaming = True
+    dm, root, delivery = await bot.server.open_assistant_thread(viewing=C_GENERAL)
+    assert delivery.status == 200
+    model.script(
+        runs(CHART_CODE),
+        Reply(content="Sales **peaked** in month 2.", pieces=3),
+        runs("print('total', df.sales.sum())"),
+        says("The total is 60."),
+    )
+    await bot.server.post(
+        dm, "plot the sales by month", thread_ts=root, files=[("sales.csv", SALES)]
+    )
+    messages = await bot.answered(dm, root)
+    assert bot.server.titles[(dm, root)] == "plot the sales by month"
+    shown = [status for channel, ts, status in bot.server.statuses if (channel, ts) == (dm, root)]
+    assert "is running code…" in shown
+    assert (dm, root) not in bot.server.status
+    charts = [f for f in bot.server.files if f.name.endswith(".png")]
+    assert charts
+    assert charts[0].content.startswith(PNG)
+    assert charts[0].thread_ts == root
+    answer = [m for m in messages if not m.files][-1]
+    assert answer.text == "Sales **peaked** in month 2."
+    assert bot.server.streams.get((answer.channel, answer.ts)) is not None
+
+    # The thread is one conversation: the data frame is still in its kernel.
+    await bot.server.post(dm, "and the total?", thread_ts=root)
+    messages = await bot.answered(dm, root, count=2)
+    assert any("total 60" in m.text for m in messages)
