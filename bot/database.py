@@ -12,5 +12,11 @@ def open_database(path: Path, schema: str) -> sqlite3.Connection:
     each store keeps its statements off each other with a lock of its own."""
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    # Each statement is its own transaction: in WAL mode with NORMAL sync a commit appends
+    # to the log without an fsync, which took 2 to 7 ms of every turn on the event loop.
+    # (A data directory on a network filesystem, where WAL cannot work, is a case for
+    # PostgreSQL.)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(schema)
     return db
