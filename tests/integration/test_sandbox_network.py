@@ -64,8 +64,20 @@ def _link_local(interface: str) -> str | None:
 
 
 def _docker0_gateway(client: docker.DockerClient) -> str:
-    config = client.api.inspect_network("bridge")["IPAM"]["Config"]
-    return str(next(c["Gateway"] for c in config if "." in c.get("Gateway", "")))
+    """The default bridge's IPv4 address. An engine that found its bridge already up when it
+    started lists the subnet without a gateway: then the interface itself says."""
+    network = client.api.inspect_network("bridge")
+    for config in network["IPAM"]["Config"] or []:
+        if "." in config.get("Gateway", ""):
+            return str(config["Gateway"])
+    interface = (network.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
+    shown = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "dev", interface],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return shown[shown.index("inet") + 1].split("/")[0]
 
 
 def _ipv6_socket(address: tuple[str, int, int, int]) -> socket.socket:
