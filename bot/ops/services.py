@@ -67,12 +67,19 @@ async def services(
         await storage.close()
         raise
     where = databases(settings)
-    history = History(where)
-    quotas = Quotas(where, settings.quotas)
-    policies = Policies(where, settings.policy)
-    network = NetworkGrants(where, settings.network)
-    schedules = ScheduleStore(where)
-    kept_runs = BackgroundStore(where)
+    try:
+        history = History(where)
+        quotas = Quotas(where, settings.quotas)
+        policies = Policies(where, settings.policy)
+        network = NetworkGrants(where, settings.network)
+        schedules = ScheduleStore(where)
+        kept_runs = BackgroundStore(where)
+    except BaseException:
+        # A database that cannot be reached (or migrated) stops the start; the storage
+        # client and a PostgreSQL pool are not left open behind it.
+        where.close()
+        await storage.close()
+        raise
     metrics = Metrics()
     client = build_model_client(settings.model)
     limits, proxy_args = settings.sandbox, list[str]()
