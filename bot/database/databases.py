@@ -54,9 +54,14 @@ class Databases:
         """Where the tables are, without the password."""
         if not self.url:
             return f"SQLite files in {self.data_dir}"
+        return f"PostgreSQL {self.address}"
+
+    @property
+    def address(self) -> str:
+        """user@host:port/database of a PostgreSQL URL (never its password)."""
         parts = urlsplit(self.url)
         user = f"{parts.username}@" if parts.username else ""
-        return f"PostgreSQL {user}{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+        return f"{user}{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
 
     def open(self, name: str) -> Database:
         """The database a store named `name` keeps its tables in (on SQLite, the file
@@ -76,7 +81,8 @@ class Databases:
         try:
             psycopg.connect(self.url, connect_timeout=seconds).close()
         except psycopg.Error as exc:
-            raise DatabaseError(f"{self.describe()}: {str(exc).strip()}") from None
+            said = " ".join(str(exc).split())  # psycopg's hints come on lines of their own
+            raise DatabaseError(f"{self.describe()}: {said}") from None
         pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
             self.url,
             min_size=1,

@@ -15,7 +15,7 @@ from bot.conversations.network import MIGRATIONS as NETWORK
 from bot.conversations.policy import MIGRATIONS as POLICIES
 from bot.conversations.quotas import MIGRATIONS as QUOTAS
 from bot.conversations.schedule_store import MIGRATIONS as SCHEDULES
-from bot.database import Database, Databases, Migrations, version
+from bot.database import Database, DatabaseError, Databases, Migrations, version
 from bot.ops.findings import Finding
 from bot.settings import Settings
 
@@ -46,7 +46,7 @@ def check_database(settings: Settings) -> list[Finding]:
                     opened[store.database] = where.open(store.database)
             first = opened[STORES[0].database]
             latency_ms = _round_trip_ms(first)
-            engine = _engine(first)
+            engine = _engine(first, where)
             versions = {
                 store.store: version(opened[store.database], store.store) for store in STORES
             }
@@ -56,9 +56,7 @@ def check_database(settings: Settings) -> list[Finding]:
         for db in opened.values():
             db.close()
         where.close()
-    reached = Finding(
-        "database", True, f"{where.describe()} ({engine}) answers in {latency_ms:.2f} ms"
-    )
+    reached = Finding("database", True, f"{engine}; a statement takes {_ms(latency_ms)}")
     return [reached, _migrations(versions)]
 
 
@@ -72,12 +70,18 @@ def _round_trip_ms(db: Database) -> float:
     return statistics.median(times)
 
 
-def _engine(db: Database) -> str:
+def _ms(value: float) -> str:
+    return f"{value:.3f} ms" if value < 1 else f"{value:.1f} ms"
+
+
+def _engine(db: Database, where: Databases) -> str:
     if db.engine == "sqlite":
         row = db.execute("SELECT sqlite_version()").one()
-        return f"SQLite {row[0] if row else '?'}, embedded: one bot process"
+        found = row[0] if row else "?"
+        return f"SQLite {found}, files in {where.data_dir} (embedded: one bot process)"
     row = db.execute("SHOW server_version").one()
-    return f"server {str(row[0]).split()[0] if row else '?'}"
+    found = str(row[0]).split()[0] if row else "?"
+    return f"PostgreSQL {found} at {where.address}"
 
 
 def _unreachable(where: Databases, exc: Exception) -> Finding:
@@ -88,7 +92,10 @@ def _unreachable(where: Databases, exc: Exception) -> Finding:
             "check CELLMATE_DATABASE_URL (postgresql://user:pass@host:port/db), that the "
             "server answers there and that the database exists"
         )
-    return Finding("database", False, f"{where.describe()} cannot be used: {exc}", fix)
+    said = " ".join(str(exc).split())
+    if not isinstance(exc, DatabaseError):  # its message names the database already
+        said = f"{where.describe()}: {said}"
+    return Finding("database", False, said, fix)
 
 
 def _migrations(versions: dict[str, int]) -> Finding:

@@ -5,6 +5,7 @@ answer."""
 from __future__ import annotations
 
 import io
+import re
 
 from bench.standins.ports import free_port
 from bot.database import Databases, open_store
@@ -22,9 +23,12 @@ async def test_doctor_names_the_engine_its_round_trip_and_the_migrations(
 ) -> None:
     before = await database_check(settings_of(databases))
     assert [(f.name, f.ok) for f in before] == [("database", True), ("migrations", True)]
-    engine = "SQLite files in" if databases.engine == "sqlite" else "PostgreSQL cellmate@127.0.0.1"
-    assert before[0].detail.startswith(engine)
-    assert before[0].detail.endswith(" ms")
+    if databases.engine == "sqlite":
+        assert before[0].detail.startswith("SQLite 3.")
+        assert f", files in {databases.data_dir} (embedded: one bot process); " in before[0].detail
+    else:
+        assert re.match(r"PostgreSQL \d+\.\d+ at cellmate@127\.0\.0\.1:\d+/t_", before[0].detail)
+    assert re.search(r"; a statement takes \d+\.\d+ ms$", before[0].detail)
     assert before[1].detail.startswith("applied when the bot starts: history (0 → 1), ")
     assert not before[1].required
 
@@ -58,5 +62,7 @@ async def test_doctor_says_when_postgresql_does_not_answer() -> None:
     found = await database_check(Settings(database_url=url))
     assert [(f.name, f.ok, f.required) for f in found] == [("database", False, True)]
     assert found[0].detail.startswith("PostgreSQL cellmate@127.0.0.1:")
+    assert "connection refused" in found[0].detail.lower()
+    assert "\n" not in found[0].detail
     assert "hunter2" not in found[0].detail
     assert "CELLMATE_DATABASE_URL" in found[0].fix
