@@ -31,7 +31,9 @@ def url_problem(url: str) -> str | None:
 
 
 class Databases:
-    def __init__(self, url: str = "", data_dir: Path = Path(".data"), timeout_s: float = 30.0):
+    def __init__(
+        self, url: str = "", data_dir: Path = Path(".data"), timeout_s: float = 30.0
+    ) -> None:
         if problem := url_problem(url):
             raise DatabaseError(problem)
         self.url = url

@@ -103,10 +103,12 @@ class SqliteDatabase(Database):
             self._connection.execute("BEGIN IMMEDIATE")
             try:
                 yield self._session
+                self._connection.execute("COMMIT")
             except BaseException:
-                self._connection.execute("ROLLBACK")
+                # Also after a COMMIT that failed: the connection must not stay inside it.
+                if self._connection.in_transaction:
+                    self._connection.execute("ROLLBACK")
                 raise
-            self._connection.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:

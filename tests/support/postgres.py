@@ -65,7 +65,13 @@ class Postgres:
         self.log = self.root / "server.log"
         self._as_user: list[str] = []
         if os.geteuid() == 0:
-            user = pwd.getpwnam("postgres")
+            try:
+                user = pwd.getpwnam("postgres")
+            except KeyError:
+                self.root.rmdir()
+                raise PostgresMissing(
+                    f"no `postgres` user to run the server as (root may not): run {ENSURE}"
+                ) from None
             os.chown(self.root, user.pw_uid, user.pw_gid)
             self._as_user = [
                 "setpriv",
