@@ -416,7 +416,8 @@ def test_processes_starting_at_once_wait_for_one_another(postgres_url: str) -> N
 
 def _waiting(watcher: psycopg.Connection[tuple[object, ...]]) -> int:
     row = watcher.execute(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND "
+        "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     ).fetchone()
     return int(str(row[0])) if row else 0
 
