@@ -4,12 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint typecheck unit fast build-image build-bot-image build-azurite-image engine compose venv bench clean azurite kube
+.PHONY: run test check lint typecheck unit fast build-image build-bot-image build-azurite-image engine compose venv bench clean azurite kube postgres
 
 run: build-image
 	$(BIN)/cellmate start
 
-test: check build-image build-bot-image build-azurite-image azurite compose
+test: check build-image build-bot-image build-azurite-image azurite postgres compose
 	bash scripts/run-tests.sh $(PYTEST_ARGS)
 
 check: lint typecheck
@@ -26,9 +26,10 @@ unit: venv
 
 # The layer without Docker or a cluster: logic, the fake sandbox (and the runner contract on
 # it), the stand-in servers, the Docker proxy's policy (and Azurite for the cases that keep
-# workspaces in Blob Storage), and the egress proxy (root: its tests make network namespaces).
+# workspaces in Blob Storage), the bot's stores on SQLite and on a throwaway PostgreSQL, and
+# the egress proxy (root: its tests make network namespaces).
 # tests/storage, also Docker-free, is Azurite's own layer: `make test` runs it.
-fast: venv azurite
+fast: venv azurite postgres
 	$(BIN)/pytest -n 2 -m "not docker and not kubernetes" tests/fast tests/unit tests/proxy tests/egress tests/contract $(PYTEST_ARGS)
 
 build-image: venv engine
@@ -49,6 +50,10 @@ engine:
 # for the Kubernetes tests: `export CELLMATE_TEST_KUBECONFIG=$$(make -s kube | tail -1)`.
 kube: build-image
 	bash scripts/ensure-kubernetes.sh
+
+# PostgreSQL's server binaries, for the tests' throwaway servers (the tests start and stop them).
+postgres:
+	bash scripts/ensure-postgres.sh >/dev/null
 
 # Compose, to run docker-compose.yml in the tests.
 compose:

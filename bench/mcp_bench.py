@@ -22,6 +22,7 @@ from mcp_types import TextContent
 from bench.turn_samples import WARM_UP
 from bot.conversations import Conversations
 from bot.conversations.mcp_tokens import TokenStore
+from bot.database import Databases
 from bot.mcp.server import McpEndpoint
 from bot.platforms.console import CONVERSATION, ME, Console
 
@@ -33,7 +34,7 @@ async def agent_over_stdio(conversations: Conversations) -> AsyncIterator[Client
     """An agent's MCP session through `cellmate mcp`, bound to the console's conversation."""
     with tempfile.TemporaryDirectory() as data:
         Console(conversations, io.StringIO(), Path(data) / "exports")  # posts the agent's runs
-        tokens = TokenStore(Path(data) / "mcp_tokens.sqlite3")
+        tokens = TokenStore(Databases.sqlite(Path(data)))
         endpoint = McpEndpoint(conversations, tokens, "127.0.0.1", 0)
         try:
             await endpoint.start()

@@ -29,6 +29,7 @@ from bot.conversations.keys import ConversationKey
 from bot.conversations.people import Admission
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import Scheduler, ScheduleSettings
+from bot.database import Databases
 from bot.events import ExecutionFinished, TurnEvent
 from bot.settings import load_settings
 from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
@@ -108,13 +109,13 @@ async def measure(
             agent = Agent(
                 ex,
                 LocalStorage(data / "files", b"b" * 32),
-                History(data / "history.sqlite3"),
+                History(Databases.sqlite(data)),
                 client=None,
                 model="none",
                 limits=AgentLimits(),
             )
             conversations = Conversations(agent)
-            store = ScheduleStore(data / "schedules.sqlite3")
+            store = ScheduleStore(Databases.sqlite(data))
             scheduler = Scheduler(conversations, store, settings)
             conversations.schedules = scheduler
             timings = Timings()

@@ -13,6 +13,7 @@ small and the only reader of the environment stays in one place.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import typing
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
 
@@ -27,6 +29,7 @@ from bot.conversations.network import NetworkSettings
 from bot.conversations.policy import PolicySettings
 from bot.conversations.quotas import QuotaSettings
 from bot.conversations.schedules import ScheduleSettings
+from bot.database import url_problem
 from executor.backends import build_backend
 from executor.executor import PoolSettings
 from executor.image import default_tag
@@ -377,7 +380,15 @@ class Settings:
     instance: str = "default"
     """Label of this bot's sandboxes, so that start-up clean-up spares other instances."""
     data_dir: Path = Path(".data")
+    database_url: str = field(default="", repr=False)
+    """CELLMATE_DATABASE_URL: where the bot keeps history, quotas, policies, schedules,
+    background runs and MCP tokens. Empty: SQLite files in CELLMATE_DATA_DIR (one process);
+    postgresql://user:pass@host:port/db: one PostgreSQL database that replicas share."""
     debian_mirror: str = "http://deb.debian.org/debian"
+
+    def __post_init__(self) -> None:
+        if problem := url_problem(self.database_url):
+            raise ValueError(problem)
 
     @property
     def image(self) -> str:
@@ -432,6 +443,10 @@ class Settings:
             self.session_secret,
             self.network.control_token,
         ]
+        # A database URL's password also appears on its own.
+        with contextlib.suppress(ValueError):
+            values.append(urlsplit(self.database_url).password or "")
+        values.append(self.database_url)
         # A connection string's account key also appears on its own.
         for part in self.azure.connection_string.split(";"):
             if part.startswith("AccountKey="):

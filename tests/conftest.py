@@ -14,12 +14,15 @@ import pytest
 from aiohttp import web
 
 from bench.standins.ports import free_port
+from bot.database import Databases
+from bot.database.sql import ENGINES
 from bot.ops.http import create_app, start_server
 from storage.azure_blob import AzureBlobStorage
 from storage.base import Storage
 from storage.local import LocalStorage
 from tests.support.azurite import Azurite
 from tests.support.links import SECRET
+from tests.support.postgres import Postgres, PostgresMissing
 
 # Under pytest-xdist every worker is its own test instance (sandbox label, and so its own
 # sweep), so that workers never see or remove each other's sandboxes. Set before the
@@ -85,6 +88,37 @@ def azurite() -> Iterator[Azurite]:
     server = Azurite().start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """This process's own PostgreSQL server (each xdist worker starts one)."""
+    try:
+        server = Postgres().start()
+    except PostgresMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def postgres_url(postgres: Postgres) -> Iterator[str]:
+    """An empty database of the test's own on that server."""
+    url = postgres.create_database()
+    yield url
+    postgres.drop_database(url)
+
+
+@pytest.fixture(params=ENGINES)
+def databases(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databases]:
+    """Where a test's stores keep their tables: SQLite files in its tmp_path, or a
+    PostgreSQL database of its own."""
+    if request.param == "sqlite":
+        yield Databases.sqlite(tmp_path / "data")
+        return
+    where = Databases(request.getfixturevalue("postgres_url"))
+    yield where
+    where.close()
 
 
 @pytest.fixture

@@ -1,28 +1,32 @@
-"""Background runs that outlive the bot process (`background.sqlite3` in CELLMATE_DATA_DIR):
+"""Background runs that outlive the bot process (`background.sqlite3` on SQLite):
 where a run went on, who started it, and the id its sandbox keeps it by. Where sessions
 survive a restart, a shutdown leaves these runs going; the next start reads them back and
 follows each to its end (bot.conversations.background)."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
-from pathlib import Path
 
-from bot.database import open_database
+from bot.database import Databases, Migrations, open_store
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS background_runs (
-    stop_key TEXT PRIMARY KEY,
-    conversation_key TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    server TEXT NOT NULL,
-    code TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    started REAL NOT NULL,
-    max_s REAL NOT NULL
-);
-"""
+MIGRATIONS = Migrations(
+    "background",
+    "background",
+    (
+        """
+        CREATE TABLE IF NOT EXISTS background_runs (
+            stop_key TEXT PRIMARY KEY,
+            conversation_key TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            server TEXT NOT NULL,
+            code TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            started {real} NOT NULL,
+            max_s {real} NOT NULL
+        );
+        """,
+    ),
+)
 COLUMNS = "stop_key, conversation_key, owner, server, code, run_id, started, max_s"
 
 
@@ -44,41 +48,39 @@ class StoredRun:
 
 
 class BackgroundStore:
-    def __init__(self, path: Path) -> None:
-        self._db = open_database(path, SCHEMA)
-        self._lock = threading.Lock()
+    def __init__(self, where: Databases) -> None:
+        self._db = open_store(where, MIGRATIONS)
 
     def close(self) -> None:
         self._db.close()
 
     def add(self, run: StoredRun) -> None:
-        with self._lock:
-            self._db.execute(
-                f"INSERT OR REPLACE INTO background_runs ({COLUMNS}) "  # noqa: S608 (fixed columns)
-                "VALUES (?,?,?,?,?,?,?,?)",
-                (
-                    run.stop_key,
-                    run.conversation_key,
-                    run.owner,
-                    run.server,
-                    run.code,
-                    run.run_id,
-                    run.started,
-                    run.max_s,
-                ),
-            )
+        self._db.execute(
+            f"INSERT INTO background_runs ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?) "  # noqa: S608 (fixed columns)
+            "ON CONFLICT (stop_key) DO UPDATE SET conversation_key = excluded.conversation_key, "
+            "owner = excluded.owner, server = excluded.server, code = excluded.code, "
+            "run_id = excluded.run_id, started = excluded.started, max_s = excluded.max_s",
+            (
+                run.stop_key,
+                run.conversation_key,
+                run.owner,
+                run.server,
+                run.code,
+                run.run_id,
+                run.started,
+                run.max_s,
+            ),
+        )
 
     def remove(self, stop_key: str) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM background_runs WHERE stop_key = ?", (stop_key,))
+        self._db.execute("DELETE FROM background_runs WHERE stop_key = ?", (stop_key,))
 
     def of_platform(self, platform: str) -> list[StoredRun]:
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {COLUMNS} FROM background_runs "  # noqa: S608 (fixed columns)
-                "WHERE conversation_key LIKE ? ORDER BY started",
-                (f"{platform}:%",),
-            ).fetchall()
+        rows = self._db.execute(
+            f"SELECT {COLUMNS} FROM background_runs "  # noqa: S608 (fixed columns)
+            "WHERE conversation_key LIKE ? ORDER BY started",
+            (f"{platform}:%",),
+        ).rows
         return [
             StoredRun(str(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5]), r[6], r[7])
             for r in rows

@@ -1,6 +1,6 @@
 """MCP tokens: each lets a person's coding agent act in one conversation as that person (see
-`bot.mcp`). They are kept in the bot's database (`mcp_tokens.sqlite3` in CELLMATE_DATA_DIR),
-only as their sha256; a token itself is shown once, to its person.
+`bot.mcp`). They are kept in the bot's database (`mcp_tokens.sqlite3` on SQLite), only as
+their sha256; a token itself is shown once, to its person.
 
 `/mcp` in a conversation: a token for the person's coding agent, bound to this conversation
 and this person (`/mcp token`), their tokens (`/mcp`), and revoking them (`/mcp revoke [N]`).
@@ -10,28 +10,33 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from bot.conversations.keys import ConversationKey
-from bot.database import open_database
+from bot.database import Databases, Migrations, open_store
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS mcp_tokens (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    digest TEXT NOT NULL UNIQUE,
-    user TEXT NOT NULL,
-    name TEXT NOT NULL,
-    conversation TEXT NOT NULL,
-    server TEXT NOT NULL,
-    created REAL NOT NULL,
-    revoked REAL NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS mcp_tokens_user ON mcp_tokens (user);
-"""
-COLUMNS = "id, user, name, conversation, server, created, revoked"
+# "user" is quoted: a reserved word in PostgreSQL (the current role's name).
+MIGRATIONS = Migrations(
+    "mcp_tokens",
+    "mcp_tokens",
+    (
+        """
+        CREATE TABLE IF NOT EXISTS mcp_tokens (
+            id {id},
+            digest TEXT NOT NULL UNIQUE,
+            "user" TEXT NOT NULL,
+            name TEXT NOT NULL,
+            conversation TEXT NOT NULL,
+            server TEXT NOT NULL,
+            created {real} NOT NULL,
+            revoked {real} NOT NULL DEFAULT 0
+        );
+        CREATE INDEX IF NOT EXISTS mcp_tokens_user ON mcp_tokens ("user");
+        """,
+    ),
+)
+COLUMNS = 'id, "user", name, conversation, server, created, revoked'
 PREFIX = "cm_"
 """Tokens start with this, so a leaked one is recognisable."""
 
@@ -56,10 +61,8 @@ class Grant:
 
 
 class TokenStore:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._db = open_database(path, SCHEMA)
-        self._lock = threading.Lock()
+    def __init__(self, where: Databases) -> None:
+        self._db = open_store(where, MIGRATIONS)
 
     def close(self) -> None:
         self._db.close()
@@ -68,49 +71,44 @@ class TokenStore:
         """A new token for `user` in `conversation`, and its grant."""
         token = PREFIX + secrets.token_urlsafe(32)
         created = time.time()
-        with self._lock:
-            cursor = self._db.execute(
-                "INSERT INTO mcp_tokens (digest, user, name, conversation, server, created) "
-                "VALUES (?,?,?,?,?,?)",
-                (digest(token), user, name, conversation, server, created),
-            )
-        assert cursor.lastrowid is not None
-        return token, Grant(cursor.lastrowid, user, name, conversation, server, created)
+        row = self._db.execute(
+            'INSERT INTO mcp_tokens (digest, "user", name, conversation, server, created) '
+            "VALUES (?,?,?,?,?,?) RETURNING id",
+            (digest(token), user, name, conversation, server, created),
+        ).one()
+        assert row is not None
+        return token, Grant(int(row[0]), user, name, conversation, server, created)
 
     def find(self, token: str) -> Grant | None:
         """The grant of `token`, revoked or not; None for a token never issued."""
-        with self._lock:
-            row = self._db.execute(
-                f"SELECT {COLUMNS} FROM mcp_tokens WHERE digest = ?",  # noqa: S608
-                (digest(token),),
-            ).fetchone()
+        row = self._db.execute(
+            f"SELECT {COLUMNS} FROM mcp_tokens WHERE digest = ?",  # noqa: S608
+            (digest(token),),
+        ).one()
         return None if row is None else Grant(*row)
 
     def of(self, user: str) -> list[Grant]:
         """The person's tokens that still work, oldest first."""
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {COLUMNS} FROM mcp_tokens WHERE user = ? AND revoked = 0 "  # noqa: S608
-                "ORDER BY id",
-                (user,),
-            ).fetchall()
+        rows = self._db.execute(
+            f'SELECT {COLUMNS} FROM mcp_tokens WHERE "user" = ? AND revoked = 0 '  # noqa: S608
+            "ORDER BY id",
+            (user,),
+        ).rows
         return [Grant(*row) for row in rows]
 
     def live(self) -> int:
         """How many tokens work (not revoked), everyone's."""
-        with self._lock:
-            row = self._db.execute("SELECT count(*) FROM mcp_tokens WHERE revoked = 0").fetchone()
-        return int(row[0])
+        row = self._db.execute("SELECT count(*) FROM mcp_tokens WHERE revoked = 0").one()
+        return 0 if row is None else int(row[0])
 
     def revoke(self, user: str, number: int | None = None) -> int:
         """Revoke the person's tokens (or only token `number`); how many were revoked."""
-        query = "UPDATE mcp_tokens SET revoked = ? WHERE user = ? AND revoked = 0"
+        query = 'UPDATE mcp_tokens SET revoked = ? WHERE "user" = ? AND revoked = 0'
         values: tuple[object, ...] = (time.time(), user)
         if number is not None:
             query += " AND id = ?"
             values = (*values, number)
-        with self._lock:
-            return self._db.execute(query, values).rowcount
+        return self._db.execute(query, values).rowcount
 
 
 @dataclass(frozen=True, slots=True)

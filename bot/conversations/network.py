@@ -1,5 +1,6 @@
-"""The network grants of each channel and conversation, kept in SQLite beside the channel's
-/policy (the same file), and the traffic the egress proxy reports, for /usage.
+"""The network grants of each channel and conversation, kept in the bot's database beside
+the channel's /policy (on SQLite, the same file), and the traffic the egress proxy reports,
+for /usage.
 
     CELLMATE_NETWORK=off        sandboxes have no network; /network grants nothing
     CELLMATE_NETWORK=allowlist  sandboxes reach, through the proxy, what `Grants` open:
@@ -14,15 +15,13 @@ A one-run grant is consumed by the end of the first run that starts after it was
 
 from __future__ import annotations
 
-import threading
 import time
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from bot.conversations.keys import ConversationKey
 from bot.conversations.policy import Scope
-from bot.database import open_database
+from bot.database import Databases, Migrations, open_store
 from executor.network_grants import (
     DEFAULT_PORTS,
     Grant,
@@ -35,32 +34,38 @@ from executor.network_grants import (
 )
 
 DAY = 86400.0
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS network_grants (
-    platform TEXT NOT NULL,
-    workspace TEXT NOT NULL,
-    channel TEXT NOT NULL,
-    conversation TEXT NOT NULL,
-    host TEXT NOT NULL,
-    wildcard INTEGER NOT NULL,
-    ports TEXT NOT NULL,
-    by TEXT NOT NULL,
-    at REAL NOT NULL,
-    in_run INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (platform, workspace, channel, conversation, host, wildcard, ports)
-);
-CREATE TABLE IF NOT EXISTS network_traffic (
-    conversation TEXT NOT NULL,
-    workspace TEXT NOT NULL,
-    host TEXT NOT NULL,
-    port INTEGER NOT NULL,
-    verdict TEXT NOT NULL,
-    requests INTEGER NOT NULL,
-    bytes INTEGER NOT NULL,
-    at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS network_traffic_at ON network_traffic (at);
-"""
+MIGRATIONS = Migrations(
+    "network",
+    "policies",
+    (
+        """
+        CREATE TABLE IF NOT EXISTS network_grants (
+            platform TEXT NOT NULL,
+            workspace TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            conversation TEXT NOT NULL,
+            host TEXT NOT NULL,
+            wildcard {int} NOT NULL,
+            ports TEXT NOT NULL,
+            by TEXT NOT NULL,
+            at {real} NOT NULL,
+            in_run {int} NOT NULL DEFAULT 0,
+            PRIMARY KEY (platform, workspace, channel, conversation, host, wildcard, ports)
+        );
+        CREATE TABLE IF NOT EXISTS network_traffic (
+            conversation TEXT NOT NULL,
+            workspace TEXT NOT NULL,
+            host TEXT NOT NULL,
+            port {int} NOT NULL,
+            verdict TEXT NOT NULL,
+            requests {int} NOT NULL,
+            bytes {int} NOT NULL,
+            at {real} NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS network_traffic_at ON network_traffic (at);
+        """,
+    ),
+)
 CHANNEL = ""
 """The conversation column of a channel's grant (one-run grants name their conversation)."""
 Verdict = typing.Literal["allowed", "refused"]
@@ -116,15 +121,13 @@ class Traffic:
 
 
 class NetworkGrants:
-    """Channel and one-run grants, and reported traffic, in the policies' SQLite file."""
+    """Channel and one-run grants, and reported traffic, beside the policies."""
 
-    def __init__(self, path: Path, settings: NetworkSettings) -> None:
+    def __init__(self, where: Databases, settings: NetworkSettings) -> None:
         self.settings = settings
-        self._db = open_database(path, SCHEMA)
-        self._lock = threading.Lock()
+        self._db = open_store(where, MIGRATIONS)
         # A run that held one-run grants when the process ended is over.
-        with self._lock:
-            self._db.execute("DELETE FROM network_grants WHERE in_run = 1")
+        self._db.execute("DELETE FROM network_grants WHERE in_run = 1")
 
     def close(self) -> None:
         self._db.close()
@@ -135,13 +138,12 @@ class NetworkGrants:
         if not self.settings.on:
             return Grants(key.id, (), self.settings.private)
         scope = Scope.channel_of(key)
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT conversation, host, wildcard, ports, by FROM network_grants "
-                "WHERE platform = ? AND workspace = ? AND channel = ? AND conversation IN (?, ?) "
-                "ORDER BY conversation, at",
-                (scope.platform, scope.workspace, scope.channel, CHANNEL, key.id),
-            ).fetchall()
+        rows = self._db.execute(
+            "SELECT conversation, host, wildcard, ports, by FROM network_grants "
+            "WHERE platform = ? AND workspace = ? AND channel = ? AND conversation IN (?, ?) "
+            "ORDER BY conversation, at",
+            (scope.platform, scope.workspace, scope.channel, CHANNEL, key.id),
+        ).rows
         for conversation, host, wildcard, ports, by in rows:
             pattern = HostPattern(str(host), bool(wildcard), _ports(str(ports)))
             layer = Layer.CHANNEL if conversation == CHANNEL else Layer.ONCE
@@ -154,56 +156,52 @@ class NetworkGrants:
 
     def allow(self, key: ConversationKey, pattern: HostPattern, once: bool, by: str) -> None:
         scope = Scope.channel_of(key)
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO network_grants (platform, workspace, channel, "
-                "conversation, host, wildcard, ports, by, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    scope.platform,
-                    scope.workspace,
-                    scope.channel,
-                    key.id if once else CHANNEL,
-                    pattern.host,
-                    int(pattern.wildcard),
-                    _ports_text(pattern.ports),
-                    by,
-                    time.time(),
-                ),
-            )
+        # A grant given again is new: it no longer belongs to the run that held it before.
+        self._db.execute(
+            "INSERT INTO network_grants (platform, workspace, channel, conversation, host, "
+            "wildcard, ports, by, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (platform, workspace, channel, conversation, host, wildcard, ports) "
+            "DO UPDATE SET by = excluded.by, at = excluded.at, in_run = 0",
+            (
+                scope.platform,
+                scope.workspace,
+                scope.channel,
+                key.id if once else CHANNEL,
+                pattern.host,
+                int(pattern.wildcard),
+                _ports_text(pattern.ports),
+                by,
+                time.time(),
+            ),
+        )
 
     def deny(self, key: ConversationKey, pattern: HostPattern) -> int:
         """Close `pattern`'s host (every port) to the channel and the conversation; how many
         grants that removed."""
         scope = Scope.channel_of(key)
-        with self._lock:
-            cursor = self._db.execute(
-                "DELETE FROM network_grants WHERE platform = ? AND workspace = ? AND channel = ? "
-                "AND conversation IN (?, ?) AND host = ? AND wildcard = ?",
-                (
-                    scope.platform,
-                    scope.workspace,
-                    scope.channel,
-                    CHANNEL,
-                    key.id,
-                    pattern.host,
-                    int(pattern.wildcard),
-                ),
-            )
-        return cursor.rowcount
+        return self._db.execute(
+            "DELETE FROM network_grants WHERE platform = ? AND workspace = ? AND channel = ? "
+            "AND conversation IN (?, ?) AND host = ? AND wildcard = ?",
+            (
+                scope.platform,
+                scope.workspace,
+                scope.channel,
+                CHANNEL,
+                key.id,
+                pattern.host,
+                int(pattern.wildcard),
+            ),
+        ).rowcount
 
     def begin_run(self, key: ConversationKey) -> None:
         """A run of the conversation starts: it holds the one-run grants given so far."""
-        with self._lock:
-            self._db.execute(
-                "UPDATE network_grants SET in_run = 1 WHERE conversation = ?", (key.id,)
-            )
+        self._db.execute("UPDATE network_grants SET in_run = 1 WHERE conversation = ?", (key.id,))
 
     def end_run(self, key: ConversationKey) -> None:
         """The run ended: the one-run grants it held are used up."""
-        with self._lock:
-            self._db.execute(
-                "DELETE FROM network_grants WHERE conversation = ? AND in_run = 1", (key.id,)
-            )
+        self._db.execute(
+            "DELETE FROM network_grants WHERE conversation = ? AND in_run = 1", (key.id,)
+        )
 
     def record(
         self,
@@ -220,13 +218,13 @@ class NetworkGrants:
         if verdict not in ("allowed", "refused"):
             raise ValueError(f"unknown verdict {verdict!r}")
         now = time.time() if now is None else now
-        with self._lock:
-            self._db.execute(
+        with self._db.transaction() as session:
+            session.execute(
                 "INSERT INTO network_traffic (conversation, workspace, host, port, verdict, "
                 "requests, bytes, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (key.id, key.workspace, host, port, verdict, requests, sent, now),
             )
-            self._db.execute("DELETE FROM network_traffic WHERE at < ?", (now - 2 * DAY,))
+            session.execute("DELETE FROM network_traffic WHERE at < ?", (now - 2 * DAY,))
 
     def traffic(
         self, server: str | None, limit: int = 10, now: float | None = None
@@ -243,8 +241,7 @@ class NetworkGrants:
             query += " AND workspace = ?"
             args += (server,)
         query += " GROUP BY host, port, verdict ORDER BY SUM(requests) DESC, host LIMIT ?"
-        with self._lock:
-            rows = self._db.execute(query, (*args, limit)).fetchall()
+        rows = self._db.execute(query, (*args, limit)).rows
         return [Traffic(str(h), int(p), str(v), int(r), int(b or 0)) for h, p, v, r, b in rows]
 
 

@@ -1,5 +1,5 @@
-"""Each place's approval policy for code the model writes, kept in SQLite so that it
-survives restarts.
+"""Each place's approval policy for code the model writes, kept in the bot's database so
+that it survives restarts.
 
     auto     the model's code runs at once (as without a policy)
     approve  the code is shown with Run, Edit and Cancel, and waits for a person
@@ -12,14 +12,12 @@ only code) are their author's own decision and never wait for approval.
 
 from __future__ import annotations
 
-import threading
 import time
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 
 from bot.conversations.keys import ConversationKey
-from bot.database import open_database
+from bot.database import Databases, Migrations, open_store
 
 Mode = typing.Literal["auto", "approve", "off"]
 MODES: tuple[Mode, ...] = ("auto", "approve", "off")
@@ -28,17 +26,23 @@ MEANING: dict[Mode, str] = {
     "approve": "code the model writes waits for a person to press Run, Edit or Cancel.",
     "off": "no code runs; the model answers without it, and /run is refused.",
 }
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS policies (
-    platform TEXT NOT NULL,
-    workspace TEXT NOT NULL,
-    channel TEXT NOT NULL,
-    mode TEXT NOT NULL,
-    set_by TEXT NOT NULL,
-    set_at REAL NOT NULL,
-    PRIMARY KEY (platform, workspace, channel)
-);
-"""
+MIGRATIONS = Migrations(
+    "policies",
+    "policies",
+    (
+        """
+        CREATE TABLE IF NOT EXISTS policies (
+            platform TEXT NOT NULL,
+            workspace TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            mode TEXT NOT NULL,
+            set_by TEXT NOT NULL,
+            set_at {real} NOT NULL,
+            PRIMARY KEY (platform, workspace, channel)
+        );
+        """,
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +97,9 @@ class Effective:
 
 
 class Policies:
-    def __init__(self, path: Path, settings: PolicySettings) -> None:
+    def __init__(self, where: Databases, settings: PolicySettings) -> None:
         self.settings = settings
-        self._db = open_database(path, SCHEMA)
-        self._lock = threading.Lock()
+        self._db = open_store(where, MIGRATIONS)
 
     def close(self) -> None:
         self._db.close()
@@ -118,19 +121,18 @@ class Policies:
     def set(self, scope: Scope, mode: Mode, by: str) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown policy {mode!r}")
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO policies "
-                "(platform, workspace, channel, mode, set_by, set_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (scope.platform, scope.workspace, scope.channel, mode, by, time.time()),
-            )
+        self._db.execute(
+            "INSERT INTO policies (platform, workspace, channel, mode, set_by, set_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (platform, workspace, channel) DO UPDATE "
+            "SET mode = excluded.mode, set_by = excluded.set_by, set_at = excluded.set_at",
+            (scope.platform, scope.workspace, scope.channel, mode, by, time.time()),
+        )
 
     def _get(self, scope: Scope) -> Mode | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT mode FROM policies WHERE platform = ? AND workspace = ? AND channel = ?",
-                (scope.platform, scope.workspace, scope.channel),
-            ).fetchone()
+        row = self._db.execute(
+            "SELECT mode FROM policies WHERE platform = ? AND workspace = ? AND channel = ?",
+            (scope.platform, scope.workspace, scope.channel),
+        ).one()
         if row is None or row[0] not in MODES:
             return None
         return typing.cast(Mode, row[0])

@@ -1,30 +1,35 @@
 """Usage limits per user and per server (Discord guild, Slack workspace): runs per hour and
-sandbox-seconds per day, checked before each run starts, counted in SQLite so that they
-survive restarts. A limit of 0 means no limit."""
+sandbox-seconds per day, checked before each run starts, counted in the bot's database so
+that they survive restarts. A limit of 0 means no limit."""
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from bot.database import open_database
+from bot.database import Databases, Migrations, open_store
 from bot.errors import QuotaExceeded
 from bot.text import human_duration
 
 HOUR = 3600.0
 DAY = 86400.0
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    user TEXT NOT NULL,
-    server TEXT NOT NULL,
-    at REAL NOT NULL,
-    seconds REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_by_user ON runs (user, at);
-CREATE INDEX IF NOT EXISTS runs_by_server ON runs (server, at);
-"""
+# "user" is quoted: a reserved word in PostgreSQL (the current role's name).
+MIGRATIONS = Migrations(
+    "quotas",
+    "usage",
+    (
+        """
+        CREATE TABLE IF NOT EXISTS runs (
+            "user" TEXT NOT NULL,
+            server TEXT NOT NULL,
+            at {real} NOT NULL,
+            seconds {real} NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS runs_by_user ON runs ("user", at);
+        CREATE INDEX IF NOT EXISTS runs_by_server ON runs (server, at);
+        """,
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +65,9 @@ class Usage:
 
 
 class Quotas:
-    def __init__(self, path: Path, settings: QuotaSettings) -> None:
+    def __init__(self, where: Databases, settings: QuotaSettings) -> None:
         self.settings = settings
-        self._db = open_database(path, SCHEMA)
-        # Checks and records are single small statements; a lock keeps them off each other.
-        self._lock = threading.Lock()
+        self._db = open_store(where, MIGRATIONS)
 
     def close(self) -> None:
         self._db.close()
@@ -74,7 +77,7 @@ class Quotas:
         now = time.time() if now is None else now
         limits = self.settings
         for column, who, runs_limit, seconds_limit, whose in (
-            ("user", user, limits.user_runs_per_hour, limits.user_sandbox_s_per_day, "your"),
+            ('"user"', user, limits.user_runs_per_hour, limits.user_sandbox_s_per_day, "your"),
             (
                 "server",
                 server,
@@ -103,27 +106,26 @@ class Quotas:
                     )
 
     def record(self, user: str, server: str, seconds: float, now: float | None = None) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO runs (user, server, at, seconds) VALUES (?, ?, ?, ?)",
+        with self._db.transaction() as session:
+            session.execute(
+                'INSERT INTO runs ("user", server, at, seconds) VALUES (?, ?, ?, ?)',
                 (user, server, time.time() if now is None else now, seconds),
             )
             # Old rows never count again.
-            self._db.execute("DELETE FROM runs WHERE at < ?", (time.time() - 2 * DAY,))
+            session.execute("DELETE FROM runs WHERE at < ?", (time.time() - 2 * DAY,))
 
     def top(
         self, server: str | None = None, limit: int = 10, now: float | None = None
     ) -> list[Usage]:
         """The heaviest users of the last day (of one server, or of all)."""
         since = (time.time() if now is None else now) - DAY
-        query = "SELECT user, COUNT(*), SUM(seconds) FROM runs WHERE at >= ?"
+        query = 'SELECT "user", COUNT(*), SUM(seconds) FROM runs WHERE at >= ?'
         args: tuple[object, ...] = (since,)
         if server is not None:
             query += " AND server = ?"
             args += (server,)
-        query += " GROUP BY user ORDER BY SUM(seconds) DESC, COUNT(*) DESC LIMIT ?"
-        with self._lock:
-            rows = self._db.execute(query, (*args, limit)).fetchall()
+        query += ' GROUP BY "user" ORDER BY SUM(seconds) DESC, COUNT(*) DESC LIMIT ?'
+        rows = self._db.execute(query, (*args, limit)).rows
         return [Usage(str(user), int(runs), float(seconds or 0)) for user, runs, seconds in rows]
 
     def report(self, server: str | None) -> str:
@@ -136,19 +138,17 @@ class Quotas:
         return "\n".join(lines)
 
     def _times(self, column: str, who: str, since: float) -> list[float]:
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT at FROM runs WHERE {column} = ? AND at >= ? ORDER BY at",  # noqa: S608
-                (who, since),
-            ).fetchall()
+        rows = self._db.execute(
+            f"SELECT at FROM runs WHERE {column} = ? AND at >= ? ORDER BY at",  # noqa: S608
+            (who, since),
+        ).rows
         return [float(at) for (at,) in rows]
 
     def _spent(self, column: str, who: str, since: float) -> list[tuple[float, float]]:
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT at, seconds FROM runs WHERE {column} = ? AND at >= ? ORDER BY at",  # noqa: S608
-                (who, since),
-            ).fetchall()
+        rows = self._db.execute(
+            f"SELECT at, seconds FROM runs WHERE {column} = ? AND at >= ? ORDER BY at",  # noqa: S608
+            (who, since),
+        ).rows
         return [(float(at), float(seconds)) for at, seconds in rows]
 
 

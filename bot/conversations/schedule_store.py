@@ -1,4 +1,4 @@
-"""Schedules in the bot's database (`schedules.sqlite3` in CELLMATE_DATA_DIR): what runs, where,
+"""Schedules in the bot's database (`schedules.sqlite3` on SQLite): what runs, where,
 when it is next due, whether its code was approved, and what its last run showed (for the
 next run's "what changed"). They survive restarts: the scheduler reads them at start."""
 
@@ -6,34 +6,38 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from bot.database import open_database
+from bot.database import Databases, Migrations, open_store
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS schedules (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    conversation TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    server TEXT NOT NULL,
-    words TEXT NOT NULL,
-    cron TEXT NOT NULL,
-    zone TEXT NOT NULL,
-    cells TEXT NOT NULL,
-    approved TEXT NOT NULL DEFAULT '',
-    approved_by TEXT NOT NULL DEFAULT '',
-    created REAL NOT NULL,
-    next_due REAL NOT NULL,
-    last_run REAL NOT NULL DEFAULT 0,
-    last_text TEXT NOT NULL DEFAULT '',
-    last_images TEXT NOT NULL DEFAULT '[]',
-    runs INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_due);
-CREATE INDEX IF NOT EXISTS schedules_conversation ON schedules (conversation);
-"""
+MIGRATIONS = Migrations(
+    "schedules",
+    "schedules",
+    (
+        """
+        CREATE TABLE IF NOT EXISTS schedules (
+            id {id},
+            conversation TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            server TEXT NOT NULL,
+            words TEXT NOT NULL,
+            cron TEXT NOT NULL,
+            zone TEXT NOT NULL,
+            cells TEXT NOT NULL,
+            approved TEXT NOT NULL DEFAULT '',
+            approved_by TEXT NOT NULL DEFAULT '',
+            created {real} NOT NULL,
+            next_due {real} NOT NULL,
+            last_run {real} NOT NULL DEFAULT 0,
+            last_text TEXT NOT NULL DEFAULT '',
+            last_images TEXT NOT NULL DEFAULT '[]',
+            runs {int} NOT NULL DEFAULT 0
+        );
+        CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_due);
+        CREATE INDEX IF NOT EXISTS schedules_conversation ON schedules (conversation);
+        """,
+    ),
+)
 COLUMNS = (
     "id, conversation, owner, server, words, cron, zone, cells, approved, approved_by, "
     "created, next_due, last_run, last_text, last_images, runs"
@@ -77,9 +81,8 @@ class Schedule:
 
 
 class ScheduleStore:
-    def __init__(self, path: Path) -> None:
-        self._db = open_database(path, SCHEMA)
-        self._lock = threading.Lock()
+    def __init__(self, where: Databases) -> None:
+        self._db = open_store(where, MIGRATIONS)
 
     def close(self) -> None:
         self._db.close()
@@ -98,35 +101,34 @@ class ScheduleStore:
         approved_by: str = "",
     ) -> Schedule:
         approved = code_digest(cells) if approved_by else ""
-        with self._lock:
-            cursor = self._db.execute(
-                "INSERT INTO schedules (conversation, owner, server, words, cron, zone, cells, "
-                "approved, approved_by, created, next_due) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    conversation,
-                    owner,
-                    server,
-                    words,
-                    cron,
-                    zone,
-                    json.dumps(cells),
-                    approved,
-                    approved_by,
-                    created,
-                    next_due,
-                ),
-            )
-            number = int(cursor.lastrowid or 0)
-        found = self.get(number)
+        row = self._db.execute(
+            "INSERT INTO schedules (conversation, owner, server, words, cron, zone, cells, "
+            "approved, approved_by, created, next_due) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+            "RETURNING id",
+            (
+                conversation,
+                owner,
+                server,
+                words,
+                cron,
+                zone,
+                json.dumps(cells),
+                approved,
+                approved_by,
+                created,
+                next_due,
+            ),
+        ).one()
+        assert row is not None
+        found = self.get(int(row[0]))
         assert found is not None
         return found
 
     def get(self, number: int) -> Schedule | None:
-        with self._lock:
-            row = self._db.execute(
-                f"SELECT {COLUMNS} FROM schedules WHERE id = ?",  # noqa: S608 (fixed columns)
-                (number,),
-            ).fetchone()
+        row = self._db.execute(
+            f"SELECT {COLUMNS} FROM schedules WHERE id = ?",  # noqa: S608 (fixed columns)
+            (number,),
+        ).one()
         return None if row is None else _schedule(row)
 
     def of_conversation(self, conversation: str) -> list[Schedule]:
@@ -139,8 +141,7 @@ class ScheduleStore:
         return self._select("WHERE next_due <= ? ORDER BY next_due, id", (moment,))
 
     def next_due(self) -> float | None:
-        with self._lock:
-            row = self._db.execute("SELECT MIN(next_due) FROM schedules").fetchone()
+        row = self._db.execute("SELECT MIN(next_due) FROM schedules").one()
         return None if row is None or row[0] is None else float(row[0])
 
     def set_due(self, number: int, next_due: float) -> None:
@@ -167,15 +168,13 @@ class ScheduleStore:
         self._write("DELETE FROM schedules WHERE id = ?", (number,))
 
     def _select(self, where: str, args: tuple[object, ...]) -> list[Schedule]:
-        with self._lock:
-            # Only this module's fixed clauses; values go as parameters.
-            query = f"SELECT {COLUMNS} FROM schedules {where}"  # noqa: S608
-            rows = self._db.execute(query, args).fetchall()
+        # Only this module's fixed clauses; values go as parameters.
+        query = f"SELECT {COLUMNS} FROM schedules {where}"  # noqa: S608
+        rows = self._db.execute(query, args).rows
         return [_schedule(row) for row in rows]
 
     def _write(self, statement: str, args: tuple[object, ...]) -> None:
-        with self._lock:
-            self._db.execute(statement, args)
+        self._db.execute(statement, args)
 
 
 def _schedule(row: tuple[object, ...]) -> Schedule:

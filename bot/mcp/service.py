@@ -8,10 +8,9 @@ from collections.abc import AsyncIterator
 
 from bot.conversations import Conversations
 from bot.conversations.mcp_tokens import McpDesk, TokenStore
+from bot.database import Databases
 from bot.mcp.server import McpEndpoint
 from bot.settings import Settings
-
-TOKENS_FILE = "mcp_tokens.sqlite3"
 
 
 @contextlib.asynccontextmanager
@@ -22,7 +21,8 @@ async def mcp_service(
     if not settings.mcp:
         yield None
         return
-    tokens = TokenStore(settings.data_dir / TOKENS_FILE)
+    # Its own opening of the database: the endpoint starts and stops apart from the rest.
+    tokens = TokenStore(Databases(settings.database_url, settings.data_dir))
     endpoint = McpEndpoint(conversations, tokens, settings.mcp_host, settings.mcp_port)
     try:
         await endpoint.start()

@@ -1,8 +1,8 @@
 """`cellmate doctor`: checks everything the bot needs, says what is wrong and how to fix it.
 
 Each check is independent and bounded in time; the command exits non-zero when a required
-part fails (the engine, the image, the runtime, storage, and every configured platform or
-model). Nothing secret is printed."""
+part fails (the engine, the image, the runtime, storage, the database, and every configured
+platform or model). Nothing secret is printed."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import docker
 from bot.agent.tokens import Counter
 from bot.ops.cluster_enforcement import enforcement
 from bot.ops.cluster_isolation import isolation
+from bot.ops.database_check import database_check
 from bot.ops.findings import Finding
 from bot.ops.front_ends import PLATFORMS
 from bot.ops.mcp_check import mcp_check
@@ -39,6 +40,7 @@ Check = Callable[[Settings], Awaitable[list[Finding]]]
 async def diagnose(settings: Settings) -> list[Finding]:
     findings: list[Finding] = [Finding("settings", True, "loaded (.env and the environment)")]
     checks: list[tuple[str, Check]] = [("sandboxes", _sandboxes), ("storage", _storage)]
+    checks += [("database", database_check)]
     checks += [("model", _model), *((p.key, p.check) for p in PLATFORMS), ("mcp", mcp_check)]
     for name, check in checks:
         try:

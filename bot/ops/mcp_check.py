@@ -10,9 +10,9 @@ import socket
 import aiohttp
 
 from bot.conversations.mcp_tokens import TokenStore
+from bot.database import Databases
 from bot.mcp.bridge import endpoint_url
 from bot.mcp.server import MISSING
-from bot.mcp.service import TOKENS_FILE
 from bot.ops.findings import Finding
 from bot.settings import Settings
 
@@ -94,9 +94,10 @@ def _free(host: str, port: int) -> bool:
 
 
 def _tokens(settings: Settings) -> Finding:
-    path = settings.data_dir / TOKENS_FILE
+    where = Databases(settings.database_url, settings.data_dir, timeout_s=PROBE_S)
+    path = where.describe()
     try:
-        store = TokenStore(path)
+        store = TokenStore(where)
         try:
             live = store.live()
         finally:
@@ -106,6 +107,8 @@ def _tokens(settings: Settings) -> Finding:
             "mcp tokens",
             False,
             f"cannot read {path}: {exc}",
-            "check that CELLMATE_DATA_DIR is writable by the bot",
+            "check that CELLMATE_DATA_DIR is writable by the bot"
+            if where.engine == "sqlite"
+            else "check CELLMATE_DATABASE_URL (`cellmate doctor` tries the database itself)",
         )
     return Finding("mcp tokens", True, f"{live} token(s) in use ({path})")

@@ -21,6 +21,7 @@ from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import Scheduler
+from bot.database import Databases
 from bot.metrics import Metrics
 from bot.ops.egress_link import (
     cluster_proxy_ca,
@@ -65,13 +66,20 @@ async def services(
     except StorageError:
         await storage.close()
         raise
-    history = History(settings.data_dir / "history.sqlite3")
-    quotas = Quotas(settings.data_dir / "usage.sqlite3", settings.quotas)
-    policies = Policies(settings.data_dir / "policies.sqlite3", settings.policy)
-    # Grants are kept with the channel's /policy, in the same file.
-    network = NetworkGrants(settings.data_dir / "policies.sqlite3", settings.network)
-    schedules = ScheduleStore(settings.data_dir / "schedules.sqlite3")
-    kept_runs = BackgroundStore(settings.data_dir / "background.sqlite3")
+    where = databases(settings)
+    try:
+        history = History(where)
+        quotas = Quotas(where, settings.quotas)
+        policies = Policies(where, settings.policy)
+        network = NetworkGrants(where, settings.network)
+        schedules = ScheduleStore(where)
+        kept_runs = BackgroundStore(where)
+    except BaseException:
+        # A database that cannot be reached (or migrated) stops the start; the storage
+        # client and a PostgreSQL pool are not left open behind it.
+        where.close()
+        await storage.close()
+        raise
     metrics = Metrics()
     client = build_model_client(settings.model)
     limits, proxy_args = settings.sandbox, list[str]()
@@ -162,8 +170,15 @@ async def services(
         network.close()
         schedules.close()
         kept_runs.close()
+        where.close()
         if client is not None:
             await client.close()
+
+
+def databases(settings: Settings) -> Databases:
+    """Where the stores keep their tables: CELLMATE_DATABASE_URL, or SQLite files in
+    CELLMATE_DATA_DIR."""
+    return Databases(settings.database_url, settings.data_dir)
 
 
 def workspaces(settings: Settings, storage: Storage) -> StoredWorkspaces | None:

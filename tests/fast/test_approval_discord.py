@@ -31,6 +31,7 @@ from bot.conversations import Conversations
 from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
 from bot.conversations.moderation import NOT_APPROVER, POLICY_FOR_ADMINS
 from bot.conversations.policy import Policies, PolicySettings
+from bot.database import Databases
 from bot.errors import NOT_HERE
 from bot.platforms.on_discord import build_client, run_discord
 from bot.platforms.on_discord.approval import TOO_LONG_TO_EDIT
@@ -72,7 +73,7 @@ async def start_bot(
         server = DiscordServer()
         await server.start()
         agent = make_agent(fake_executor, model, tmp_path, timeout=5)
-        policies = Policies(tmp_path / "policies.sqlite3", PolicySettings(**policy))
+        policies = Policies(Databases.sqlite(tmp_path), PolicySettings(**policy))
         conversations = Conversations(agent, policies=policies)
         chosen = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0, users=users)
         client = build_client(conversations, chosen)

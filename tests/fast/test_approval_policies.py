@@ -9,6 +9,7 @@ import pytest
 
 from bot.conversations.keys import ConversationKey
 from bot.conversations.policy import Effective, Policies, PolicySettings, Scope, parse_mode
+from bot.database import Databases
 
 THREAD = ConversationKey("discord", "guild-1", "channel-1", "thread-1")
 OTHER_CHANNEL = ConversationKey("discord", "guild-1", "channel-2", "thread-2")
@@ -17,7 +18,7 @@ DM = ConversationKey("discord", "dm", "user-1")
 
 
 def test_a_channel_overrides_its_server_which_overrides_the_default(tmp_path: Path) -> None:
-    policies = Policies(tmp_path / "p.sqlite3", PolicySettings(default="approve"))
+    policies = Policies(Databases.sqlite(tmp_path), PolicySettings(default="approve"))
     assert policies.effective(THREAD) == Effective("approve", "the default")
     policies.set(Scope.workspace_of(THREAD), "off", "admin")
     assert policies.effective(OTHER_CHANNEL) == Effective("off", "this workspace")
@@ -30,7 +31,7 @@ def test_a_channel_overrides_its_server_which_overrides_the_default(tmp_path: Pa
 
 
 def test_a_dm_has_its_own_policy_and_no_server(tmp_path: Path) -> None:
-    policies = Policies(tmp_path / "p.sqlite3", PolicySettings())
+    policies = Policies(Databases.sqlite(tmp_path), PolicySettings())
     policies.set(Scope.workspace_of(DM), "off", "admin")  # "dm" is no server
     assert policies.effective(DM) == Effective("auto", "the default")
     policies.set(Scope.channel_of(DM), "approve", "admin")
@@ -40,11 +41,11 @@ def test_a_dm_has_its_own_policy_and_no_server(tmp_path: Path) -> None:
 
 
 def test_policies_survive_a_restart(tmp_path: Path) -> None:
-    first = Policies(tmp_path / "p.sqlite3", PolicySettings())
+    first = Policies(Databases.sqlite(tmp_path), PolicySettings())
     first.set(Scope.channel_of(THREAD), "approve", "admin")
     first.set(Scope.channel_of(THREAD), "off", "admin")  # the latest setting counts
     first.close()
-    again = Policies(tmp_path / "p.sqlite3", PolicySettings())
+    again = Policies(Databases.sqlite(tmp_path), PolicySettings())
     assert again.mode(THREAD) == "off"
     again.close()
 

@@ -24,6 +24,7 @@ from bot.conversations import (
 )
 from bot.conversations.approval import OFF_REFUSAL, Verdict
 from bot.conversations.policy import Policies, PolicySettings, Scope
+from bot.database import Databases
 from bot.events import ApprovalRequested, TurnEvent
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -72,7 +73,9 @@ async def service(
     fake_executor: Executor, make_agent: Callable[..., Agent], model: ScriptedModel, tmp_path: Path
 ) -> AsyncIterator[Conversations]:
     agent = make_agent(fake_executor, model, tmp_path, budget_s=BUDGET_S)
-    policies = Policies(tmp_path / "p.sqlite3", PolicySettings(default="approve", timeout_s=240))
+    policies = Policies(
+        Databases.sqlite(tmp_path), PolicySettings(default="approve", timeout_s=240)
+    )
     yield Conversations(agent, admins=frozenset({ADMIN}), policies=policies)
     with contextlib.suppress(Exception):
         policies.close()

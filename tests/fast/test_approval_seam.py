@@ -14,6 +14,7 @@ import pytest
 from bot.conversations.approval import Approver, Decision, Pending, Verdict
 from bot.conversations.keys import ConversationKey
 from bot.conversations.policy import Policies, PolicySettings
+from bot.database import Databases
 from bot.events import ApprovalDecided, ApprovalRequested, TurnEvent
 from executor.session import Restore
 
@@ -24,7 +25,7 @@ class Seam:
     """An approver over a fresh policy store, recording what it emits."""
 
     def __init__(self, tmp_path: Path, deadline: Callable[[], float | None] | None = None) -> None:
-        self.policies = Policies(tmp_path / "p.sqlite3", PolicySettings(default="approve"))
+        self.policies = Policies(Databases.sqlite(tmp_path), PolicySettings(default="approve"))
         self.events: list[TurnEvent] = []
         self.pending: dict[str, Pending] = {}
         self.stop = asyncio.Event()

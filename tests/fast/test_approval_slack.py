@@ -31,6 +31,7 @@ from bot.conversations import Conversations
 from bot.conversations.approval import ALREADY_DECIDED, OFF_NOTICE, OFF_REFUSAL
 from bot.conversations.moderation import NOT_APPROVER, POLICY_FOR_ADMINS
 from bot.conversations.policy import Policies, PolicySettings
+from bot.database import Databases
 from bot.ops.http import start_server
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
 from bot.platforms.on_slack.approval import CANCEL, EDIT, RUN, TOO_LONG_TO_EDIT
@@ -80,7 +81,7 @@ async def start_bot(
         await server.start()
         cleanups.append(server.close)
         agent = make_agent(fake_executor, model, tmp_path, timeout=5)
-        policies = Policies(tmp_path / "policies.sqlite3", PolicySettings(**policy))
+        policies = Policies(Databases.sqlite(tmp_path), PolicySettings(**policy))
         conversations = Conversations(agent, policies=policies)
         settings = SlackSettings(
             bot_token=BOT_TOKEN,

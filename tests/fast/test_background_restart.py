@@ -20,6 +20,7 @@ from bot.conversations.background import (
     STOPPED_FOR_SHUTDOWN,
 )
 from bot.conversations.background_store import BackgroundStore, StoredRun
+from bot.database import Databases
 from bot.platforms.console import ME
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend
@@ -51,7 +52,7 @@ def backend() -> FakeBackend:
 async def restarts(
     backend: FakeBackend, make_agent: Callable[..., Agent], tmp_path: Path
 ) -> AsyncIterator[Restarts]:
-    store = BackgroundStore(tmp_path / "background.sqlite3")
+    store = BackgroundStore(Databases.sqlite(tmp_path))
     limits = SandboxLimits(timeout_s=1, interrupt_grace_s=0.2)
 
     def executor() -> Executor:

@@ -20,6 +20,7 @@ from bot.agent import Agent, UserMessage
 from bot.conversations import ConversationKey, Conversations, Person, Place
 from bot.conversations.background import STOPPED_FOR_SHUTDOWN
 from bot.conversations.quotas import Quotas, QuotaSettings
+from bot.database import Databases
 from bot.platforms.console import ME, Console, run_piped
 from bot.platforms.console_reply import WAITS_BEHIND_PIPED
 from executor import Executor, SandboxLimits
@@ -74,7 +75,7 @@ async def chat(
 
     def make(per_person: int = 2, use_model: bool = False) -> Chat:
         agent = make_agent(fake_executor, model if use_model else None, tmp_path, timeout=5)
-        quotas = Quotas(tmp_path / f"usage-{len(made)}.sqlite3", QuotaSettings())
+        quotas = Quotas(Databases.sqlite(tmp_path / f"usage-{len(made)}"), QuotaSettings())
         opened.append(quotas)
         conversations = Conversations(
             agent, quotas=quotas, background_max_s=20, background_per_person=per_person

@@ -26,6 +26,7 @@ from bot.conversations import (
 from bot.conversations.lines import Lines
 from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.conversations.service import FileListing
+from bot.database import Databases
 from bot.errors import QuotaExceeded
 from bot.events import Answer, ExecutionFinished, Failure, TurnEvent
 from executor import Executor, PoolSettings, Status
@@ -86,7 +87,7 @@ def backend() -> FakeBackend:
 async def service(backend: FakeBackend, tmp_path: Path) -> AsyncIterator[Conversations]:
     async with Executor("fake", backend=backend, pool=PoolSettings(size=0)) as executor:
         agent = Agent(
-            executor, LocalStorage(tmp_path / "files", SECRET), History(tmp_path / "h.sqlite3")
+            executor, LocalStorage(tmp_path / "files", SECRET), History(Databases.sqlite(tmp_path))
         )
         yield Conversations(agent, admins=frozenset({"admin"}))
 
@@ -224,7 +225,7 @@ async def test_a_quota_reached_between_two_runs_of_a_turn_ends_it_with_one_answe
 ) -> None:
     """The second run of a model's turn is refused by the quota: the turn's one answer says
     so, the first run's time is recorded, and the person's next message is refused at once."""
-    quotas = Quotas(tmp_path / "usage.sqlite3", QuotaSettings(user_runs_per_hour=1))
+    quotas = Quotas(Databases.sqlite(tmp_path), QuotaSettings(user_runs_per_hour=1))
     async with Executor("fake", backend=backend, pool=PoolSettings(size=0)) as executor:
         service = Conversations(make_agent(executor, model, tmp_path), quotas=quotas)
         model.script(runs("print(1)"), runs("print(1)"), says("never said"))

@@ -30,6 +30,7 @@ from bench.standins.openai_server import Reply, ScriptedModel, fails, runs, says
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.quotas import Quotas, QuotaSettings
+from bot.database import Databases
 from bot.errors import NOT_HERE, NOT_YOURS
 from bot.platforms.on_discord import build_client, run_discord
 from bot.settings import DiscordSettings
@@ -382,7 +383,7 @@ async def test_quotas_refuse_with_when_to_try_again_and_usage_is_for_admins(
 ) -> None:
     bot = await start_bot(use_model=False)
     limits = QuotaSettings(user_runs_per_hour=1)
-    bot.client.conversations.quotas = Quotas(tmp_path / "usage.sqlite3", limits)
+    bot.client.conversations.quotas = Quotas(Databases.sqlite(tmp_path), limits)
     first = await bot.server.slash("run", {"code": "print('once', 1)"})
     await bot.server.wait_for(
         lambda: (

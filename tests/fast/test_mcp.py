@@ -29,6 +29,7 @@ from bot.conversations import AccessRules, Conversations
 from bot.conversations.mcp_tokens import McpDesk, TokenStore
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.quotas import Quotas, QuotaSettings
+from bot.database import Databases
 from bot.mcp.server import MISSING, NOT_ALLOWED, REVOKED, UNKNOWN, McpEndpoint
 from bot.mcp.service import mcp_service
 from bot.ops.mcp_check import mcp_check
@@ -110,10 +111,12 @@ async def bot(
 
     def make(**settings: Any) -> Bot:
         agent = make_agent(fake_executor, None, tmp_path, timeout=5)
-        policies = Policies(tmp_path / f"p{len(made)}.sqlite3", PolicySettings(**settings))
-        quotas = Quotas(tmp_path / f"u{len(made)}.sqlite3", QuotaSettings())
+        policies = Policies(
+            Databases.sqlite(tmp_path / f"p{len(made)}"), PolicySettings(**settings)
+        )
+        quotas = Quotas(Databases.sqlite(tmp_path / f"u{len(made)}"), QuotaSettings())
         closing.extend([policies, quotas])
-        tokens = TokenStore(tmp_path / f"t{len(made)}.sqlite3")
+        tokens = TokenStore(Databases.sqlite(tmp_path / f"t{len(made)}"))
         closing.append(tokens)
         conversations = Conversations(agent, policies=policies, quotas=quotas)
         made.append(Bot(conversations, tokens, tmp_path / "exports"))

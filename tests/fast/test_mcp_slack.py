@@ -17,6 +17,7 @@ from bench.standins.slack_server.people import member_of
 from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.mcp_tokens import NO_CONVERSATION, McpDesk, TokenStore
+from bot.database import Databases
 from bot.mcp.bridge import connect
 from bot.mcp.server import McpEndpoint
 from executor import Executor, SandboxLimits
@@ -42,7 +43,7 @@ async def bot(
 ) -> AsyncIterator[tuple[Bot, McpEndpoint]]:
     agent = make_agent(fake_executor, None, tmp_path, timeout=5)
     conversations = Conversations(agent)
-    tokens = TokenStore(tmp_path / "mcp_tokens.sqlite3")
+    tokens = TokenStore(Databases.sqlite(tmp_path))
     endpoint = McpEndpoint(conversations, tokens, "127.0.0.1", 0)
     await endpoint.start()
     conversations.mcp = McpDesk(tokens, endpoint.url)

@@ -15,6 +15,7 @@ from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.doors import NETWORK_OFF
 from bot.conversations.network import NetworkGrants, NetworkSettings
+from bot.database import Databases
 from bot.platforms.console import CONVERSATION, DOOR_PROMPT, Console
 from executor import Executor
 from executor.fake_backend import FakeBackend
@@ -49,7 +50,7 @@ def chat(
     def make(mode: str = "allowlist", allowed: tuple[str, ...] = ()) -> Chat:
         agent = make_agent(fake_executor, model, tmp_path, timeout=5)
         settings = NetworkSettings(mode=mode, allowed=allowed)  # type: ignore[arg-type]
-        network = NetworkGrants(tmp_path / "policies.sqlite3", settings)
+        network = NetworkGrants(Databases.sqlite(tmp_path), settings)
         opened.append(network)
         made = Chat(agent, tmp_path)
         conversations = Conversations(agent, network=network)

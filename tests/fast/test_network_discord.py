@@ -30,6 +30,7 @@ from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.doors import NETWORK_FOR_APPROVERS, NETWORK_OFF
 from bot.conversations.network import NetworkGrants, NetworkSettings
+from bot.database import Databases
 from bot.platforms.on_discord import build_client, run_discord
 from bot.platforms.on_discord.render import plain
 from bot.settings import DiscordSettings
@@ -75,7 +76,7 @@ async def start_bot(
         await server.start()
         agent = make_agent(fake_executor, model, tmp_path, timeout=5)
         settings = NetworkSettings(mode=mode)  # type: ignore[arg-type]
-        network = NetworkGrants(tmp_path / "policies.sqlite3", settings)
+        network = NetworkGrants(Databases.sqlite(tmp_path), settings)
         conversations = Conversations(agent, network=network)
         proxy.conversations = conversations
         chosen = DiscordSettings(token=TOKEN, api_url=server.api_url, cooldown_s=0)

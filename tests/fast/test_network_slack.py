@@ -30,6 +30,7 @@ from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.doors import NETWORK_FOR_APPROVERS, NETWORK_OFF, DoorChoice
 from bot.conversations.network import NetworkGrants, NetworkSettings
+from bot.database import Databases
 from bot.ops.http import start_server
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
 from bot.platforms.on_slack.doors import ACTIONS
@@ -86,7 +87,7 @@ async def start_bot(
         cleanups.append(server.close)
         agent = make_agent(fake_executor, model, tmp_path, timeout=5)
         settings = NetworkSettings(mode=network_mode)  # type: ignore[arg-type]
-        network = NetworkGrants(tmp_path / "policies.sqlite3", settings)
+        network = NetworkGrants(Databases.sqlite(tmp_path), settings)
 
         async def close() -> None:
             network.close()

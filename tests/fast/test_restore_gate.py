@@ -20,6 +20,7 @@ from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.approval import APPROVE_RESTORE, OFF_NOTICE, OFF_RESTORE
 from bot.conversations.policy import Policies, PolicySettings
+from bot.database import Databases
 from bot.platforms.console import APPROVAL_PROMPT, RESTORE_PROMPT, Console
 from executor import Executor
 from executor.fake_backend import FakeBackend
@@ -42,7 +43,7 @@ def chat(
 
     def make(use_model: bool = False, **policy: Any) -> Chat:
         agent = make_agent(fake_executor, model if use_model else None, tmp_path, timeout=5)
-        policies = Policies(tmp_path / "policies.sqlite3", PolicySettings(**policy))
+        policies = Policies(Databases.sqlite(tmp_path), PolicySettings(**policy))
         opened.append(policies)
         made = Chat(agent, tmp_path)
         made.console = Console(

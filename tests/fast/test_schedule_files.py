@@ -16,6 +16,7 @@ from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import Scheduler, ScheduleSettings
+from bot.database import Databases
 from bot.platforms.console import Console, run_piped
 from executor import Executor
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -49,7 +50,7 @@ async def console(
 ) -> AsyncIterator[tuple[Console, Scheduler, Clock, io.StringIO]]:
     agent = make_agent(fake_executor, None, tmp_path, timeout=5)
     conversations = Conversations(agent)
-    store = ScheduleStore(tmp_path / "schedules.sqlite3")
+    store = ScheduleStore(Databases.sqlite(tmp_path))
     clock = Clock()
     scheduler = conversations.schedules = Scheduler(
         conversations, store, ScheduleSettings(), now=clock

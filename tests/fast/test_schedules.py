@@ -24,6 +24,7 @@ from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import NOTHING_TO_SCHEDULE, Scheduler, ScheduleSettings
+from bot.database import Databases
 from bot.platforms.console import Console, run_piped
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -82,10 +83,10 @@ async def bot(
 
     def make(settings: ScheduleSettings | None = None, quota_runs: int = 0, **policy: str) -> Bot:
         agent = make_agent(fake_executor, None, tmp_path, timeout=5)
-        policies = Policies(tmp_path / "policies.sqlite3", PolicySettings(**policy))  # type: ignore[arg-type]
-        quotas = Quotas(tmp_path / "usage.sqlite3", QuotaSettings(user_runs_per_hour=quota_runs))
+        policies = Policies(Databases.sqlite(tmp_path), PolicySettings(**policy))  # type: ignore[arg-type]
+        quotas = Quotas(Databases.sqlite(tmp_path), QuotaSettings(user_runs_per_hour=quota_runs))
         conversations = Conversations(agent, policies=policies, quotas=quotas)
-        store = ScheduleStore(tmp_path / "schedules.sqlite3")
+        store = ScheduleStore(Databases.sqlite(tmp_path))
         clock = Clock()
         scheduler = Scheduler(conversations, store, settings or ScheduleSettings(), now=clock)
         conversations.schedules = scheduler

@@ -28,6 +28,7 @@ from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import Scheduler, ScheduleSettings
+from bot.database import Databases
 from bot.errors import NOT_YOURS
 from bot.platforms.on_discord.schedules import NO_THREAD
 from executor import Executor, SandboxLimits
@@ -78,7 +79,7 @@ async def scheduled(
 ) -> AsyncIterator[Scheduled]:
     agent = make_agent(fake_executor, None, tmp_path, timeout=5)
     conversations = Conversations(agent)
-    store = ScheduleStore(tmp_path / "schedules.sqlite3")
+    store = ScheduleStore(Databases.sqlite(tmp_path))
     clock = Clock()
     scheduler = Scheduler(conversations, store, ScheduleSettings(), now=clock)
     conversations.schedules = scheduler

@@ -39,6 +39,7 @@ from bot.conversations import Conversations
 from bot.conversations.approval import OFF_REFUSAL
 from bot.conversations.policy import Policies, PolicySettings
 from bot.conversations.quotas import Quotas, QuotaSettings
+from bot.database import Databases
 from bot.errors import NOT_HERE, NOT_YOURS
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, image, stdout
@@ -100,8 +101,8 @@ async def start_bot(
             agent = make_agent(fake_executor, None, tmp_path, timeout=5)
             conversations = Conversations(
                 agent,
-                quotas=None if quotas is None else Quotas(tmp_path / "usage.sqlite3", quotas),
-                policies=Policies(tmp_path / "policies.sqlite3", PolicySettings()),
+                quotas=None if quotas is None else Quotas(Databases.sqlite(tmp_path), quotas),
+                policies=Policies(Databases.sqlite(tmp_path), PolicySettings()),
                 background_max_s=20,
             )
             bot = await running.enter_async_context(running_bot(agent, conversations, **settings))

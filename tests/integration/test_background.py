@@ -13,6 +13,7 @@ import pytest
 from bot.agent import Agent, AgentLimits
 from bot.agent.history import History
 from bot.conversations import Conversations
+from bot.database import Databases
 from bot.platforms.console import Console, run_piped
 from bot.platforms.console_reply import WAITS_BEHIND_PIPED
 from executor import Executor, SandboxLimits, default_tag
@@ -40,7 +41,7 @@ async def test_a_run_past_its_limit_goes_on_in_the_background(runtime: str, tmp_
         agent = Agent(
             ex,
             LocalStorage(tmp_path / "files", SECRET),
-            History(tmp_path / "history.sqlite3"),
+            History(Databases.sqlite(tmp_path)),
             client=None,
             model="none",
             limits=AgentLimits(),

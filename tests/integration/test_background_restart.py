@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.conversations.background_store import BackgroundStore
+from bot.database import Databases
 from executor import Executor, SandboxLimits, default_tag
 from executor.docker_backend import DockerBackend
 from tests.integration.conftest import NO_POOL, TEST_INSTANCE
@@ -31,7 +32,7 @@ async def restarts(runtime: str, tmp_path: Path) -> AsyncIterator[Restarts]:
         )
         return Executor(default_tag(), limits=limits, backend=backend, pool=NO_POOL)
 
-    store = BackgroundStore(tmp_path / "background.sqlite3")
+    store = BackgroundStore(Databases.sqlite(tmp_path))
     made = Restarts(
         executor, store, agents_without_a_model(tmp_path), tmp_path, background_max_s=600
     )

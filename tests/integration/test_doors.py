@@ -27,6 +27,7 @@ from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.keys import ConversationKey
 from bot.conversations.network import NetworkGrants, NetworkSettings
+from bot.database import Databases
 from bot.ops.egress_link import EgressLink, start_egress
 from bot.platforms.console import DOOR_PROMPT, Console
 from egressproxy.ca import installation_ca
@@ -151,7 +152,7 @@ async def console(
 ) -> AsyncIterator[tuple[Chat, EgressLink]]:
     async with doors(runtime) as executor:
         agent = make_agent(executor, model, tmp_path, timeout=60)
-        network = NetworkGrants(tmp_path / "policies.sqlite3", NetworkSettings(mode="allowlist"))
+        network = NetworkGrants(Databases.sqlite(tmp_path), NetworkSettings(mode="allowlist"))
         conversations = Conversations(agent, network=network)
         link = await start_egress(executor, conversations, DEFAULT_PROXY_PORT, "")
         agent.refusals = link.take_notes

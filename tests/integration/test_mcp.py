@@ -21,6 +21,7 @@ from bot.agent import Agent, AgentLimits
 from bot.agent.history import History
 from bot.conversations import Conversations
 from bot.conversations.mcp_tokens import McpDesk, TokenStore
+from bot.database import Databases
 from bot.mcp.bridge import connect
 from bot.mcp.server import McpEndpoint
 from bot.platforms.console import CONVERSATION, Console, run_piped
@@ -42,13 +43,13 @@ async def _bot(executor: Executor, tmp_path: Path) -> AsyncIterator[tuple[Consol
     agent = Agent(
         executor,
         LocalStorage(tmp_path / "files", SECRET),
-        History(tmp_path / "history.sqlite3"),
+        History(Databases.sqlite(tmp_path)),
         client=None,
         model="none",
         limits=AgentLimits(),
     )
     conversations = Conversations(agent)
-    tokens = TokenStore(tmp_path / "mcp_tokens.sqlite3")
+    tokens = TokenStore(Databases.sqlite(tmp_path))
     endpoint = McpEndpoint(conversations, tokens, "127.0.0.1", 0)
     out = io.StringIO()
     console = Console(conversations, out, tmp_path / "exports")

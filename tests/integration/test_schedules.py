@@ -17,6 +17,7 @@ from bot.agent.history import History
 from bot.conversations import Conversations
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import Scheduler, ScheduleSettings
+from bot.database import Databases
 from bot.platforms.console import Console, run_piped
 from executor import Executor
 from storage.local import LocalStorage
@@ -46,13 +47,13 @@ async def test_a_schedule_fires_twice_and_posts_what_the_changed_data_moved(
     agent = Agent(
         executor,
         LocalStorage(tmp_path / "files", SECRET),
-        History(tmp_path / "history.sqlite3"),
+        History(Databases.sqlite(tmp_path)),
         client=None,
         model="none",
         limits=AgentLimits(),
     )
     conversations = Conversations(agent)
-    store = ScheduleStore(tmp_path / "schedules.sqlite3")
+    store = ScheduleStore(Databases.sqlite(tmp_path))
     clock = [datetime(2026, 11, 26, 12, 0, tzinfo=UTC).timestamp()]
     scheduler = Scheduler(conversations, store, ScheduleSettings(), now=lambda: clock[0])
     conversations.schedules = scheduler

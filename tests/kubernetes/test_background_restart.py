@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client as k8s
 
 from bot.conversations.background_store import BackgroundStore
+from bot.database import Databases
 from executor import Executor
 from tests.kubernetes.conftest import make_executor, sandbox_pods, wait_until
 from tests.support.restarts import Restarts, a_long_run_survives_a_restart, agents_without_a_model
@@ -30,7 +31,7 @@ async def restarts(
     def executor(session_secret: str = secret) -> Executor:
         return make_executor(bot_kubeconfig, runtime, session_secret=session_secret, timeout_s=2)
 
-    store = BackgroundStore(tmp_path / "background.sqlite3")
+    store = BackgroundStore(Databases.sqlite(tmp_path))
     made = Restarts(
         executor, store, agents_without_a_model(tmp_path), tmp_path, background_max_s=600
     )

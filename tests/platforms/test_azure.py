@@ -15,6 +15,7 @@ import pytest
 from bench.standins.openai_server import ScriptedModel, runs, says
 from bot.agent import Agent, AgentLimits
 from bot.agent.history import History
+from bot.database import Databases
 from bot.events import Answer, CodeStarted, Failure
 from bot.ops.doctor import _model as doctor_model_check
 from bot.ops.model_setup import build_model_client
@@ -57,7 +58,7 @@ async def agent_for(
     return Agent(
         executor,
         LocalStorage(tmp_path / "files", SECRET),
-        History(tmp_path / f"history-{len(made)}.sqlite3"),
+        History(Databases.sqlite(tmp_path / f"history-{len(made)}")),
         client=client,
         model=settings.model,
         limits=AgentLimits(stream=settings.stream),

@@ -23,6 +23,7 @@ from bench.standins.ports import free_port
 from bot.agent import Agent, AgentLimits
 from bot.agent.history import History
 from bot.conversations import Conversations
+from bot.database import Databases
 from bot.metrics import Metrics
 from bot.ops.http import start_server
 from bot.platforms.on_slack import EVENTS_PATH, CellmateSlack, add_http_route, build_slack
@@ -111,7 +112,7 @@ async def deploy(
         agent = Agent(
             executor,
             storage or LocalStorage(tmp_path / "files", SECRET),
-            History(tmp_path / "history.sqlite3"),
+            History(Databases.sqlite(tmp_path)),
             client=client,
             model="scripted-model",
             limits=AgentLimits(max_steps=4),

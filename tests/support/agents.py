@@ -14,6 +14,7 @@ import pytest
 from bench.standins.openai_server import ScriptedModel
 from bot.agent import Agent, AgentLimits
 from bot.agent.history import History
+from bot.database import Databases
 from executor import Executor
 from storage.local import LocalStorage
 from tests.support.links import SECRET
@@ -53,7 +54,7 @@ def make_agent(clients: list[openai.AsyncOpenAI]) -> Callable[..., Agent]:
         return Agent(
             executor,
             LocalStorage(tmp_path / "files", SECRET),
-            History(tmp_path / f"history-{len(clients)}.sqlite3"),
+            History(Databases.sqlite(tmp_path / f"history-{len(clients)}")),
             client=client,
             model="scripted-model",
             limits=AgentLimits(**limits),

@@ -16,6 +16,7 @@ from bot.agent.history import History
 from bot.conversations import Conversations
 from bot.conversations.background import FOLLOWED_AFTER_RESTART, GOES_ON_THROUGH_RESTART
 from bot.conversations.background_store import BackgroundStore
+from bot.database import Databases
 from bot.platforms.console import Console, run_piped
 from executor import Executor
 from storage.local import LocalStorage
@@ -134,7 +135,7 @@ def agents_without_a_model(tmp_path: Path) -> Callable[..., Agent]:
         return Agent(
             executor,
             LocalStorage(tmp_path / "files", SECRET_FOR_LINKS),
-            History(tmp_path / "history.sqlite3"),
+            History(Databases.sqlite(tmp_path)),
             client=None,
             model="none",
             limits=AgentLimits(),

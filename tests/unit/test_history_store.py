@@ -9,10 +9,11 @@ import random
 from pathlib import Path
 
 from bot.agent.history import History
+from bot.database import Databases
 
 
 async def test_turns_stopped_mid_statement_leave_every_other_turn_working(tmp_path: Path) -> None:
-    history = History(tmp_path / "history.sqlite3")
+    history = History(Databases.sqlite(tmp_path))
     rng = random.Random(7)  # noqa: S311 - a repeatable order of stops, not a secret
     big = {"role": "user", "content": "x" * 20_000}
 

@@ -12,6 +12,7 @@ from bot.conversations.access import AccessRules, Place
 from bot.conversations.moderation import USAGE_FOR_ADMINS
 from bot.conversations.network import NetworkGrants, NetworkSettings, parse_network
 from bot.conversations.people import Admission, Person
+from bot.database import Databases
 from bot.errors import Refused
 from bot.settings import SettingsError, load_settings
 from executor.network_grants import Grant, Grants, Layer, PatternError, parse_pattern
@@ -142,7 +143,7 @@ def test_the_network_command_is_parsed_strictly() -> None:
 
 
 async def test_traffic_is_shown_on_usage_for_admins_only(tmp_path: Path) -> None:
-    network = NetworkGrants(tmp_path / "p.sqlite3", NetworkSettings(mode="allowlist"))
+    network = NetworkGrants(Databases.sqlite(tmp_path), NetworkSettings(mode="allowlist"))
     conversations = Conversations(agent=None, admins=frozenset({"U-admin"}), network=network)  # type: ignore[arg-type]
     try:
         conversations.network_traffic(KEY, "pypi.org", 443, "allowed", 3, 2_000_000)

@@ -11,6 +11,7 @@ import pytest
 
 from bench.standins.ports import free_port
 from bot.conversations.quotas import DAY, HOUR, Quotas, QuotaSettings
+from bot.database import Databases
 from bot.errors import QuotaExceeded
 from bot.logs import ContextFilter, JsonFormatter, RedactFilter, conversation_id, run_id
 from bot.metrics import Metrics
@@ -21,7 +22,7 @@ NOW = 1_800_000_000.0
 
 
 def quotas(tmp_path: Path, **limits: float) -> Quotas:
-    return Quotas(tmp_path / "usage.sqlite3", QuotaSettings(**limits))  # type: ignore[arg-type]
+    return Quotas(Databases.sqlite(tmp_path), QuotaSettings(**limits))  # type: ignore[arg-type]
 
 
 def test_runs_per_hour_say_when_to_try_again(tmp_path: Path) -> None:

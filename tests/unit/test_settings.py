@@ -177,6 +177,7 @@ def test_env_example_lists_every_setting_and_loads() -> None:
         "CELLMATE_EXECUTOR_BACKEND",
         "CELLMATE_INSTANCE",
         "CELLMATE_DATA_DIR",
+        "CELLMATE_DATABASE_URL",
         "CELLMATE_HTTP_PORT",
         "AZURE_BLOB_CONTAINER_NAME",
         "DISCORD_TOKEN",
@@ -222,3 +223,14 @@ def test_a_session_secret_keeps_sessions_on_docker_and_kubernetes() -> None:
     pods = cluster.sandbox_backend()
     assert isinstance(pods, KubernetesBackend)
     assert pods.keeps_sessions
+
+
+def test_the_database_url_is_sqlite_when_empty_and_its_password_is_secret() -> None:
+    assert load_settings({}, env_file=None).database_url == ""
+    url = "postgresql://bot:s3cret-pw@db.internal:5432/cellmate"
+    settings = load_settings({"CELLMATE_DATABASE_URL": url}, env_file=None)
+    assert settings.database_url == url
+    assert "s3cret-pw" in settings.secrets
+    assert "s3cret-pw" not in repr(settings)
+    with pytest.raises(SettingsError, match="CELLMATE_DATABASE_URL must be empty"):
+        load_settings({"CELLMATE_DATABASE_URL": "mysql://x@y/z"}, env_file=None)
