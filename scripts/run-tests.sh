@@ -15,7 +15,7 @@ export CELLMATE_TEST_INSTANCE
 echo "[cellmate] this run's sandboxes are labelled cellmate.instance=$CELLMATE_TEST_INSTANCE(-gwN)"
 PYTEST=.venv/bin/pytest
 WORKERS="${CELLMATE_TEST_WORKERS:-3}"
-parallel=(-m "not serial" --durations=15)
+parallel=(-m "not serial" --durations=30)
 if [ "$WORKERS" != 0 ]; then
   parallel+=(-n "$WORKERS" --dist worksteal)
 fi
