@@ -12,6 +12,7 @@ network's grants, cards and traffic its `Doors` part.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -50,6 +51,7 @@ from bot.conversations.registry import SHUTDOWN_NOTICE, RerunSpec, Turns
 from bot.conversations.reply import Reply
 from bot.conversations.schedule_runs import Poster
 from bot.conversations.schedules import NO_SCHEDULES, Scheduler
+from bot.conversations.turn_leases import TurnLeases
 from bot.errors import NOT_HERE, Draining, NotHere, NotYours, Refused
 from bot.events import ExecutionFinished, TurnEvent
 from bot.fences import direct_code
@@ -123,6 +125,9 @@ class Conversations(Doors):
         """/mcp's tokens and the MCP endpoint's address, while it serves (CELLMATE_MCP)."""
         self.background = BackgroundRuns(self, background_max_s, background_per_person)
         """Runs that went on without their turn (0 s: runs end at their time limit)."""
+        self.leases: TurnLeases | None = None
+        """Where replicas share a database: one turn at a time in a conversation across
+        them (services set it)."""
 
     # ── turns ────────────────────────────────────────────────────────────
 
@@ -189,9 +194,7 @@ class Conversations(Doors):
                             lambda: self._approval_deadline(entry.turn),
                             self.agent.executor.session(key.id).restorable,
                         )
-                    if approver is None:
-                        await self.agent.turn(key.id, message, emit, entry.turn)
-                    else:
+                    async with self._leased(key, queued):
                         await self.agent.turn(key.id, message, emit, entry.turn, approver)
                     notices = [SHUTDOWN_NOTICE] if entry.shutdown else []
                     await reply.finish(entry.key if rerun_code is not None else None, notices)
@@ -210,6 +213,14 @@ class Conversations(Doors):
             # A one-off run's session ends with its turn, or with its run in the background.
             if key.is_one_off and not self.background.busy(key.id):
                 await self.agent.reset(key.id)
+
+    def _leased(
+        self, key: ConversationKey, queued: Callable[[str], Awaitable[None]]
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """The conversation's lease among replicas; a one-off run's session is its own."""
+        if self.leases is None or key.is_one_off:
+            return contextlib.nullcontext()
+        return self.leases.held(key.id, queued)
 
     def admit(self, door: Admission, person: Person, server: str) -> None:
         """The checks a turn passes before it may wait or start (the allowlist, quotas, not

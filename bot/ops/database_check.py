@@ -15,6 +15,7 @@ from bot.conversations.network import MIGRATIONS as NETWORK
 from bot.conversations.policy import MIGRATIONS as POLICIES
 from bot.conversations.quotas import MIGRATIONS as QUOTAS
 from bot.conversations.schedule_store import MIGRATIONS as SCHEDULES
+from bot.conversations.turn_leases import MIGRATIONS as LEASES
 from bot.database import Database, DatabaseError, Databases, Migrations, version
 from bot.ops.findings import Finding
 from bot.settings import Settings
@@ -28,6 +29,8 @@ STORES: tuple[Migrations, ...] = (
     BACKGROUND,
     TOKENS,
 )
+SHARED: tuple[Migrations, ...] = (LEASES,)
+"""Stores only a shared database has: what replicas coordinate through."""
 CONNECT_S = 5.0
 ROUND_TRIPS = 5
 
@@ -36,20 +39,29 @@ async def database_check(settings: Settings) -> list[Finding]:
     return await asyncio.to_thread(check_database, settings)
 
 
+def stores_for(settings: Settings) -> tuple[Migrations, ...]:
+    """The stores the bot opens with these settings."""
+    return STORES + SHARED if settings.database_url else STORES
+
+
 def check_database(settings: Settings) -> list[Finding]:
     where = Databases(settings.database_url, settings.data_dir, timeout_s=CONNECT_S)
+    stores = stores_for(settings)
     opened: dict[str, Database] = {}
+    leases: Finding | None = None
     try:
         try:
-            for store in STORES:
+            for store in stores:
                 if store.database not in opened:
                     opened[store.database] = where.open(store.database)
-            first = opened[STORES[0].database]
+            first = opened[stores[0].database]
             latency_ms = _round_trip_ms(first)
             engine = _engine(first, where)
             versions = {
-                store.store: version(opened[store.database], store.store) for store in STORES
+                store.store: version(opened[store.database], store.store) for store in stores
             }
+            if settings.database_url and versions[LEASES.store]:
+                leases = _leases(opened[LEASES.database])
         except Exception as exc:  # every failure is a finding, whatever its type
             return [_unreachable(where, exc)]
     finally:
@@ -57,7 +69,32 @@ def check_database(settings: Settings) -> list[Finding]:
             db.close()
         where.close()
     reached = Finding("database", True, f"{engine}; a statement takes {_ms(latency_ms)}")
-    return [reached, _migrations(versions)]
+    found = [reached, _migrations(versions, stores)]
+    return found if leases is None else [*found, leases]
+
+
+def _leases(db: Database) -> Finding:
+    """The replicas' turn leases: how many conversations are being answered, by how many
+    replicas, and any a replica left to lapse (it stopped mid-turn)."""
+    now = time.time()
+    rows = db.execute("SELECT holder, expires FROM turn_leases").rows
+    live = [str(holder) for holder, expires in rows if float(expires) >= now]
+    lapsed = len(rows) - len(live)
+    replicas = {holder.rsplit("/", 1)[0] for holder in live}
+    detail = (
+        f"{len(live)} conversation(s) answering now, on {len(replicas)} replica(s)"
+        if live
+        else "no turn running on any replica"
+    )
+    if not lapsed:
+        return Finding("leases", True, detail)
+    return Finding(
+        "leases",
+        False,
+        f"{detail}; {lapsed} lapsed (a replica stopped during a turn)",
+        "those conversations are free again; the replica's log says why it stopped",
+        required=False,
+    )
 
 
 def _round_trip_ms(db: Database) -> float:
@@ -98,8 +135,8 @@ def _unreachable(where: Databases, exc: Exception) -> Finding:
     return Finding("database", False, said, fix)
 
 
-def _migrations(versions: dict[str, int]) -> Finding:
-    latest = {store.store: store.latest for store in STORES}
+def _migrations(versions: dict[str, int], stores: tuple[Migrations, ...]) -> Finding:
+    latest = {store.store: store.latest for store in stores}
     newer = [name for name, found in versions.items() if found > latest[name]]
     if newer:
         named = ", ".join(f"{n} (at {versions[n]}, this bot knows {latest[n]})" for n in newer)
@@ -111,6 +148,6 @@ def _migrations(versions: dict[str, int]) -> Finding:
         )
     behind = [name for name, found in versions.items() if found < latest[name]]
     if not behind:
-        return Finding("migrations", True, f"current: all {len(STORES)} stores at their latest")
+        return Finding("migrations", True, f"current: all {len(stores)} stores at their latest")
     named = ", ".join(f"{n} ({versions[n]} → {latest[n]})" for n in behind)
     return Finding("migrations", True, f"applied when the bot starts: {named}", required=False)

@@ -21,6 +21,7 @@ from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import Scheduler
+from bot.conversations.turn_leases import TurnLeases
 from bot.database import Databases
 from bot.metrics import Metrics
 from bot.ops.egress_link import (
@@ -74,6 +75,8 @@ async def services(
         network = NetworkGrants(where, settings.network)
         schedules = ScheduleStore(where)
         kept_runs = BackgroundStore(where)
+        # Replicas share a conversation's turns only through a shared database.
+        leases = TurnLeases(where) if settings.database_url else None
     except BaseException:
         # A database that cannot be reached (or migrated) stops the start; the storage
         # client and a PostgreSQL pool are not left open behind it.
@@ -139,6 +142,7 @@ async def services(
                 background_per_person=settings.background_runs_per_person,
             )
             conversations.background.store = kept_runs
+            conversations.leases = leases
             scheduler = conversations.schedules = Scheduler(
                 conversations, schedules, settings.schedule
             )
@@ -170,6 +174,8 @@ async def services(
         network.close()
         schedules.close()
         kept_runs.close()
+        if leases is not None:
+            leases.close()
         where.close()
         if client is not None:
             await client.close()

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import io
 import re
+import time
 
 from bench.standins.ports import free_port
+from bot.conversations.turn_leases import TurnLeases
 from bot.database import Databases, open_store
-from bot.ops.database_check import STORES, database_check
+from bot.ops.database_check import STORES, database_check, stores_for
 from bot.ops.doctor import report
 from bot.settings import Settings
 
@@ -32,10 +34,13 @@ async def test_doctor_names_the_engine_its_round_trip_and_the_migrations(
     assert before[1].detail.startswith("applied when the bot starts: history (0 → 1), ")
     assert not before[1].required
 
-    for store in STORES:
+    stores = stores_for(settings_of(databases))
+    for store in stores:
         open_store(databases, store).close()
     after = await database_check(settings_of(databases))
-    assert after[1].detail == f"current: all {len(STORES)} stores at their latest"
+    assert after[1].detail == f"current: all {len(stores)} stores at their latest"
+    # A shared database also keeps the replicas' turn leases.
+    assert len(stores) == len(STORES) + (databases.engine == "postgresql")
     out = io.StringIO()
     assert report(after, out) == 0
     assert "ms" in out.getvalue()
@@ -66,3 +71,30 @@ async def test_doctor_says_when_postgresql_does_not_answer() -> None:
     assert "\n" not in found[0].detail
     assert "hunter2" not in found[0].detail
     assert "CELLMATE_DATABASE_URL" in found[0].fix
+
+
+async def test_doctor_counts_the_replicas_leases_and_the_lapsed_ones(postgres_url: str) -> None:
+    where = Databases(postgres_url)
+    clock = [time.time()]
+    one = TurnLeases(where, "replica-a", ttl_s=30, clock=lambda: clock[0])
+    other = TurnLeases(where, "replica-b", ttl_s=30, clock=lambda: clock[0])
+    try:
+        settings = Settings(database_url=postgres_url)
+        found = {f.name: f for f in await database_check(settings)}
+        assert found["leases"].ok
+        assert found["leases"].detail == "no turn running on any replica"
+        assert one.take("c1", "replica-a/t1")
+        assert one.take("c2", "replica-a/t2")
+        assert other.take("c3", "replica-b/t1")
+        found = {f.name: f for f in await database_check(settings)}
+        assert found["leases"].detail == "3 conversation(s) answering now, on 2 replica(s)"
+        clock[0] -= 3600  # a lease taken an hour ago and never renewed: its replica died
+        assert other.take("c4", "replica-b/t2")
+        found = {f.name: f for f in await database_check(settings)}
+        assert not found["leases"].ok
+        assert not found["leases"].required
+        assert found["leases"].detail.endswith("; 1 lapsed (a replica stopped during a turn)")
+    finally:
+        one.close()
+        other.close()
+        where.close()
