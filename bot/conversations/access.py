@@ -18,6 +18,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bot.conversations.shared_events import SharedEvents
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +79,13 @@ def allowed(rules: AccessRules, place: Place) -> bool:
 
 
 class Seen:
-    """Ids handled recently, so that a redelivered event is not handled twice."""
+    """Ids handled recently, so that a redelivered event is not handled twice: by this
+    process, and with `shared`, by any replica."""
 
-    def __init__(self, size: int = 10_000) -> None:
+    def __init__(self, size: int = 10_000, shared: SharedEvents | None = None) -> None:
         self._ids: OrderedDict[str, None] = OrderedDict()
         self._size = size
+        self.shared = shared
 
     def first_time(self, key: str) -> bool:
         """True the first time `key` is seen (and remember it)."""
@@ -89,7 +95,7 @@ class Seen:
         self._ids[key] = None
         if len(self._ids) > self._size:
             self._ids.popitem(last=False)
-        return True
+        return self.shared is None or self.shared.first_time(key)
 
 
 class Participants:

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bot.conversations.access import AccessRules, Place, Seen, allowed
 from bot.conversations.lines import Lines
+
+if TYPE_CHECKING:
+    from bot.conversations.shared_events import SharedEvents
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +31,10 @@ class Person:
 class Admission:
     """One front end's door: its allowlist, its people's lines, the events it has seen."""
 
-    def __init__(self, rules: AccessRules) -> None:
+    def __init__(self, rules: AccessRules, shared: SharedEvents | None = None) -> None:
         self.rules = rules
         self.lines = Lines(rules.cooldown_s)
-        self.seen = Seen()
+        self.seen = Seen(shared=shared)
 
     def allows(self, place: Place) -> bool:
         return allowed(self.rules, place)

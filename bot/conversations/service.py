@@ -51,6 +51,7 @@ from bot.conversations.registry import SHUTDOWN_NOTICE, RerunSpec, Turns
 from bot.conversations.reply import Reply
 from bot.conversations.schedule_runs import Poster
 from bot.conversations.schedules import NO_SCHEDULES, Scheduler
+from bot.conversations.shared_events import SharedEvents
 from bot.conversations.turn_leases import TurnLeases
 from bot.errors import NOT_HERE, Draining, NotHere, NotYours, Refused
 from bot.events import ExecutionFinished, TurnEvent
@@ -125,6 +126,9 @@ class Conversations(Doors):
         """/mcp's tokens and the MCP endpoint's address, while it serves (CELLMATE_MCP)."""
         self.background = BackgroundRuns(self, background_max_s, background_per_person)
         """Runs that went on without their turn (0 s: runs end at their time limit)."""
+        self.shared_events: SharedEvents | None = None
+        """Where replicas share a database: the events any of them handled, so that a
+        redelivered one is handled once (services set it; front ends' doors use it)."""
         self.leases: TurnLeases | None = None
         """Where replicas share a database: one turn at a time in a conversation across
         them (services set it)."""
@@ -195,7 +199,10 @@ class Conversations(Doors):
                             self.agent.executor.session(key.id).restorable,
                         )
                     async with self._leased(key, queued):
-                        await self.agent.turn(key.id, message, emit, entry.turn, approver)
+                        if approver is None:
+                            await self.agent.turn(key.id, message, emit, entry.turn)
+                        else:
+                            await self.agent.turn(key.id, message, emit, entry.turn, approver)
                     notices = [SHUTDOWN_NOTICE] if entry.shutdown else []
                     await reply.finish(entry.key if rerun_code is not None else None, notices)
         except NotHere:

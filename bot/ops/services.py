@@ -21,6 +21,7 @@ from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import Scheduler
+from bot.conversations.shared_events import SharedEvents
 from bot.conversations.turn_leases import TurnLeases
 from bot.database import Databases
 from bot.metrics import Metrics
@@ -77,6 +78,7 @@ async def services(
         kept_runs = BackgroundStore(where)
         # Replicas share a conversation's turns only through a shared database.
         leases = TurnLeases(where) if settings.database_url else None
+        events = SharedEvents(where) if settings.database_url else None
     except BaseException:
         # A database that cannot be reached (or migrated) stops the start; the storage
         # client and a PostgreSQL pool are not left open behind it.
@@ -143,6 +145,7 @@ async def services(
             )
             conversations.background.store = kept_runs
             conversations.leases = leases
+            conversations.shared_events = events
             scheduler = conversations.schedules = Scheduler(
                 conversations, schedules, settings.schedule
             )
@@ -176,6 +179,8 @@ async def services(
         kept_runs.close()
         if leases is not None:
             leases.close()
+        if events is not None:
+            events.close()
         where.close()
         if client is not None:
             await client.close()

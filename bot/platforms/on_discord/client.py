@@ -82,7 +82,8 @@ class CellmateDiscord(discord.Client):
                 dms=settings.dms,
                 dm_users=frozenset(settings.dm_users),
                 cooldown_s=settings.cooldown_s,
-            )
+            ),
+            shared=conversations.shared_events,
         )
         self.presence = Presence(self.door.rules, self.whereabouts)
         self.members: Expiring[tuple[int, int], discord.Member | None] = Expiring(

@@ -32,7 +32,7 @@ def add_http_route(slack: CellmateSlack, app: web.Application) -> None:
     """Events, commands and interactivity at /slack/events (HTTP mode). Each request's
     signature and age are checked before anything runs (by `RequestCheck`, then again by
     Bolt), and a replayed request is acknowledged without running again."""
-    check = RequestCheck(slack.settings.signing_secret)
+    check = RequestCheck(slack.settings.signing_secret, shared=slack.conversations.shared_events)
 
     async def events(request: web.Request) -> web.Response:
         verdict = check.check(request.headers, await request.read())

@@ -91,7 +91,8 @@ class CellmateSlack:
                 dms=settings.dms,
                 dm_users=frozenset(settings.dm_users),
                 cooldown_s=settings.cooldown_s,
-            )
+            ),
+            shared=conversations.shared_events,
         )
         self.presence = Presence(self.door.rules, self.whereabouts)
         self.members: Expiring[str, frozenset[str]] = Expiring(

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 
 from slack_sdk.signature import SignatureVerifier
 
+from bot.conversations.shared_events import SharedEvents
+
 MAX_AGE_S = 5 * 60
 """Slack's window: older (or further in the future) requests are refused."""
 TIMESTAMP = re.compile(r"[0-9]{1,12}")
@@ -40,8 +42,11 @@ class RequestCheck:
         signing_secret: str,
         size: int = 100_000,
         clock: Callable[[], float] = time.time,
+        shared: SharedEvents | None = None,
     ) -> None:
         self._verifier = SignatureVerifier(signing_secret)
+        self._shared = shared
+        """Requests any replica accepted (a replay may reach another replica)."""
         self._seen: OrderedDict[str, float] = OrderedDict()
         """Signature -> when it stops being accepted, oldest first."""
         self._size = size
@@ -72,10 +77,15 @@ class RequestCheck:
             # Forgetting a request still inside the window would let its replay through.
             return Verdict.FULL
         self._seen[signature] = int(stamp) + MAX_AGE_S
+        if self._shared is not None and not self._shared.first_time(_shared_key(signature)):
+            return Verdict.REPLAY
         return Verdict.ACCEPT
 
     def forget(self, headers: Mapping[str, str]) -> None:
-        self._seen.pop(headers.get("X-Slack-Signature", ""), None)
+        signature = headers.get("X-Slack-Signature", "")
+        self._seen.pop(signature, None)
+        if self._shared is not None and signature:
+            self._shared.forget(_shared_key(signature))
 
     def _expire(self, now: float) -> None:
         # Requests arrive in roughly timestamp order, so the expired ones are at the front;
@@ -85,3 +95,7 @@ class RequestCheck:
             if until >= now:
                 return
             del self._seen[signature]
+
+
+def _shared_key(signature: str) -> str:
+    return f"slack-request:{signature}"
