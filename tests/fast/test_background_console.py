@@ -43,6 +43,7 @@ from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend
 from tests.support.later import HANG, QUICK, SLOW, slow_backend
 from tests.support.prompts import ASK_NAME, ASKING
+from tests.support.screen import Screen
 
 WENT = "⏩ went on in the background"
 ENDED = "Your background run ended: "
@@ -61,30 +62,6 @@ def fake_backend() -> FakeBackend:
     script = slow_backend().script
     assert isinstance(script, dict)
     return FakeBackend({**script, **ASKING})
-
-
-class Screen(io.StringIO):
-    """What the console printed, with an event for the test to wait on."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.changed = asyncio.Event()
-
-    def write(self, text: str) -> int:
-        self.changed.set()
-        return super().write(text)
-
-    async def wait_for(self, text: str, after: int = 0) -> int:
-        """Wait until `text` is printed past position `after`; where it ends."""
-        try:
-            async with asyncio.timeout(20):
-                while (found := self.getvalue().find(text, after)) < 0:
-                    self.changed.clear()
-                    await self.changed.wait()
-        except TimeoutError:
-            shown = self.getvalue()[after:]
-            raise AssertionError(f"{text!r} not printed; after it: {shown!r}") from None
-        return found + len(text)
 
 
 class Terminal:

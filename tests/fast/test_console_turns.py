@@ -20,6 +20,7 @@ from bot.platforms.console import Console, run_piped
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, image, stdout
 from tests.support.prompts import ASK_HIDDEN, ASK_NAME, ASKING, HIDDEN_ANSWER, assert_kept_nowhere
+from tests.support.screen import Screen
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -47,24 +48,6 @@ def fake_backend() -> FakeBackend:
             **ASKING,
         }
     )
-
-
-class Screen(io.StringIO):
-    """What the console printed, with an event for tests that wait on it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.changed = asyncio.Event()
-
-    def write(self, text: str) -> int:
-        self.changed.set()
-        return super().write(text)
-
-    async def wait_for(self, text: str) -> None:
-        async with asyncio.timeout(10):
-            while text not in self.getvalue():
-                self.changed.clear()
-                await self.changed.wait()
 
 
 class Chat:

@@ -37,6 +37,7 @@ from bot.platforms.console import CONVERSATION, Console, run_piped
 from bot.settings import Settings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
+from tests.support.screen import Screen
 
 WORKTREE = Path(__file__).resolve().parents[2]
 """Where the bot's code is, for `cellmate mcp` started elsewhere."""
@@ -58,24 +59,6 @@ def fake_backend() -> FakeBackend:
             "print(y)": FakeRun(shows="y"),
         }
     )
-
-
-class Screen(io.StringIO):
-    """What the console printed, with an event for tests that wait on it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.changed = asyncio.Event()
-
-    def write(self, text: str) -> int:
-        self.changed.set()
-        return super().write(text)
-
-    async def wait_for(self, text: str) -> None:
-        async with asyncio.timeout(10):
-            while text not in self.getvalue():
-                self.changed.clear()
-                await self.changed.wait()
 
 
 class Bot:

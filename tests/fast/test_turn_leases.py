@@ -22,6 +22,7 @@ from bot.database import Databases
 from bot.platforms.console import CONVERSATION, Console, run_piped
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
+from tests.support.screen import Screen
 
 SLOW = "slow()"
 QUICK = "print(6 * 7)"
@@ -129,22 +130,6 @@ async def _ignore(text: str) -> None:
 @pytest.fixture
 def sandbox_limits() -> SandboxLimits:
     return SandboxLimits(timeout_s=20, interrupt_grace_s=0.2)
-
-
-class Screen(io.StringIO):
-    def __init__(self) -> None:
-        super().__init__()
-        self.changed = asyncio.Event()
-
-    def write(self, text: str) -> int:
-        self.changed.set()
-        return super().write(text)
-
-    async def wait_for(self, text: str) -> None:
-        async with asyncio.timeout(20):
-            while text not in self.getvalue():
-                self.changed.clear()
-                await self.changed.wait()
 
 
 class Replica:
