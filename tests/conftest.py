@@ -122,6 +122,14 @@ def databases(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databa
 
 
 @pytest.fixture
+def shared_database(postgres_url: str) -> Iterator[Databases]:
+    """One PostgreSQL database that a test's replicas (several bots) share."""
+    where = Databases(postgres_url)
+    yield where
+    where.close()
+
+
+@pytest.fixture
 async def local_storage(tmp_path: Path) -> AsyncIterator[LocalStorage]:
     port = free_port()
     storage = LocalStorage(tmp_path / "files", SECRET, base_url=f"http://127.0.0.1:{port}")

@@ -92,14 +92,13 @@ async def server() -> AsyncIterator[SlackServer]:
 @pytest.fixture
 async def replicas(
     server: SlackServer,
-    postgres_url: str,
+    shared_database: Databases,
     fake_executor: Executor,
     make_agent: Callable[..., Agent],
     tmp_path: Path,
 ) -> AsyncIterator[MakeReplica]:
-    where = Databases(postgres_url)
+    where = shared_database
     async with contextlib.AsyncExitStack() as stack:
-        stack.callback(where.close)
         numbers = itertools.count()
 
         async def make() -> Replica:

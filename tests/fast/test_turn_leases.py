@@ -151,14 +151,13 @@ MakeReplica = Callable[..., Awaitable[Replica]]
 
 @pytest.fixture
 async def replicas(
-    postgres_url: str,
+    shared_database: Databases,
     sandbox_limits: SandboxLimits,
     make_agent: Callable[..., Agent],
     tmp_path: Path,
 ) -> AsyncIterator[MakeReplica]:
-    where = Databases(postgres_url)
+    where = shared_database
     async with contextlib.AsyncExitStack() as stack:
-        stack.callback(where.close)
 
         async def make(name: str, ttl_s: float = 30.0) -> Replica:
             backend = FakeBackend(
