@@ -144,8 +144,14 @@ class ScheduleStore:
         row = self._db.execute("SELECT MIN(next_due) FROM schedules").one()
         return None if row is None or row[0] is None else float(row[0])
 
-    def set_due(self, number: int, next_due: float) -> None:
-        self._write("UPDATE schedules SET next_due = ? WHERE id = ?", (next_due, number))
+    def claim_due(self, number: int, was: float, next_due: float) -> bool:
+        """Move a schedule on from the due time `was` to `next_due`, unless another process
+        sharing the database moved it first: True for the one process that runs it then."""
+        row = self._db.execute(
+            "UPDATE schedules SET next_due = ? WHERE id = ? AND next_due = ? RETURNING id",
+            (next_due, number, was),
+        ).one()
+        return row is not None
 
     def set_cells(self, number: int, cells: list[str]) -> None:
         """New code: any earlier approval no longer covers it (its digest differs)."""

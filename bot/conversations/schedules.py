@@ -188,7 +188,8 @@ class Scheduler:
                 continue  # its platform is not up (yet): it runs, late, once it is
             late = moment - schedule.next_due > self.settings.late_after_s
             following = _when(schedule).next_after(_utc(moment)).timestamp()
-            self.store.set_due(schedule.id, following)
+            if not self.store.claim_due(schedule.id, schedule.next_due, following):
+                continue  # another replica sharing the database runs this one
             if schedule.id in self.running:
                 task = asyncio.create_task(self._skipped(poster, schedule))
             else:

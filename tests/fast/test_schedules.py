@@ -157,6 +157,25 @@ async def test_nothing_is_scheduled_before_code_has_run(bot: Callable[..., Bot])
     assert chat.store.due(float("inf")) == []
 
 
+async def test_two_replicas_sharing_the_store_run_a_due_schedule_once(
+    bot: Callable[..., Bot], fake_backend: FakeBackend
+) -> None:
+    chat, replica = bot(), bot()  # two bot processes, one schedules database
+    await chat.say(f"/run {REPORT}", "/schedule every monday 09:00 Europe/Berlin")
+    started = fake_backend.started
+    chat.clock.now = replica.clock.now = MONDAY_9_BERLIN
+    # Both read the schedule as due before either moved it on, as two processes may.
+    seen_due = replica.store.due(MONDAY_9_BERLIN)
+    replica.store.due = lambda moment: seen_due  # type: ignore[method-assign]
+    tasks = chat.scheduler.tick() + replica.scheduler.tick()
+    await asyncio.gather(*tasks)
+    shown = chat.out.getvalue() + replica.out.getvalue()
+    assert shown.count("⏰ Schedule 1 (every monday 09:00 Europe/Berlin) for you") == 1
+    assert fake_backend.started == started + 1
+    (kept,) = chat.store.due(float("inf"))
+    assert kept.next_due == MONDAY_9_BERLIN + WEEK
+
+
 async def test_at_its_time_it_runs_in_a_fresh_sandbox_and_then_says_what_changed(
     bot: Callable[..., Bot], fake_backend: FakeBackend, totals: Totals
 ) -> None:
