@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
+import socket
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -211,13 +213,47 @@ class DiscordSettings:
     DMs, group DMs and servers the bot is not in (off: nobody outside the bot's servers)."""
     user_install_users: tuple[str, ...] = ()
     """Only these people through a user install (empty: whoever a DM to the bot admits)."""
+    shard_count: int = 0
+    """Shards the bot's gateway is split into, one per replica (0: one connection, no
+    sharding). Discord sends each server's events to shard (server id >> 22) % count, and
+    DMs to shard 0."""
+    shard_id: str = "auto"
+    """This replica's shard, or `auto`: the ordinal at the end of the host's name, as a
+    StatefulSet names its Pods (`cellmate-bot-2` is shard 2)."""
 
     def __post_init__(self) -> None:
         _check_chat_files(self.file_hosts, self.files_per_answer)
+        if self.shard_count < 0:
+            raise ValueError("CELLMATE_DISCORD_SHARD_COUNT must not be negative")
+        if self.shard_id != "auto" and not self.shard_id.isdigit():
+            raise ValueError("CELLMATE_DISCORD_SHARD_ID must be a shard number or auto")
 
     @property
     def configured(self) -> bool:
         return bool(self.token)
+
+    def shard(self, hostname: str | None = None) -> int | None:
+        """This replica's shard (None: not sharded). Raises ValueError when `auto` finds
+        no ordinal, or the shard is not below the count."""
+        if not self.shard_count:
+            return None
+        if self.shard_id != "auto":
+            found = int(self.shard_id)
+        else:
+            name = hostname if hostname is not None else socket.gethostname()
+            ordinal = re.search(r"-([0-9]+)$", name)
+            if ordinal is None:
+                raise ValueError(
+                    f"CELLMATE_DISCORD_SHARD_ID is auto, but the host name {name!r} ends in no "
+                    "ordinal (-N): set the shard number"
+                )
+            found = int(ordinal.group(1))
+        if found >= self.shard_count:
+            raise ValueError(
+                f"this replica's shard is {found}, but CELLMATE_DISCORD_SHARD_COUNT is "
+                f"{self.shard_count}: every shard must be below the count"
+            )
+        return found
 
 
 def _check_chat_files(hosts: tuple[str, ...], per_answer: int) -> None:
@@ -394,6 +430,16 @@ class Settings:
     def image(self) -> str:
         return self.sandbox_image or default_tag()
 
+    @property
+    def sandbox_instance(self) -> str:
+        """The label of this process's sandboxes: CELLMATE_INSTANCE, and with Discord's
+        gateway sharded, the replica's shard too. A process removes the sandboxes of its
+        label that it finds at start and re-attaches to them with the session secret, so
+        replicas must not share one: each keeps its own, and a restarted replica (the same
+        shard) finds its own again."""
+        shard = self.discord.shard() if self.discord.configured else None
+        return self.instance if shard is None else f"{self.instance}-shard{shard}"
+
     def sandbox_backend(self) -> SandboxBackend | None:
         """The chosen executor backend; None for the executor's default (Docker without a
         session secret)."""
@@ -407,7 +453,7 @@ class Settings:
         return build_backend(
             self.executor_backend,
             self.image,
-            instance=self.instance,
+            instance=self.sandbox_instance,
             kubernetes=kubernetes,
             session_secret=self.session_secret,
         )

@@ -286,7 +286,7 @@ async def _run_once(
         settings.image,
         limits=limits,
         backend=settings.sandbox_backend(),
-        instance=settings.instance,
+        instance=settings.sandbox_instance,
         pool=pool,
     ) as executor:
         return await executor.run_notebook([source], files=files)

@@ -75,7 +75,10 @@ async def _kubernetes(settings: Settings) -> list[Finding]:
     ready, which proves the image, the RuntimeClass and the admission policy together; and
     a second one cannot reach it (bot/ops/cluster_isolation.py)."""
     backend = build_backend(
-        "kubernetes", settings.image, instance=settings.instance, kubernetes=settings.kubernetes
+        "kubernetes",
+        settings.image,
+        instance=settings.instance,
+        kubernetes=settings.kubernetes,
     )
     namespace = settings.kubernetes.namespace
     try:

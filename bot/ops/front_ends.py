@@ -68,7 +68,7 @@ class Discord:
         return FrontEnd("Discord", lambda: run_discord(client), client.close)
 
     async def check(self, settings: Settings) -> list[Finding]:
-        return await _check_discord(settings)
+        return await check_discord(settings)
 
     def refusal(self, exc: BaseException) -> str | None:
         if isinstance(exc, discord.LoginFailure):
@@ -117,7 +117,7 @@ def configured_platforms(settings: Settings) -> list[str]:
     return [platform.key for platform in configured(settings)]
 
 
-async def _check_discord(settings: Settings) -> list[Finding]:
+async def check_discord(settings: Settings) -> list[Finding]:
     chosen = settings.discord
     if not chosen.configured:
         return [Finding("discord", True, "not configured (DISCORD_TOKEN)", required=False)]
@@ -140,7 +140,30 @@ async def _check_discord(settings: Settings) -> list[Finding]:
         ]
     if status != 200:
         return [Finding("discord", False, f"Discord answered HTTP {status}")]
-    return [Finding("discord", True, f"the token works: bot {body.get('username', '?')}")]
+    found = [Finding("discord", True, f"the token works: bot {body.get('username', '?')}")]
+    if chosen.shard_count:
+        found.append(_shard_finding(settings))
+    return found
+
+
+def _shard_finding(settings: Settings) -> Finding:
+    """Which shard of the gateway this replica takes, and its sandboxes' label."""
+    try:
+        label = settings.sandbox_instance
+        shard = settings.discord.shard()
+    except ValueError as exc:
+        return Finding(
+            "shards",
+            False,
+            str(exc),
+            "run the replicas as a StatefulSet, or set CELLMATE_DISCORD_SHARD_ID",
+        )
+    return Finding(
+        "shards",
+        True,
+        f"this replica is shard {shard} of {settings.discord.shard_count} (DMs are shard "
+        f"0's); its sandboxes are labelled {label}",
+    )
 
 
 async def _check_slack(settings: Settings) -> list[Finding]:

@@ -102,7 +102,7 @@ async def services(
             settings.image,
             limits=limits,
             backend=settings.sandbox_backend(),
-            instance=settings.instance,
+            instance=settings.sandbox_instance,
             pool=pool or settings.pool,
             workspaces=workspaces(settings, storage),
             workspace_settings=settings.workspace,

@@ -26,6 +26,16 @@ class Session:
     invalid: bool = False
 
 
+@dataclass
+class Link:
+    """One shard's gateway: its session and the connection carrying it (shard 0 is the
+    whole bot when it does not shard)."""
+
+    session: Session | None = None
+    conn: Connection | None = None
+    ready_sent: bool = False
+
+
 class Connection:
     """One gateway WebSocket; with zlib-stream, one compression context for its lifetime."""
 

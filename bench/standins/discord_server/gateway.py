@@ -8,7 +8,7 @@ import sys
 
 from aiohttp import WSMsgType, web
 
-from .connection import Connection, Session
+from .connection import Connection, Link, Session
 from .payloads import dumps, me_json, member_json, role_json
 from .state import ServerState
 from .world import (
@@ -31,20 +31,31 @@ from .world import (
 class Gateway(ServerState):
     """The bot's gateway connection and session, and the events sent on it."""
 
-    async def wait_ready(self, timeout: float = 30.0) -> None:  # noqa: ASYNC109
-        """Until the bot identified, got READY and GUILD_CREATE, and is connected."""
-        await self.wait_for(lambda: self._ready_sent and self._conn is not None, timeout)
+    async def wait_ready(self, timeout: float = 30.0, shards: int = 1) -> None:  # noqa: ASYNC109
+        """Until the bot (each of its `shards`) identified, got READY and GUILD_CREATE, and
+        is connected."""
 
-    async def drop_gateway(self, code: int = 4000) -> None:
-        """Close the bot's gateway connection; later dispatches wait for its RESUME.
+        def ready() -> bool:
+            links = [self._links.get(shard) for shard in range(shards)]
+            return all(link and link.ready_sent and link.conn is not None for link in links)
+
+        await self.wait_for(ready, timeout)
+
+    async def drop_gateway(self, code: int = 4000, shard: int = 0) -> None:
+        """Close a shard's gateway connection; later dispatches wait for its RESUME.
         4007 and 4009 also end the session, so the RESUME is refused."""
+        link = self._links[shard]
         async with self._dispatch_lock:
-            conn, self._conn = self._conn, None
-        if code in (4007, 4009) and self._session is not None:
-            self._session.invalid = True
+            conn, link.conn = link.conn, None
+        if code in (4007, 4009) and link.session is not None:
+            link.session.invalid = True
         if conn is not None:
             await conn.ws.close(code=code, message=b"dropped by the test")
         self._touch()
+
+    def shard_of(self, guild: int | None) -> int:
+        """The shard Discord sends a guild's events on; DMs go to shard 0."""
+        return 0 if guild is None else (guild >> 22) % self.shard_count
 
     def _guild_create(self) -> JSON:
         members = [member_json(user_id) for user_id in MEMBER_ROLES]
@@ -155,8 +166,9 @@ class Gateway(ServerState):
                     await self._on_gateway_frame(conn, frame.data)
         finally:
             self._sockets.discard(ws)
-            if self._conn is conn:
-                self._conn = None
+            for link in self._links.values():
+                if link.conn is conn:
+                    link.conn = None
             self._touch()
         return ws
 
@@ -197,14 +209,26 @@ class Gateway(ServerState):
         if not isinstance(intents, int) or intents < 0:
             await conn.ws.close(code=4013, message=b"Invalid intent(s).")
             return
+        shard, count = data.get("shard") or [0, 1]
+        if not (isinstance(shard, int) and isinstance(count, int) and 0 <= shard < count):
+            await conn.ws.close(code=4010, message=b"Invalid shard.")
+            return
+        if count != self.shard_count and any(
+            link.conn is not None for number, link in self._links.items() if number != shard
+        ):
+            # Every connection of a bot must agree on the number of shards.
+            await conn.ws.close(code=4010, message=b"Invalid shard.")
+            return
+        self.shard_count = count
         self.identify_count += 1
         self.intents = intents
         session = Session(id=secrets.token_hex(16))
+        guilds = [guild for guild in self._guild_ids() if self.shard_of(guild) == shard]
         ready: JSON = {
             "v": 10,
             "user": me_json(),
             "user_settings": {},
-            "guilds": [{"id": str(guild), "unavailable": True} for guild in self._guild_ids()],
+            "guilds": [{"id": str(guild), "unavailable": True} for guild in guilds],
             "session_id": session.id,
             "session_type": "normal",
             "resume_gateway_url": self.gateway_url,
@@ -219,23 +243,33 @@ class Gateway(ServerState):
         if "shard" in data:
             ready["shard"] = data["shard"]
         async with self._dispatch_lock:
-            if self._session is not None:
-                self._session.invalid = True
-            self._session = session
+            link = self._links.setdefault(shard, Link())
+            if link.session is not None:
+                link.session.invalid = True
+            link.session = session
             conn.session = session
-            self._conn = conn
-            self._ready_sent = False
+            link.conn = conn
+            link.ready_sent = False
             await self._emit(session, "READY", ready)
-            await self._emit(session, "GUILD_CREATE", self._guild_create())
-            if self.other_guild:
+            if GUILD_ID in guilds:
+                await self._emit(session, "GUILD_CREATE", self._guild_create())
+            if OTHER_GUILD in guilds:
                 await self._emit(session, "GUILD_CREATE", self._other_guild_create())
-            self._ready_sent = True
+            link.ready_sent = True
 
     async def _resume(self, conn: Connection, data: JSON) -> None:
         if not await self._authenticates(conn, data):
             return
-        session = self._session
-        if session is None or session.invalid or data.get("session_id") != session.id:
+        link = next(
+            (
+                link
+                for link in self._links.values()
+                if link.session is not None and link.session.id == data.get("session_id")
+            ),
+            None,
+        )
+        session = None if link is None else link.session
+        if link is None or session is None or session.invalid:
             await conn.send({"op": 9, "s": None, "t": None, "d": False})
             return
         seen = data.get("seq") or 0
@@ -249,12 +283,13 @@ class Gateway(ServerState):
                 if seq > seen:
                     await conn.send(text)
             conn.session = session
-            self._conn = conn
+            link.conn = conn
             await self._emit(session, "RESUMED", {"_trace": ['["gateway-prd-test",{"micros":0}]']})
 
     async def _dispatch(self, event: str, data: JSON, *, intent: int | None = None) -> None:
-        """Send an event to the bot, or keep it for the RESUME when it is disconnected."""
-        session = self._session
+        """Send an event to the bot on its guild's shard, or keep it for the RESUME when
+        that shard is disconnected."""
+        session = self._links.get(self.shard_of(_guild_of(event, data)), Link()).session
         if session is None:
             print(f"discord_server: {event} before the bot identified, dropped", file=sys.stderr)
             self._touch()
@@ -271,6 +306,14 @@ class Gateway(ServerState):
         session.seq += 1
         text = dumps({"op": 0, "s": session.seq, "t": event, "d": data})
         session.log.append((session.seq, text))
-        conn = self._conn
-        if conn is not None and conn.session is session:
-            await conn.send(text)
+        for link in self._links.values():
+            conn = link.conn
+            if link.session is session and conn is not None and conn.session is session:
+                await conn.send(text)
+
+
+def _guild_of(event: str, data: JSON) -> int | None:
+    """The guild an event is about (its shard's), or None for a DM's."""
+    found = data.get("id") if event.startswith("GUILD_") and "guild_id" not in data else None
+    found = data.get("guild_id", found)
+    return int(found) if found else None

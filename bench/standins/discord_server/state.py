@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from .connection import Connection, Session
+from .connection import Link
 from .payloads import places_elsewhere, text_channel_json, user_json
 from .world import (
     API_PREFIX,
@@ -76,10 +76,11 @@ class ServerState:
         self._states: dict[int, InteractionState] = {}
         self._by_token: dict[str, InteractionState] = {}
         self._rate_limits: list[RateLimitRule] = []
-        self._session: Session | None = None
-        self._conn: Connection | None = None
+        self._links: dict[int, Link] = {0: Link()}
+        """Shard -> its gateway session and connection (one shard, 0, when not sharded)."""
+        self.shard_count = 1
+        """As the bot identified (IDENTIFY's `shard`); every link must agree."""
         self._sockets: set[web.WebSocketResponse] = set()
-        self._ready_sent = False
         self._dispatch_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -144,7 +145,8 @@ class ServerState:
     def summary(self) -> str:
         """What the server saw lately, for failure messages."""
         lines = [
-            f"gateway: {'connected' if self._conn else 'not connected'}, "
+            f"gateway: {sum(link.conn is not None for link in self._links.values())} "
+            f"of {self.shard_count} shard(s) connected, "
             f"identify={self.identify_count} resume={self.resume_count} intents={self.intents}"
         ]
         recent = sorted(self.messages.values(), key=lambda message: message.id)[-12:]

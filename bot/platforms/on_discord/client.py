@@ -68,7 +68,14 @@ class CellmateDiscord(discord.Client):
         intents.message_content = settings.message_content
         intents.presences = False
         intents.members = False
-        super().__init__(intents=intents, allowed_mentions=discord.AllowedMentions.none())
+        self.shard = settings.shard()
+        """This replica's shard of the gateway (None: the whole gateway, unsharded)."""
+        super().__init__(
+            intents=intents,
+            allowed_mentions=discord.AllowedMentions.none(),
+            shard_id=self.shard,
+            shard_count=settings.shard_count if self.shard is not None else None,
+        )
         self.conversations = conversations
         self.settings = settings
         self.connected_state = connected if connected is not None else {}
@@ -109,6 +116,8 @@ class CellmateDiscord(discord.Client):
             # Discord's client connects to its default gateway; a custom API names its own.
             _shards, url, _limits = await self.http.get_bot_gateway()
             discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
+        if self.shard:
+            return  # shard 0's replica registers the commands, for every shard
         if self.settings.test_guild:
             guild = discord.Object(id=int(self.settings.test_guild))
             self.tree.copy_global_to(guild=guild)
