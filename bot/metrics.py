@@ -5,6 +5,7 @@ library's global one), so that tests and embedded uses do not collide."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -16,6 +17,14 @@ from storage.artifacts import Artifact
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TURN_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+
+
+class Leases(Protocol):
+    """The replicas' turn leases, as metrics read them (bot.conversations.turn_leases)."""
+
+    replica: str
+
+    def live(self) -> list[str]: ...
 
 
 def platform_of(conversation: str) -> str:
@@ -98,6 +107,11 @@ class Metrics:
         self.egress_requests.labels(platform, verdict).inc()
         self.egress_bytes.labels(platform).inc(size)
 
+    def watch_cluster(self, leases: Leases) -> None:
+        """Report this replica's name and, from the shared database, the turns running on
+        every replica, at every scrape."""
+        self.registry.register(_ClusterCollector(leases))
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -119,4 +133,28 @@ class _PoolCollector(Collector):
             "cellmate_sessions",
             "Conversations with a live session",
             len(self.executor.sessions.active),
+        )
+
+
+class _ClusterCollector(Collector):
+    def __init__(self, leases: Leases) -> None:
+        self.leases = leases
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        info = GaugeMetricFamily(
+            "cellmate_replica_info", "This process, as turn leases name it", labels=["replica"]
+        )
+        info.add_metric([self.leases.replica], 1)
+        yield info
+        try:
+            holders = self.leases.live()
+        except Exception:
+            return  # the database's health is /healthz's to report, not a scrape's to fail
+        yield GaugeMetricFamily(
+            "cellmate_cluster_turns", "Turns running now on every replica", len(holders)
+        )
+        yield GaugeMetricFamily(
+            "cellmate_cluster_replicas_busy",
+            "Replicas with a turn running now",
+            len({holder.rsplit("/", 1)[0] for holder in holders}),
         )

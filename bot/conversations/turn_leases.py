@@ -71,6 +71,10 @@ class TurnLeases:
     def close(self) -> None:
         self._db.close()
 
+    def ping(self) -> None:
+        """One statement to the shared database (raises what it raises): /healthz's check."""
+        self._db.execute("SELECT 1")
+
     # ── the table ────────────────────────────────────────────────────────
 
     def take(self, conversation: str, holder: str) -> bool:
@@ -100,6 +104,14 @@ class TurnLeases:
             "DELETE FROM turn_leases WHERE conversation = ? AND holder = ?",
             (conversation, holder),
         )
+
+    def live(self) -> list[str]:
+        """The holders of every lease that has not lapsed: the turns running now on all
+        the replicas (a holder is `replica/turn`)."""
+        rows = self._db.execute(
+            "SELECT holder FROM turn_leases WHERE expires >= ?", (self.clock(),)
+        ).rows
+        return [str(row[0]) for row in rows]
 
     def holder(self, conversation: str) -> str | None:
         """Who holds the conversation now (a lapsed lease is nobody's)."""

@@ -1,6 +1,7 @@
-"""What /healthz reports: the Docker engine and image, the warm pool, storage, and each
-configured platform's connection. Results are cached briefly, so that a load balancer
-polling every second does not poll the engine and storage every second."""
+"""What /healthz reports: the Docker engine and image, the warm pool, storage, the shared
+database (with CELLMATE_DATABASE_URL), and each configured platform's connection. Results
+are cached briefly, so that a load balancer polling every second does not poll the engine
+and storage every second."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ class Health:
                 )
             )
             results["pool"] = self._pool()
+            if self.services.conversations.leases is not None:
+                results["database"] = await self._database()
             for name in self.platforms:
                 up = self.services.connected.get(name, False)
                 results[name] = "ok" if up else "not connected"
@@ -56,6 +59,19 @@ class Health:
             return f"storage did not answer within {CHECK_TIMEOUT_S:g} s"
         except Exception as exc:  # any failure is the answer, whatever its type
             return f"{type(exc).__name__}: {exc}"
+        return "ok"
+
+    async def _database(self) -> str:
+        """A replica whose database does not answer cannot coordinate turns with the
+        others: it is not ready."""
+        leases = self.services.conversations.leases
+        assert leases is not None
+        try:
+            await asyncio.wait_for(asyncio.to_thread(leases.ping), CHECK_TIMEOUT_S)
+        except TimeoutError:
+            return f"the database did not answer within {CHECK_TIMEOUT_S:g} s"
+        except Exception as exc:  # any failure is the answer, whatever its type
+            return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
         return "ok"
 
     def _pool(self) -> str:

@@ -145,6 +145,8 @@ async def services(
             )
             conversations.background.store = kept_runs
             conversations.leases = leases
+            if leases is not None:
+                metrics.watch_cluster(leases)
             conversations.shared_events = events
             scheduler = conversations.schedules = Scheduler(
                 conversations, schedules, settings.schedule

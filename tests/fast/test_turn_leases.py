@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import types
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from bot.agent import Agent
 from bot.conversations import Conversations
 from bot.conversations.turn_leases import ANOTHER_REPLICA, TurnLeases
 from bot.database import Databases
+from bot.metrics import Metrics
+from bot.ops.health import Health
 from bot.platforms.console import CONVERSATION, Console, run_piped
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
@@ -211,3 +214,43 @@ async def test_a_dead_replicas_conversation_is_taken_over_when_its_lease_lapses(
         assert "b says 42" in shown
     finally:
         ghost.close()
+
+
+async def test_healthz_says_whether_the_shared_database_answers(postgres_url: str) -> None:
+    where = Databases(postgres_url)
+    leases = TurnLeases(where, "replica-a")
+    running = types.SimpleNamespace(conversations=types.SimpleNamespace(leases=leases))
+    health = Health(running, [])  # type: ignore[arg-type]
+    try:
+        assert await health._database() == "ok"
+        where.close()  # the pool is gone, as when the server cannot be reached
+        said = await health._database()
+        assert said != "ok"
+        assert "closed" in said  # what went wrong, in its own words
+    finally:
+        leases.close()
+        where.close()
+
+
+async def test_metrics_show_the_replica_and_the_turns_on_every_replica(
+    shared_database: Databases,
+) -> None:
+    one = TurnLeases(shared_database, "replica-a")
+    other = TurnLeases(shared_database, "replica-b")
+    metrics = Metrics()
+    metrics.watch_cluster(one)
+    try:
+        assert one.take("c1", "replica-a/t1")
+        assert other.take("c2", "replica-b/t1")
+        assert other.take("c3", "replica-b/t2")
+        shown = metrics.exposition().decode()
+        assert 'cellmate_replica_info{replica="replica-a"} 1.0' in shown
+        assert "cellmate_cluster_turns 3.0" in shown
+        assert "cellmate_cluster_replicas_busy 2.0" in shown
+        shared_database.close()  # a database that cannot answer fails no scrape
+        shown = metrics.exposition().decode()
+        assert 'cellmate_replica_info{replica="replica-a"} 1.0' in shown
+        assert "cellmate_cluster_turns" not in shown
+    finally:
+        one.close()
+        other.close()
