@@ -46,6 +46,11 @@ ANOTHER_REPLICA = "Queued: another of the bot's replicas is answering in this co
 Queued = Callable[[str], Awaitable[None]]
 
 
+class LabelTaken(RuntimeError):
+    """Another live replica holds this process's sandbox label; the message says what to
+    change."""
+
+
 def replica_name() -> str:
     """This process, as leases name it: the host (a Pod's name) and the process id."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -159,6 +164,31 @@ class TurnLeases:
             except Exception:
                 # Lapses on its own after ttl_s: the conversation waits that long.
                 log.warning("could not give back the lease of %s", conversation, exc_info=True)
+
+    @contextlib.asynccontextmanager
+    async def label_held(self, label: str, host: str) -> AsyncIterator[None]:
+        """Hold the sandbox label `label` for this process while the block runs. A process
+        takes over the sandboxes of its label when it starts (and removes what it cannot
+        use), so two live replicas with one label would take each other's: the second is
+        refused (LabelTaken). The holder is the host, so a restarted replica (the same Pod
+        name) takes its label back at once."""
+        key = f"sandboxes:{label}"
+        if not await asyncio.to_thread(self.take, key, host):
+            other = await asyncio.to_thread(self.holder, key)
+            raise LabelTaken(
+                f"another replica ({other}) runs with the sandbox label {label!r}: give each "
+                "replica its own CELLMATE_INSTANCE (a StatefulSet's Pod name), or shard "
+                "Discord (CELLMATE_DISCORD_SHARD_COUNT), which labels each shard's own"
+            )
+        renewing = asyncio.create_task(self._renew(key, host))
+        try:
+            yield
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+            with contextlib.suppress(Exception):  # lapses on its own after ttl_s
+                await asyncio.to_thread(self.give_back, key, host)
 
     async def _renew(self, conversation: str, holder: str) -> None:
         while True:

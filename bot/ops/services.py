@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,7 +23,7 @@ from bot.conversations.quotas import Quotas
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import Scheduler
 from bot.conversations.shared_events import SharedEvents
-from bot.conversations.turn_leases import TurnLeases
+from bot.conversations.turn_leases import LabelTaken, TurnLeases
 from bot.database import Databases
 from bot.metrics import Metrics
 from bot.ops.egress_link import (
@@ -34,7 +35,7 @@ from bot.ops.egress_link import (
 from bot.ops.http import Checks, create_app, start_server
 from bot.ops.model_setup import build_model_client
 from bot.ops.storage_setup import build_storage, link_secret
-from bot.settings import Settings
+from bot.settings import Settings, SettingsError
 from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings
 from storage.artifacts import ArtifactLimits
@@ -98,15 +99,18 @@ async def services(
         trusted_ca, proxy_args = proxy_options(settings.network, settings.data_dir)
         limits = dataclasses.replace(limits, trusted_ca=trusted_ca)
     try:
-        async with Executor(
-            settings.image,
-            limits=limits,
-            backend=settings.sandbox_backend(),
-            instance=settings.sandbox_instance,
-            pool=pool or settings.pool,
-            workspaces=workspaces(settings, storage),
-            workspace_settings=settings.workspace,
-        ) as executor:
+        async with (
+            sandbox_label(leases, settings),
+            Executor(
+                settings.image,
+                limits=limits,
+                backend=settings.sandbox_backend(),
+                instance=settings.sandbox_instance,
+                pool=pool or settings.pool,
+                workspaces=workspaces(settings, storage),
+                workspace_settings=settings.workspace,
+            ) as executor,
+        ):
             agent = Agent(
                 executor,
                 storage,
@@ -186,6 +190,20 @@ async def services(
         where.close()
         if client is not None:
             await client.close()
+
+
+@contextlib.asynccontextmanager
+async def sandbox_label(leases: TurnLeases | None, settings: Settings) -> AsyncIterator[None]:
+    """This process's sandbox label, held in the shared database while it runs (no other
+    live replica may use it); without a shared database, nothing to hold."""
+    if leases is None:
+        yield
+        return
+    try:
+        async with leases.label_held(settings.sandbox_instance, socket.gethostname()):
+            yield
+    except LabelTaken as exc:  # raised as the label is taken, before the block runs
+        raise SettingsError(str(exc)) from None
 
 
 def databases(settings: Settings) -> Databases:

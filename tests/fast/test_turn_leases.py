@@ -18,11 +18,13 @@ import pytest
 
 from bot.agent import Agent
 from bot.conversations import Conversations
-from bot.conversations.turn_leases import ANOTHER_REPLICA, TurnLeases
+from bot.conversations.turn_leases import ANOTHER_REPLICA, LabelTaken, TurnLeases
 from bot.database import Databases
 from bot.metrics import Metrics
 from bot.ops.health import Health
+from bot.ops.services import services
 from bot.platforms.console import CONVERSATION, Console, run_piped
+from bot.settings import Settings, SettingsError
 from executor import Executor, PoolSettings, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, stdout
 from tests.support.screen import Screen
@@ -254,3 +256,43 @@ async def test_metrics_show_the_replica_and_the_turns_on_every_replica(
     finally:
         one.close()
         other.close()
+
+
+async def test_a_sandbox_label_is_one_live_hosts_and_a_restarted_host_takes_it_back(
+    shared_database: Databases,
+) -> None:
+    one = TurnLeases(shared_database, "bot-a:1")
+    again = TurnLeases(shared_database, "bot-a:2")  # the same Pod, restarted
+    other = TurnLeases(shared_database, "bot-b:1")
+    try:
+        async with one.label_held("team", "bot-a"):
+            with pytest.raises(LabelTaken, match="another replica \\(bot-a\\) runs with"):
+                async with other.label_held("team", "bot-b"):
+                    pass
+            async with other.label_held("team-shard1", "bot-b"):  # a label of its own
+                pass
+        async with other.label_held("team", "bot-b"):  # given back at the end
+            pass
+        # A process that died with the label: its Pod, restarted, takes it back at once.
+        assert one.take("sandboxes:team", "bot-a")
+        async with again.label_held("team", "bot-a"):
+            assert other.holder("sandboxes:team") == "bot-a"
+    finally:
+        for leases in (one, again, other):
+            leases.close()
+
+
+async def test_a_replica_with_another_live_replicas_label_is_refused_before_any_sandbox(
+    shared_database: Databases, postgres_url: str, tmp_path: Path
+) -> None:
+    live = TurnLeases(shared_database, "bot-a:1")
+    settings = Settings(
+        data_dir=tmp_path, database_url=postgres_url, instance="team", executor_backend="docker"
+    )
+    try:
+        assert live.take("sandboxes:team", "another-host")
+        with pytest.raises(SettingsError, match="give each replica its own CELLMATE_INSTANCE"):
+            async with services(settings):
+                pass
+    finally:
+        live.close()
