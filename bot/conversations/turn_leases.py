@@ -152,18 +152,8 @@ class TurnLeases:
                 told = True
                 await queued(ANOTHER_REPLICA)
             await asyncio.sleep(self.poll_s)
-        renewing = asyncio.create_task(self._renew(conversation, holder))
-        try:
+        async with self._kept(conversation, holder):
             yield
-        finally:
-            renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
-            try:
-                await asyncio.to_thread(self.give_back, conversation, holder)
-            except Exception:
-                # Lapses on its own after ttl_s: the conversation waits that long.
-                log.warning("could not give back the lease of %s", conversation, exc_info=True)
 
     @contextlib.asynccontextmanager
     async def label_held(self, label: str, host: str) -> AsyncIterator[None]:
@@ -180,15 +170,24 @@ class TurnLeases:
                 "replica its own CELLMATE_INSTANCE (a StatefulSet's Pod name), or shard "
                 "Discord (CELLMATE_DISCORD_SHARD_COUNT), which labels each shard's own"
             )
-        renewing = asyncio.create_task(self._renew(key, host))
+        async with self._kept(key, host):
+            yield
+
+    @contextlib.asynccontextmanager
+    async def _kept(self, key: str, holder: str) -> AsyncIterator[None]:
+        """A lease `holder` has taken: renewed while the block runs, given back after."""
+        renewing = asyncio.create_task(self._renew(key, holder))
         try:
             yield
         finally:
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing
-            with contextlib.suppress(Exception):  # lapses on its own after ttl_s
-                await asyncio.to_thread(self.give_back, key, host)
+            try:
+                await asyncio.to_thread(self.give_back, key, holder)
+            except Exception:
+                # Lapses on its own after ttl_s: what it guards waits that long.
+                log.warning("could not give back the lease of %s", key, exc_info=True)
 
     async def _renew(self, conversation: str, holder: str) -> None:
         while True:
