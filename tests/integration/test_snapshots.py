@@ -54,6 +54,7 @@ kind = type(counter).__name__
 print(df.sales.sum(), right.recv(100).decode(), next(squares), counter.bump(), kind)
 print(open('notes.txt').read())
 """
+STARTUP_S = 180.0
 
 
 @pytest.fixture
@@ -64,7 +65,13 @@ def store(tmp_path: Path) -> StoredWorkspaces:
 def executor(runtime: str, store: StoredWorkspaces, pause_max_mb: int = 4096) -> Executor:
     return Executor(
         default_tag(),
-        limits=SandboxLimits(runtime=runtime, timeout_s=60),  # type: ignore[arg-type]
+        limits=SandboxLimits(
+            runtime=runtime,  # type: ignore[arg-type]
+            timeout_s=60,
+            # A checkpoint or restore beside other tests' sandboxes can hold the engine for
+            # a while; these tests are about what comes back, not how fast.
+            startup_timeout_s=STARTUP_S,
+        ),
         instance=TEST_INSTANCE,
         pool=PoolSettings(size=0, pause_max_mb=pause_max_mb, template=False),
         workspaces=store,
@@ -238,7 +245,7 @@ RANDOM = (
 async def test_cold_sandboxes_are_clones_of_a_warm_template_with_their_own_keys_and_seeds(
     docker_client: docker.DockerClient,
 ) -> None:
-    limits = SandboxLimits(runtime="runsc", timeout_s=60)
+    limits = SandboxLimits(runtime="runsc", timeout_s=60, startup_timeout_s=STARTUP_S)
     pool = PoolSettings(size=0, template=True)
     async with Executor(default_tag(), limits=limits, instance=TEST_INSTANCE, pool=pool) as ex:
         first = await ex.session("cold").run("import sys\nprint('pandas' in sys.modules)")
