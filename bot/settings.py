@@ -241,19 +241,27 @@ class DiscordSettings:
             found = int(self.shard_id)
         else:
             name = hostname if hostname is not None else socket.gethostname()
-            ordinal = re.search(r"-([0-9]+)$", name)
+            ordinal = statefulset_ordinal(name)
             if ordinal is None:
                 raise ValueError(
                     f"CELLMATE_DISCORD_SHARD_ID is auto, but the host name {name!r} ends in no "
                     "ordinal (-N): set the shard number"
                 )
-            found = int(ordinal.group(1))
+            found = ordinal
         if found >= self.shard_count:
             raise ValueError(
                 f"this replica's shard is {found}, but CELLMATE_DISCORD_SHARD_COUNT is "
                 f"{self.shard_count}: every shard must be below the count"
             )
         return found
+
+
+def statefulset_ordinal(hostname: str | None = None) -> int | None:
+    """The ordinal at the end of the host's name (`cellmate-2` is 2), as a StatefulSet names
+    its Pods; None for any other name."""
+    name = hostname if hostname is not None else socket.gethostname()
+    ordinal = re.search(r"-([0-9]+)$", name)
+    return None if ordinal is None else int(ordinal.group(1))
 
 
 def _check_chat_files(hosts: tuple[str, ...], per_answer: int) -> None:
@@ -436,9 +444,13 @@ class Settings:
         gateway sharded, the replica's shard too. A process removes the sandboxes of its
         label that it finds at start and re-attaches to them with the session secret, so
         replicas must not share one: each keeps its own, and a restarted replica (the same
-        shard) finds its own again."""
+        shard) finds its own again. Replicas without Discord shards (sharing a database) take
+        the ordinal at the end of the host's name, as a StatefulSet names its Pods."""
         shard = self.discord.shard() if self.discord.configured else None
-        return self.instance if shard is None else f"{self.instance}-shard{shard}"
+        if shard is not None:
+            return f"{self.instance}-shard{shard}"
+        replica = statefulset_ordinal() if self.database_url else None
+        return self.instance if replica is None else f"{self.instance}-replica{replica}"
 
     def sandbox_backend(self) -> SandboxBackend | None:
         """The chosen executor backend; None for the executor's default (Docker without a

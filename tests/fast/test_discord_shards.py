@@ -144,6 +144,19 @@ def test_each_shards_replica_labels_its_own_sandboxes() -> None:
     assert Settings(instance="team", discord=sibling).sandbox_instance == "team-shard0"
 
 
+def test_replicas_without_shards_label_their_sandboxes_by_ordinal() -> None:
+    """Slack-only replicas share a database but no shard: the StatefulSet's ordinal tells
+    them apart; a lone process (no shared database, or no ordinal) keeps the plain label."""
+    url = "postgresql://cellmate@db.example/cellmate"
+    for host, label in (("cellmate-0", "team-replica0"), ("cellmate-bot-12", "team-replica12")):
+        with unittest.mock.patch("socket.gethostname", return_value=host):
+            assert Settings(instance="team", database_url=url).sandbox_instance == label
+            assert Settings(instance="team").sandbox_instance == "team"
+    for host in ("cellmate-5d8f7c-xk2lp", "laptop"):
+        with unittest.mock.patch("socket.gethostname", return_value=host):
+            assert Settings(instance="team", database_url=url).sandbox_instance == "team"
+
+
 async def test_doctor_names_the_replicas_shard_or_why_it_has_none(server: DiscordServer) -> None:
     sharded = DiscordSettings(token=TOKEN, api_url=server.api_url, shard_count=2, shard_id="1")
     found = await check_discord(Settings(instance="team", discord=sharded))
