@@ -202,7 +202,7 @@ class Agent:
                 await _call(watched, Failure(str(exc)))
         outcome = ending[0] if ending else "none"
         seconds = time.monotonic() - started
-        log.info("turn finished: %s in %.2f s", outcome, seconds)
+        log.info("turn finished: %s in %.2f s in %s", outcome, seconds, conversation)
         if self.metrics is not None:
             self.metrics.turn(conversation, outcome, seconds)
 
