@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint typecheck unit fast build-image build-bot-image build-azurite-image engine compose venv bench clean azurite kube postgres
+.PHONY: run test check lint typecheck unit fast build-image build-bot-image build-azurite-image build-postgres-image engine compose venv bench clean azurite kube postgres
 
 run: build-image
 	$(BIN)/cellmate start
@@ -42,6 +42,11 @@ build-bot-image: build-image
 
 build-azurite-image: build-image azurite
 	bash scripts/build-image.sh --azurite
+
+# PostgreSQL 15 from Debian's packages (downloaded on the host) on the same base, for the
+# Kubernetes HA overlay's database (deploy/kubernetes/ha/postgres).
+build-postgres-image: venv engine
+	bash scripts/build-image.sh --postgres
 
 engine:
 	bash scripts/ensure-docker.sh

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Build the sandbox image (with --bot the bot's, with --azurite Azurite's) if its inputs
-# changed. Where the official python base image can be neither found nor pulled (no
-# registry), the base comes from debootstrap, which is installed here when missing and the
-# machine allows it (root, apt).
+# Build the sandbox image (with --bot the bot's, with --azurite Azurite's, with --postgres
+# PostgreSQL's) if its inputs changed. Where the official python base image can be neither
+# found nor pulled (no registry), the base comes from debootstrap, which is installed here
+# when missing and the machine allows it (root, apt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cellmate="${CELLMATE:-.venv/bin/cellmate}"

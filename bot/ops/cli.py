@@ -22,6 +22,7 @@ from bot.ops.doctor import diagnose, report
 from bot.ops.exec_output import print_result, save_outputs
 from bot.ops.front_ends import PLATFORMS, configured_platforms
 from bot.ops.images import build_azurite_image, build_bot_image
+from bot.ops.postgres_image import build_postgres_image
 from bot.ops.serve import NoPlatform, serve
 from bot.ops.services import background, services
 from bot.ops.storage_setup import build_storage
@@ -175,6 +176,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="build an Azurite image (cellmate-azurite) from the npm package, for Compose",
     )
+    which.add_argument(
+        "--postgres",
+        action="store_true",
+        help="build a PostgreSQL 15 image (cellmate-postgres) from Debian's packages",
+    )
     build.set_defaults(handler=_build_image)
     return parser
 
@@ -299,6 +305,9 @@ def _build_image(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if args.azurite:
         build_azurite_image(client, mirror=settings.debian_mirror, force=args.force)
+        return 0
+    if args.postgres:
+        build_postgres_image(client, mirror=settings.debian_mirror, force=args.force)
         return 0
     build_image(
         client, tag=settings.sandbox_image or None, mirror=settings.debian_mirror, force=args.force
