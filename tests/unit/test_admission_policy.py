@@ -146,8 +146,8 @@ def test_every_shipped_manifest_matches_the_api_schema() -> None:
 
 
 def test_the_policy_is_applied_on_its_own_and_binds_to_the_sandbox_namespace() -> None:
-    kustomized = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["resources"]
-    assert POLICY_FILE.name not in kustomized  # older clusters refuse unknown kinds
+    kustomized = yaml.safe_load((MANIFESTS / "base" / "kustomization.yaml").read_text())
+    assert POLICY_FILE.name not in kustomized["resources"]  # older clusters refuse unknown kinds
     bindings = [d for d in documents(POLICY_FILE) if d["kind"].endswith("Binding")]
     assert {b["spec"]["policyName"] for b in bindings} == {
         "cellmate-sandbox-pods",
