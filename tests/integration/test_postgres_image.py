@@ -36,9 +36,11 @@ class Server:
     volume: str
     containers: list[Container]
 
-    def run(self, environment: dict[str, str], files: Path | None = None) -> Container:
+    def run(
+        self, environment: dict[str, str], files: Path | None = None, **options: Any
+    ) -> Container:
         """A new container on the volume (with `files` at /run/secrets), port published
-        on a free loopback port."""
+        on a free loopback port; `options` for the engine."""
         volumes = {self.volume: {"bind": "/var/lib/postgresql/data", "mode": "rw"}}
         if files is not None:
             volumes[str(files)] = {"bind": "/run/secrets", "mode": "ro"}
@@ -51,13 +53,14 @@ class Server:
             environment=environment,
             volumes=volumes,
             ports=ports,
+            **options,
         )
         self.containers.append(container)
         return container
 
-    def start(self, environment: dict[str, str], files: Path | None = None) -> str:
+    def start(self, environment: dict[str, str], files: Path | None = None, **options: Any) -> str:
         """A new container on the volume, ready; its published address as host:port."""
-        container = self.run(environment, files)
+        container = self.run(environment, files, **options)
         container.reload()
         port = container.attrs["NetworkSettings"]["Ports"]["5432/tcp"][0]["HostPort"]
         address = f"127.0.0.1:{port}"
@@ -163,6 +166,25 @@ def test_the_password_from_a_mounted_file(server: Server, tmp_path: Path) -> Non
     secrets.chmod(0o755)
     (secrets / "password").chmod(0o644)
     address = server.start({"POSTGRES_PASSWORD_FILE": "/run/secrets/password"}, secrets)
+    with psycopg.connect(_url(address), connect_timeout=5) as connection:
+        assert connection.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_as_the_kubernetes_overlay_runs_it(server: Server, tmp_path: Path) -> None:
+    """deploy/kubernetes/ha/postgres: read-only root with empty folders for the socket and
+    /tmp, every capability dropped, no privilege escalation, the password from a file."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(mode=0o755)
+    (secrets / "password").write_text(PASSWORD)
+    (secrets / "password").chmod(0o644)
+    address = server.start(
+        {"POSTGRES_PASSWORD_FILE": "/run/secrets/password"},
+        secrets,
+        read_only=True,
+        tmpfs={"/var/run/postgresql": "uid=999,gid=999", "/tmp": ""},
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+    )
     with psycopg.connect(_url(address), connect_timeout=5) as connection:
         assert connection.execute("SELECT 1").fetchone() == (1,)
 
