@@ -32,19 +32,28 @@ read_password() {
 initialise() {
   log "no cluster in $PGDATA: creating one, with database $database owned by $user"
   read_password
-  mkdir -p "$PGDATA"
-  chmod 0700 "$PGDATA"
+  # Made beside PGDATA and moved into place when complete, so that a start interrupted
+  # half-way leaves nothing a later start would take for a cluster. (A PGDATA that is
+  # itself an empty mount point cannot be replaced: the cluster is made in it.)
+  local target="$PGDATA.new"
+  if [ -d "$PGDATA" ]; then
+    target="$PGDATA"
+  else
+    rm -rf "$target"
+  fi
+  mkdir -p "$target"
+  chmod 0700 "$target"
   # initdb's own pg_hba.conf is replaced before any server reads it.
-  initdb --pgdata="$PGDATA" --username=postgres --encoding=UTF8 --locale=C.UTF-8 \
+  initdb --pgdata="$target" --username=postgres --encoding=UTF8 --locale=C.UTF-8 \
     --auth=trust >/dev/null
-  cat >"$PGDATA/pg_hba.conf" <<HBA
+  cat >"$target/pg_hba.conf" <<HBA
 # TYPE  DATABASE  USER      ADDRESS  METHOD
 local   all       postgres           peer
 local   all       all                scram-sha-256
 host    all       postgres  all      reject
 host    all       all       all      scram-sha-256
 HBA
-  cat >>"$PGDATA/postgresql.conf" <<CONF
+  cat >>"$target/postgresql.conf" <<CONF
 
 # cellmate-postgres
 listen_addresses = '*'
@@ -54,7 +63,7 @@ CONF
   # The role and database over the local socket of a server nobody else can reach yet.
   local socket
   socket=$(mktemp -d)
-  pg_ctl --pgdata="$PGDATA" --silent --wait \
+  pg_ctl --pgdata="$target" --silent --wait \
     --options="-c listen_addresses='' -c unix_socket_directories='$socket'" start >/dev/null
   CELLMATE_PASSWORD="$password" psql --host="$socket" --username=postgres --dbname=postgres \
     --no-psqlrc --quiet --set=ON_ERROR_STOP=1 --set=user="$user" --set=database="$database" <<'SQL'
@@ -62,12 +71,19 @@ CONF
 CREATE ROLE :"user" LOGIN PASSWORD :'password';
 CREATE DATABASE :"database" OWNER :"user";
 SQL
-  pg_ctl --pgdata="$PGDATA" --silent --wait --mode=fast stop >/dev/null
+  pg_ctl --pgdata="$target" --silent --wait --mode=fast stop >/dev/null
   rmdir "$socket"
+  if [ "$target" != "$PGDATA" ]; then
+    mv "$target" "$PGDATA"
+  fi
   log "cluster ready"
 }
 
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
+  if [ -d "$PGDATA" ] && [ -n "$(ls -A "$PGDATA")" ]; then
+    log "$PGDATA holds files but no cluster (no PG_VERSION): empty it, or point PGDATA elsewhere"
+    exit 1
+  fi
   initialise
 fi
 unset POSTGRES_PASSWORD
