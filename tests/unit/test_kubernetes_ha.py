@@ -266,6 +266,25 @@ def test_postgres_is_a_component_the_overlay_can_leave_out(rendered: list[Manife
     assert own <= {key(o) for o in rendered}
 
 
+def test_without_the_component_the_bot_uses_the_operators_database(
+    rendered: list[Manifest], tmp_path: Path
+) -> None:
+    """The overlay with `components` removed, as an operator with a database of their own
+    has it: everything but PostgreSQL's objects, the bot unchanged."""
+    overlay = yaml.safe_load((HA / "kustomization.yaml").read_text())
+    del overlay["components"]
+    overlay["resources"] = [str((HA / entry).resolve()) for entry in overlay["resources"]]
+    overlay["patches"] = [{"path": p["path"]} for p in overlay["patches"]]
+    for patch in overlay["patches"]:
+        shutil.copy(HA / patch["path"], tmp_path / patch["path"])
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    alone = {key(o): o for o in render(tmp_path)}
+    everything = {key(o): o for o in rendered}
+    postgres = {k for k in everything if k[3] == "cellmate-postgres"}
+    assert len(postgres) == 3
+    assert alone == {k: o for k, o in everything.items() if k not in postgres}
+
+
 def test_nothing_names_a_cluster(rendered: list[Manifest]) -> None:
     """No registry, no storage class: the overlay runs on any cluster with the images
     loaded."""
