@@ -17,6 +17,7 @@ import pytest
 import yaml
 from kubernetes_validate import utils as schemas
 
+from bot import settings as bot_settings
 from bot.settings import load_settings
 from tests.support.kustomize import Manifest, documents, key, render
 from tests.unit import test_network_policies as network
@@ -124,22 +125,29 @@ def test_ready_when_healthz_is_and_the_database_url_comes_from_the_secret(
     }  # not optional: no replica starts on SQLite files of its own
 
 
-def test_one_discord_shard_and_one_sandbox_label_per_replica(rendered: list[Manifest]) -> None:
+@pytest.mark.parametrize("discord", [True, False], ids=["discord", "slack-only"])
+def test_one_discord_shard_and_one_sandbox_label_per_replica(
+    rendered: list[Manifest], discord: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bot = one(rendered, "StatefulSet", "cellmate")
-    values = env(bot_container(rendered))
-    assert values["CELLMATE_INSTANCE"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    plain = {name: value for name, value in values.items() if isinstance(value, str)}
-    assert plain["CELLMATE_DISCORD_SHARD_COUNT"] == str(bot["spec"]["replicas"])
-    assert plain["CELLMATE_DISCORD_SHARD_ID"] == "auto"
+    replicas = bot["spec"]["replicas"]
+    values = {k: v for k, v in env(bot_container(rendered)).items() if isinstance(v, str)}
+    assert values["CELLMATE_DISCORD_SHARD_COUNT"] == str(replicas)
+    assert values["CELLMATE_DISCORD_SHARD_ID"] == "auto"
+    assert "CELLMATE_INSTANCE" not in values  # one instance name; replicas differ by ordinal
+    secrets = {"CELLMATE_DATABASE_URL": "postgresql://cellmate:x@cellmate-postgres/cellmate"}
+    if discord:
+        secrets["DISCORD_TOKEN"] = "x"  # noqa: S105 - a stand-in, never sent
     labels = set()
-    for ordinal in range(bot["spec"]["replicas"]):
-        pod = f"cellmate-{ordinal}"  # a StatefulSet's Pod names, also their host names
-        settings = load_settings(
-            {**plain, "DISCORD_TOKEN": "x", "CELLMATE_INSTANCE": pod}, env_file=None
-        )
-        assert settings.discord.shard(hostname=pod) == ordinal
-        labels.add(f"{settings.instance}-shard{settings.discord.shard(hostname=pod)}")
-    assert len(labels) == bot["spec"]["replicas"]
+    for ordinal in range(replicas):
+        # A StatefulSet's Pods are named <name>-<ordinal>, which is their host name.
+        monkeypatch.setattr(bot_settings.socket, "gethostname", lambda o=ordinal: f"cellmate-{o}")
+        settings = load_settings({**values, **secrets}, env_file=None)
+        if discord:
+            assert settings.discord.shard() == ordinal
+        labels.add(settings.sandbox_instance)
+    kind = "shard" if discord else "replica"
+    assert labels == {f"default-{kind}{ordinal}" for ordinal in range(replicas)}
 
 
 def test_the_pod_template_is_the_bases_with_the_ha_settings(rendered: list[Manifest]) -> None:
@@ -147,10 +155,7 @@ def test_the_pod_template_is_the_bases_with_the_ha_settings(rendered: list[Manif
     base = one(documents(KUBERNETES / "base" / "bot.yaml"), "Deployment", "cellmate")
     ours = one(rendered, "StatefulSet", "cellmate")["spec"]["template"]
     theirs = base["spec"]["template"]
-    added = {"CELLMATE_DATABASE_URL", "CELLMATE_INSTANCE"} | {
-        "CELLMATE_DISCORD_SHARD_COUNT",
-        "CELLMATE_DISCORD_SHARD_ID",
-    }
+    added = {"CELLMATE_DATABASE_URL", "CELLMATE_DISCORD_SHARD_COUNT", "CELLMATE_DISCORD_SHARD_ID"}
     (container,) = ours["spec"]["containers"]
     stripped = {
         **container,
