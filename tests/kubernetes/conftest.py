@@ -55,9 +55,14 @@ def admin() -> Iterator[k8s.ApiClient]:
 def deployed(admin: k8s.ApiClient) -> str:
     """The shipped manifests, applied (all but the bot's Deployment, whose image is not in
     the cluster); the sandbox namespace."""
+    apply_base(admin)
+    return NAMESPACE
+
+
+def apply_base(admin: k8s.ApiClient) -> None:
+    """The shipped manifests the bot's Pods need (namespaces, its account, policies)."""
     for name in ("namespaces.yaml", "rbac.yaml", "networkpolicy.yaml", "runtimeclass.yaml"):
         apply(admin, [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d])
-    return NAMESPACE
 
 
 def apply(admin: k8s.ApiClient, documents: list[dict[str, Any]]) -> None:
