@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 run: build-image
 	$(BIN)/cellmate start
 
-test: check build-image build-bot-image build-azurite-image azurite postgres compose
+test: check build-image build-bot-image build-azurite-image build-postgres-image azurite postgres compose
 	bash scripts/run-tests.sh $(PYTEST_ARGS)
 
 check: lint typecheck
