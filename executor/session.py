@@ -14,14 +14,15 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
-from executor.errors import SandboxError
+from executor.errors import SandboxBusy, SandboxError, SandboxTaken
 from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, OutputCollector, Status
+from executor.ownership import Owner, SessionOwners
 from executor.pool import QueueCallback, SandboxPool
-from executor.protocol import Recovered, Sandbox, SnapshotKeeper
+from executor.protocol import Recovered, Sandbox, SessionKeeper, SnapshotKeeper
 from executor.run import (
     OutputCallback,
     RunOutcome,
@@ -65,6 +66,13 @@ BESIDE_DIED = (
 )
 SHUTDOWN_SAVE_S = 20.0
 """On shutdown, how long every session's save may take, all of them at once."""
+TAKING_OVER = (
+    "Another of the bot's replicas is taking this conversation's session over at this "
+    "moment; try again in a few seconds."
+)
+T = TypeVar("T")
+UNKNOWN = Owner("", "")
+"""What the ledger said when it could not answer: nothing changes."""
 
 
 class SessionManager:
@@ -121,6 +129,12 @@ class SessionManager:
         a shutdown that keeps sessions leaves them going."""
         self._saving = self.keeper.saving
         self._reaper: asyncio.Task[None] | None = None
+        self.owners: SessionOwners | None = None
+        """The ledger the bot's replicas share (None: one process). A run whose key another
+        replica holds adopts that replica's sandbox; a sandbox another replica took over is
+        let go, never stopped, saved or paused here."""
+        self._ending: dict[str, asyncio.Task[None]] = {}
+        """Sessions being ended in the background (with a ledger), by key."""
 
     @property
     def active(self) -> list[str]:
@@ -239,6 +253,9 @@ class SessionManager:
             await self.keeper.before_run(key, live, restore)
             try:
                 outcome = await run_in(live.lease.sandbox)
+            except SandboxTaken:
+                self._forget(key)
+                raise
             except SandboxError:
                 if collector.stdout or collector.results:
                     raise
@@ -438,25 +455,132 @@ class SessionManager:
         if live is not None and not live.lease.sandbox.alive:
             self._drop(key, ending_of_sandbox(live.lease.sandbox))
             live = None
+        if live is not None and self.owners is not None and not await self._still_here(key, live):
+            live = None
         if live is not None:
             return live, None
+        if (ending := self._ending.get(key)) is not None:
+            await asyncio.wait([ending])  # its record released (or found taken over) first
         if self.pool.full:
             await self.pause_refusal()  # known before the room is made, with no await there
             self._make_room(key)
+        adopted = await self._adopted(key)
+        if adopted is not None:
+            return adopted, None
         if self.workspaces is not None:
             resumed = await self.keeper.resume(key)
             if resumed is not None:
                 self._live[key] = resumed
                 self._endings.pop(key, None)
+                await self._record(key, resumed)
                 return resumed, None
         lease = await self.pool.acquire(on_queued)
         now = time.monotonic()
         live = self._live[key] = Live(lease=lease, created=now, last_used=now)
         # The runner keeps whose session it holds, for a later process to find it again.
         await RunnerClient(lease.sandbox).claim(key)
+        await self._record(key, live)
         if self.workspaces is not None:
             await self.keeper.started(key, live)
         return live, self._endings.pop(key, None)
+
+    # ── the ledger the replicas share ────────────────────────────────────
+
+    async def _ask(self, call: Callable[..., T], *args: Any, default: T) -> T:
+        """One call to the ledger, in a thread; `default` when the database cannot answer."""
+        try:
+            return await asyncio.to_thread(call, *args)
+        except Exception:
+            log.warning("the session ledger did not answer", exc_info=True)
+            return default
+
+    async def _record(self, key: str, live: Live) -> None:
+        if self.owners is not None:
+            await self._ask(self.owners.record, key, live.lease.sandbox.id, default=None)
+
+    async def _still_here(self, key: str, live: Live) -> bool:
+        """Whether this replica still holds the key's live session: False (and it is let go
+        of) when the ledger says another replica took it over."""
+        assert self.owners is not None
+        owner: Owner | None = await self._ask(self.owners.owner, key, default=UNKNOWN)
+        if owner is None:  # a record lost (the database was away): this replica's again
+            await self._record(key, live)
+            return True
+        if owner == UNKNOWN or owner.replica == self.owners.replica:
+            return True
+        if self._live.get(key) is not live:
+            return True
+        self._forget(key)
+        return False
+
+    async def _adopted(self, key: str) -> Live | None:
+        """The key's session as another replica left it, when the ledger says one holds it:
+        its record taken over, its sandbox attached to here (variables, files, everything
+        the kernel holds), and that replica lets go of it. None when no other replica holds
+        it, or its sandbox is gone (its record is dropped: a new session starts, from the
+        saved workspace if there is one)."""
+        owners, backend = self.owners, self.pool.backend
+        if owners is None or not isinstance(backend, SessionKeeper) or not backend.keeps_sessions:
+            return None
+        owner = await self._ask(owners.owner, key, default=None)
+        if owner is None or owner.replica == owners.replica:
+            return None
+        if not await self._ask(owners.take, key, owner.sandbox, owner.replica, default=False):
+            raise SandboxBusy(TAKING_OVER)
+        found = await backend.adopt(owner.sandbox)
+        if found is None or found.session != key:
+            if found is not None:
+                await backend.detach(found.sandbox)
+            await self._ask(owners.release, key, owner.sandbox, default=False)
+            log.info("session %s: replica %s's sandbox is gone", key, owner.replica)
+            return None
+        log.info("session %s: taken over from replica %s", key, owner.replica)
+        now = time.monotonic()
+        live = self._live[key] = Live(
+            lease=self.pool.adopt(found.sandbox), created=now, last_used=now
+        )
+        if found.kept:
+            self._kept[key] = found.kept
+        self._endings.pop(key, None)
+        return live
+
+    def _forget(self, key: str) -> None:
+        """Another replica took the key's session over: let go of its sandbox, which goes on
+        there (nothing is stopped or saved, and no ending is noted)."""
+        live = self._take(key)
+        self._kept.pop(key, None)
+        if live is not None:
+            log.info("session %s: another replica took it over", key)
+            self.pool.hand_over(live.lease.sandbox)
+
+    async def _release(self, key: str, sandbox: Sandbox) -> bool:
+        """Before this replica stops, saves or pauses the key's sandbox: whether it still may
+        (True without a ledger). With one, its record is released by compare-and-set; False
+        when another replica took it over (or the ledger cannot say): it must go on."""
+        if self.owners is None:
+            return True
+        return await self._ask(self.owners.release, key, sandbox.id, default=False)
+
+    async def _notice_takeovers(self) -> None:
+        """Let go of the idle sessions that other replicas took over (their runners answer
+        those now; this side's stream would only fill up)."""
+        owners = self.owners
+        if owners is None or not self._live:
+            return
+        mine = await self._ask(owners.mine, default=None)
+        if mine is None:
+            return
+        for key, live in list(self._live.items()):
+            if mine.get(key) == live.lease.sandbox.id or self.lock(key).locked():
+                continue
+            owner = await self._ask(owners.owner, key, default=None)
+            if (
+                owner is not None
+                and owner.replica != owners.replica
+                and self._live.get(key) is live
+                and not self.lock(key).locked()
+            ):
+                self._forget(key)
 
     def news(self, key: str) -> WorkspaceNews | None:
         """What the key's next result tells about its workspace or snapshot (once)."""
@@ -494,6 +618,9 @@ class SessionManager:
                 self._drop(key, Ended(Ending.IDLE, 0))
                 return refusal
             self._take(key)
+            if not await self._release(key, live.lease.sandbox):
+                self.pool.hand_over(live.lease.sandbox)  # another replica's now
+                return None
             pause_mb = self.pause_max_mb if refusal is None else None
             await self.keeper.save_and_release(key, live, pause_mb=pause_mb)
             return refusal if refusal is not None else self.keeper.snapshot_why.get(key)
@@ -563,18 +690,47 @@ class SessionManager:
             self._endings.move_to_end(key)
             while len(self._endings) > REMEMBERED_ENDINGS:
                 self._endings.popitem(last=False)
+        self._end(key, live, save)
+
+    def _end(self, key: str, live: Live, save: bool, pause_mb: int | None = None) -> None:
+        """End a session already out of the live ones: with `save`, its workspace is saved
+        first (and with `pause_mb` its sandbox paused), in the background, and the sandbox
+        released after. With a ledger, only once its record is released: a sandbox another
+        replica took over is let go of instead."""
         sandbox = live.lease.sandbox
-        if save and self.workspaces is not None and sandbox.alive:
-            self.keeper.save_in_background(key, live)
+        save = save and self.workspaces is not None and sandbox.alive
+        if self.owners is None:
+            if save:
+                self.keeper.save_in_background(key, live, pause_mb=pause_mb)
+            else:
+                self.pool.release(sandbox)
             return
-        self.pool.release(sandbox)
+        task = asyncio.create_task(self._end_owned(key, live, save, pause_mb))
+        self._ending[key] = task
+        task.add_done_callback(lambda done: self._ended_one(key, done))
+        if save:
+            self.keeper.track(key, task)
+
+    def _ended_one(self, key: str, task: asyncio.Task[None]) -> None:
+        if self._ending.get(key) is task:
+            del self._ending[key]
+
+    async def _end_owned(self, key: str, live: Live, save: bool, pause_mb: int | None) -> None:
+        sandbox = live.lease.sandbox
+        if not await self._release(key, sandbox):
+            log.info("session %s: another replica holds its sandbox; let go of it", key)
+            self.pool.hand_over(sandbox)
+        elif save:
+            await self.keeper.save_and_release(key, live, pause_mb=pause_mb)
+        else:
+            self.pool.release(sandbox)
 
     def _pause_in_background(self, key: str, live: Live) -> None:
         """Pause an idle session to a memory snapshot (its workspace saved with it); the
         next run resumes it. No await before the session is gone from the live ones."""
         log.info("pausing idle session %s to a memory snapshot", key)
         self._take(key)
-        self.keeper.save_in_background(key, live, pause_mb=self.pause_max_mb)
+        self._end(key, live, True, self.pause_max_mb)
 
     def stop(self, key: str) -> bool:
         """Interrupt the key's running run, and end the runs that wait to start (nothing of
@@ -598,6 +754,7 @@ class SessionManager:
             await self.reap()
 
     async def reap(self) -> None:
+        await self._notice_takeovers()
         now = time.monotonic()
         pausing = await self._pausing()
         for key, live in list(self._live.items()):
@@ -629,6 +786,8 @@ class SessionManager:
         # Every session ends at once, each save within its own deadline: one that pickles
         # slowly loses only its own workspace, never another's, within the engine's grace.
         ended = await asyncio.gather(*(self._close_one(key, keep) for key in list(self._live)))
+        if self._ending:
+            await asyncio.wait(list(self._ending.values()), timeout=self.shutdown_save_s)
         await self.keeper.finish(self.shutdown_save_s)
         return [sandbox for sandbox in ended if sandbox is not None]
 
@@ -647,27 +806,47 @@ class SessionManager:
         if live is None:
             return None
         sandbox = live.lease.sandbox
-        if keep and sandbox.alive:
-            if self.workspaces is not None:
-                # The fallback, should the next process not attach to it again (another
-                # secret, an engine restarted in between): its files and variables.
-                await self.keeper.save(key, live, self.shutdown_save_s)
-            return sandbox
-        if self.workspaces is not None and sandbox.alive:
-            started = time.monotonic()
-            # Where snapshots work, the session is paused too, within the same deadline: the
-            # next process resumes it whole (its workspace, saved first, is the fallback).
-            pause_mb = self.pause_max_mb if await self._pausing() else None
-            if await self.keeper.save(key, live, self.shutdown_save_s, pause_mb):
-                how = "paused" if live.paused else "saved"
-                log.info(
-                    "%s session %s in %.1f s on shutdown", how, key, time.monotonic() - started
-                )
+        if self.owners is not None and not await self._closing_mine(key, sandbox, keep):
+            self.pool.hand_over(sandbox)  # another replica's now: nothing saved or stopped
+            return None
+        try:
+            if keep and sandbox.alive:
+                if self.workspaces is not None:
+                    # The fallback, should the next process not attach to it again (another
+                    # secret, an engine restarted in between): its files and variables.
+                    await self.keeper.save(key, live, self.shutdown_save_s)
+                return sandbox
+            if self.workspaces is not None and sandbox.alive:
+                started = time.monotonic()
+                # Where snapshots work, the session is paused too, within the same deadline:
+                # the next process resumes it whole (its workspace, saved first, is the
+                # fallback).
+                pause_mb = self.pause_max_mb if await self._pausing() else None
+                if await self.keeper.save(key, live, self.shutdown_save_s, pause_mb):
+                    how = "paused" if live.paused else "saved"
+                    log.info(
+                        "%s session %s in %.1f s on shutdown",
+                        how,
+                        key,
+                        time.monotonic() - started,
+                    )
+        except SandboxTaken:  # another replica attached meanwhile: it goes on there
+            self.pool.hand_over(sandbox)
+            return None
         if live.paused:
             self.pool.let_go(sandbox)
         else:
             self.pool.release(sandbox)
         return None
+
+    async def _closing_mine(self, key: str, sandbox: Sandbox, keep: bool) -> bool:
+        """On shutdown, whether the key's sandbox is still this replica's: kept, its record
+        stays for this replica's next start; ended, the record is released first."""
+        if not keep:
+            return await self._release(key, sandbox)
+        assert self.owners is not None
+        owner = await self._ask(self.owners.owner, key, default=None)
+        return owner is None or owner.replica == self.owners.replica
 
 
 @contextlib.asynccontextmanager
