@@ -15,7 +15,8 @@ from kubernetes import client as k8s
 from bot.sandbox_words import spoken
 from executor import Executor, PoolSettings, Status
 from executor.kubernetes_backend import KubernetesSandbox
-from tests.kubernetes.conftest import make_executor, sandbox_pods, wait_until
+from executor.ownership import MemoryOwners
+from tests.kubernetes.conftest import TEST_INSTANCE, make_executor, sandbox_pods, wait_until
 
 pytestmark = pytest.mark.kubernetes
 
@@ -103,3 +104,43 @@ async def test_a_session_whose_bot_crashed_mid_run_carries_on_interrupted(
         assert result.message.startswith(RESUMED)
         await restarted.session("conv-c").close()
     await wait_until(lambda: sandbox_pods(admin) == [])
+
+
+def with_ledger(executor: Executor, owners: MemoryOwners) -> Executor:
+    """An executor of a replica that shares the session ledger (a database's, in the bot)."""
+    executor.owners = executor.sessions.owners = owners
+    return executor
+
+
+async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_running(
+    bot_kubeconfig: str, admin: k8s.ApiClient
+) -> None:
+    other = f"{TEST_INSTANCE}-b"
+    ledger = MemoryOwners(TEST_INSTANCE)
+    theirs = ledger.sharing(other)
+    a = with_ledger(make_executor(bot_kubeconfig, session_secret=SECRET), ledger)
+    b = with_ledger(make_executor(bot_kubeconfig, instance=other, session_secret=SECRET), theirs)
+    try:
+        async with a, b:
+            made = await a.session("conv").run(
+                "x = 41\nopen('kept.txt', 'w').write('still here')\nprint('set')"
+            )
+            assert made.status is Status.OK, made.message
+            [pod] = sandbox_pods(admin)
+            read = spoken(await b.session("conv").run("print(x + 1, open('kept.txt').read())"))
+            assert read.status is Status.OK, read.message
+            assert read.stdout == "42 still here\n"
+            assert not read.session_restarted
+            assert RESUMED not in read.message
+            assert sandbox_pods(admin, other) == []  # no Pod started for B
+            # A's reaper, past every idle timeout, only lets go of what B holds now.
+            a.sessions.idle_timeout_s = 0.001
+            await a.sessions.reap()
+            assert a.sessions.active == []
+            again = await b.session("conv").run("print(x)")
+            assert again.stdout == "41\n", again.message
+            assert sandbox_pods(admin) == [pod]
+            await b.session("conv").close()  # B holds it: B may end it
+            await wait_until(lambda: sandbox_pods(admin) == [])
+    finally:
+        await wait_until(lambda: sandbox_pods(admin, other) == [])
