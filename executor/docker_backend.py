@@ -352,21 +352,22 @@ class DockerBackend:
         return [item for item in found if item is not None]
 
     async def adopt(self, sandbox_id: str) -> Recovered | None:
-        """A running sandbox of any instance (another replica's), attached to by name."""
-        if not NAME_PATTERN.fullmatch(sandbox_id):
-            return None
+        """A running sandbox of any instance (another replica's), attached to by its
+        container's id (or name)."""
         client = await self.client()
-        # Labels are the only filter the Docker API proxy passes on: the name is checked here.
+        # Labels are the only filter the Docker API proxy passes on: the id is checked here.
         listed = await asyncio.to_thread(
             client.api.containers, filters={"label": [f"{SANDBOX_LABEL}=1"]}
         )
-        if not any(
-            summary.get("State") == "running"
-            and sandbox_id in {str(n).lstrip("/") for n in summary.get("Names") or []}
-            for summary in listed
-        ):
-            return None
-        return await self._resumed(client, sandbox_id)
+        for summary in listed:
+            names = [str(n).lstrip("/") for n in summary.get("Names") or []]
+            if summary["Id"] != sandbox_id and sandbox_id not in names:
+                continue
+            if summary.get("State") != "running":
+                return None
+            name = next((n for n in names if NAME_PATTERN.fullmatch(n)), None)
+            return None if name is None else await self._resumed(client, name)
+        return None
 
     async def _resumed(self, client: docker.DockerClient, name: str) -> Recovered | None:
         """Attach to the container `name` and ask its runner whose session it holds (None:

@@ -786,10 +786,16 @@ class SessionManager:
         # Every session ends at once, each save within its own deadline: one that pickles
         # slowly loses only its own workspace, never another's, within the engine's grace.
         ended = await asyncio.gather(*(self._close_one(key, keep) for key in list(self._live)))
-        if self._ending:
-            await asyncio.wait(list(self._ending.values()), timeout=self.shutdown_save_s)
+        await self.settle(self.shutdown_save_s)
         await self.keeper.finish(self.shutdown_save_s)
         return [sandbox for sandbox in ended if sandbox is not None]
+
+    async def settle(self, timeout_s: float | None = None) -> None:
+        """Wait (at most `timeout_s`) for the sessions being ended in the background: their
+        records released, workspaces saved, sandboxes released or let go of."""
+        pending = {*self._ending.values(), *self.keeper.saving.values()}
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
 
     async def _close_one(self, key: str, keep: bool) -> Sandbox | None:
         """End one session on shutdown (its run stopped): its workspace saved within

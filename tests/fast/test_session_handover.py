@@ -69,9 +69,14 @@ async def still_bs(b: Executor, sandbox: FakeSandbox, ledger: MemoryOwners) -> N
     assert (await b.session("k").run("print(x)")).stdout == "41\n"
 
 
+async def settled(a: Executor) -> None:
+    """Whatever A started in the background (a save, a release, a removal) has run."""
+    await a.sessions.settle()
+    await asyncio.gather(*a.pool._tasks)
+
+
 async def reap(a: Executor) -> None:
-    a.sessions.idle_timeout_s = 0.001
-    await asyncio.sleep(0.01)
+    a.sessions.idle_timeout_s = 0.0
     await a.sessions.reap()
 
 
@@ -99,7 +104,7 @@ async def test_a_replica_adopts_an_idle_session_and_the_other_leaves_it_running(
     ):
         sandbox = await taken_over(a, b, backend)
         await after(a)
-        await asyncio.sleep(0.05)  # whatever A started in the background has run
+        await settled(a)
         await still_bs(b, sandbox, theirs)
         assert sandbox.holder is b.backend
     # B's shutdown left it running for B's next start, as any session it holds.
@@ -250,7 +255,7 @@ async def test_a_replica_that_hears_another_take_its_session_lets_it_go_unharmed
         with pytest.raises(SandboxTaken):
             await a.session("k").run("print(x)")
         assert "k" not in a.sessions.active
-        await asyncio.sleep(0.05)
+        await settled(a)
         await still_bs(b, sandbox, theirs)
 
 

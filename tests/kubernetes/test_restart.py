@@ -136,6 +136,8 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
             # A's reaper, past every idle timeout, only lets go of what B holds now.
             a.sessions.idle_timeout_s = 0.001
             await a.sessions.reap()
+            await a.sessions.settle()  # what A ended in the background is done
+            await asyncio.gather(*a.pool._tasks)
             assert a.sessions.active == []
             again = await b.session("conv").run("print(x)")
             assert again.stdout == "41\n", again.message
