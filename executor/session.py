@@ -742,8 +742,15 @@ class SessionManager:
         return bool(events)
 
     async def close(self, key: str) -> None:
-        """End the key's session on request (the next run starts afresh without a note)."""
+        """End the key's session on request (the next run starts afresh without a note),
+        wherever it lives: one that another replica holds is taken over to be ended here."""
         async with self.lock(key):
+            live = self._live.get(key)
+            if live is not None and self.owners is not None:
+                await self._still_here(key, live)  # let go of, when another replica's now
+            if key not in self._live:
+                with contextlib.suppress(SandboxBusy):  # another replica is taking it now
+                    await self._adopted(key)
             self._drop(key, None)
             self._endings.pop(key, None)
             await self.keeper.forget(key)

@@ -268,3 +268,20 @@ async def test_the_runner_client_reports_another_hosts_resume() -> None:
         await taken_over(a, b, backend)
         with pytest.raises(SandboxTaken):
             await RunnerClient(only_sandbox(backend), timeout_s=2).export()
+
+
+async def test_a_reset_on_the_replica_that_lost_the_session_ends_it_where_it_lives() -> None:
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), theirs)) as b,
+    ):
+        sandbox = await taken_over(a, b, backend)
+        await a.session("k").close()  # the person asked for a fresh start
+        await settled(a)
+        assert sandbox.destroyed
+        assert ledger.owner("k") is None
+        fresh = await b.session("k").run("print(x)")
+        assert fresh.status.value == "error"  # a new kernel: x is gone
+        assert len(backend.every) == 2

@@ -19,7 +19,9 @@ from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
 from executor.docker_backend import DockerBackend
 from executor.docker_specs import INSTANCE_LABEL
+from executor.errors import SandboxTaken
 from executor.ownership import MemoryOwners
+from executor.runner_client import RunnerClient
 from executor.workspace import WorkspaceSettings
 from storage.local import LocalStorage
 from tests.support.sandboxes import TEST_INSTANCE
@@ -130,6 +132,7 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
         ):
             made = await a.session("conv").run(SET_UP)
             assert made.status is Status.OK, made.message
+            held_by_a = a.sessions._live["conv"].lease.sandbox
             [held] = containers(TEST_INSTANCE)
             read = spoken(await b.session("conv").run(CHECK))
             assert read.status is Status.OK, read.message
@@ -137,6 +140,10 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
             assert not read.session_restarted
             assert RESUMED not in read.message
             assert containers(other) == set()  # B started no sandbox
+            # What A's stream heard of B's `resume` is B's traffic, not a forgery: A is told
+            # another replica took the session over, and stops nothing.
+            with pytest.raises(SandboxTaken):
+                await RunnerClient(held_by_a, timeout_s=20).export()
             # A's reaper, past every idle timeout: it neither saves nor removes B's sandbox.
             a.sessions.idle_timeout_s = 0.001
             await a.sessions.reap()

@@ -14,8 +14,10 @@ from kubernetes import client as k8s
 
 from bot.sandbox_words import spoken
 from executor import Executor, PoolSettings, Status
+from executor.errors import SandboxTaken
 from executor.kubernetes_backend import KubernetesSandbox
 from executor.ownership import MemoryOwners
+from executor.runner_client import RunnerClient
 from tests.kubernetes.conftest import TEST_INSTANCE, make_executor, sandbox_pods, wait_until
 
 pytestmark = pytest.mark.kubernetes
@@ -126,6 +128,7 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
                 "x = 41\nopen('kept.txt', 'w').write('still here')\nprint('set')"
             )
             assert made.status is Status.OK, made.message
+            held_by_a = a.sessions._live["conv"].lease.sandbox
             [pod] = sandbox_pods(admin)
             read = spoken(await b.session("conv").run("print(x + 1, open('kept.txt').read())"))
             assert read.status is Status.OK, read.message
@@ -133,6 +136,10 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
             assert not read.session_restarted
             assert RESUMED not in read.message
             assert sandbox_pods(admin, other) == []  # no Pod started for B
+            # What A's stream heard of B's `resume` is B's traffic, not a forgery: A is told
+            # another replica took the session over, and stops nothing.
+            with pytest.raises(SandboxTaken):
+                await RunnerClient(held_by_a, timeout_s=20).export()
             # A's reaper, past every idle timeout, only lets go of what B holds now.
             a.sessions.idle_timeout_s = 0.001
             await a.sessions.reap()
