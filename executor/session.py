@@ -71,6 +71,9 @@ TAKING_OVER = (
     "moment; try again in a few seconds."
 )
 T = TypeVar("T")
+TAKEOVER_CHECK_S = 2.0
+"""With a ledger, how often this replica asks which of its idle sessions other replicas took
+over: until it lets go, its attach stream also receives what their runs print, unread."""
 UNKNOWN = Owner("", "")
 """What the ledger said when it could not answer: nothing changes."""
 
@@ -756,8 +759,12 @@ class SessionManager:
             await self.keeper.forget(key)
 
     async def _reap_loop(self) -> None:
+        checks = max(1, round(self.reap_interval_s / TAKEOVER_CHECK_S)) if self.owners else 1
         while True:
-            await asyncio.sleep(self.reap_interval_s)
+            for _ in range(checks - 1):
+                await asyncio.sleep(self.reap_interval_s / checks)
+                await self._notice_takeovers()
+            await asyncio.sleep(self.reap_interval_s / checks)
             await self.reap()
 
     async def reap(self) -> None:
