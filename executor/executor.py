@@ -104,7 +104,9 @@ class Executor:
             pause_after_s=settings.pause_after_s,
             pause_max_mb=settings.pause_max_mb,
         )
-        self.owners = self.sessions.owners = owners
+        # Sessions move between replicas only where a replica can attach to another one's
+        # sandboxes (a shared session secret); else each replica keeps its own, as before.
+        self.owners = self.sessions.owners = owners if self.keeps_sessions else None
         if isinstance(self.backend, DockerBackend):
             self.backend.templates_enabled = settings.template
             if workspace_settings is not None:

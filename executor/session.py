@@ -530,7 +530,11 @@ class SessionManager:
             return None
         if not await self._ask(owners.take, key, owner.sandbox, owner.replica, default=False):
             raise SandboxBusy(TAKING_OVER)
-        found = await backend.adopt(owner.sandbox)
+        try:
+            found = await backend.adopt(owner.sandbox)
+        except BaseException:
+            await self._ask(owners.release, key, owner.sandbox, default=False)
+            raise
         if found is None or found.session != key:
             if found is not None:
                 await backend.detach(found.sandbox)

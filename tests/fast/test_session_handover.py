@@ -285,3 +285,22 @@ async def test_a_reset_on_the_replica_that_lost_the_session_ends_it_where_it_liv
         fresh = await b.session("k").run("print(x)")
         assert fresh.status.value == "error"  # a new kernel: x is gone
         assert len(backend.every) == 2
+
+
+async def test_without_a_shared_session_secret_each_replica_keeps_its_own_sessions() -> None:
+    backend = FakeBackend(SCRIPT, keeps_sessions=False, instance="replica-a")
+    ledger = MemoryOwners("replica-a")
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), ledger.sharing("replica-b"))) as b,
+    ):
+        await a.session("k").run("x = 41")
+        fresh = await b.session("k").run("print(x)")
+        assert fresh.status.value == "error"  # B cannot attach to A's sandbox: as before
+        assert (await a.session("k").run("print(x)")).stdout == "41\n"
+        assert ledger.table == {}  # no ledger in use
+        first, second = backend.every
+        await reap(a)
+        await settled(a)
+        assert first.destroyed
+        assert not second.destroyed
