@@ -12,10 +12,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from bot.conversations.session_owners import SessionOwners
+from bot.database import Databases
 from executor import Executor, PoolSettings, SandboxBusy, SandboxLimits
 from executor.errors import SandboxTaken
 from executor.fake_backend import FakeBackend, FakeRun, FakeSandbox
 from executor.ownership import MemoryOwners, Owner
+from executor.ownership import SessionOwners as OwnersSeam
 from executor.runner_client import RunnerClient
 
 SCRIPT = {
@@ -29,7 +32,7 @@ def cluster() -> FakeBackend:
     return FakeBackend(SCRIPT, keeps_sessions=True, instance="replica-a")
 
 
-def replica(backend: FakeBackend, owners: MemoryOwners) -> Executor:
+def replica(backend: FakeBackend, owners: OwnersSeam) -> Executor:
     return Executor(
         "fake", limits=LIMITS, backend=backend, pool=PoolSettings(size=0), owners=owners
     )
@@ -304,3 +307,26 @@ async def test_without_a_shared_session_secret_each_replica_keeps_its_own_sessio
         await settled(a)
         assert first.destroyed
         assert not second.destroyed
+
+
+async def test_the_ledger_in_the_database_moves_a_session_as_the_memory_one(
+    databases: Databases,
+) -> None:
+    backend = cluster()
+    ours, theirs = SessionOwners(databases, "replica-a"), SessionOwners(databases, "replica-b")
+    try:
+        async with (
+            running(replica(backend, ours)) as a,
+            running(replica(backend.replica("replica-b"), theirs)) as b,
+        ):
+            sandbox = await taken_over(a, b, backend)
+            await reap(a)
+            await settled(a)
+            assert a.sessions.active == []
+            assert sandbox.alive
+            assert not sandbox.destroyed
+            assert ours.owner("k") == Owner(sandbox.id, "replica-b")
+            assert (await b.session("k").run("print(x)")).stdout == "41\n"
+    finally:
+        ours.close()
+        theirs.close()
