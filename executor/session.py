@@ -3,7 +3,8 @@
 A session takes a fresh sandbox from the pool on its first run and keeps it until it is idle
 too long, reaches its maximum lifetime, is closed, or its kernel or sandbox dies; the next
 run starts a new session and says why (`ended`). Runs on one key queue in order; different
-keys run in parallel. `session_workspace` keeps workspaces; `session_files` the rest."""
+keys run in parallel. `session_workspace` keeps workspaces; `session_handover` moves sessions
+between the bot's replicas; `session_files` the rest."""
 
 from __future__ import annotations
 
@@ -14,15 +15,15 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from executor.errors import SandboxBusy, SandboxError, SandboxTaken
 from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, OutputCollector, Status
-from executor.ownership import Owner, SessionOwners
+from executor.ownership import SessionOwners
 from executor.pool import QueueCallback, SandboxPool
-from executor.protocol import Recovered, Sandbox, SessionKeeper, SnapshotKeeper
+from executor.protocol import Recovered, Sandbox, SnapshotKeeper
 from executor.run import (
     OutputCallback,
     RunOutcome,
@@ -36,6 +37,7 @@ from executor.run import (
 from executor.run_input import InputCallback, RunClock
 from executor.runner_client import RunnerClient
 from executor.session_files import SessionFiles, changed_files
+from executor.session_handover import Handover
 from executor.session_live import Found, Live, Restore, RunHooks, run_limits, unless_stopped
 from executor.session_news import (
     Ended,
@@ -66,16 +68,9 @@ BESIDE_DIED = (
 )
 SHUTDOWN_SAVE_S = 20.0
 """On shutdown, how long every session's save may take, all of them at once."""
-TAKING_OVER = (
-    "Another of the bot's replicas is taking this conversation's session over at this "
-    "moment; try again in a few seconds."
-)
-T = TypeVar("T")
 TAKEOVER_CHECK_S = 2.0
 """With a ledger, how often this replica asks which of its idle sessions other replicas took
 over: until it lets go, its attach stream also receives what their runs print, unread."""
-UNKNOWN = Owner("", "")
-"""What the ledger said when it could not answer: nothing changes."""
 
 
 class SessionManager:
@@ -132,12 +127,20 @@ class SessionManager:
         a shutdown that keeps sessions leaves them going."""
         self._saving = self.keeper.saving
         self._reaper: asyncio.Task[None] | None = None
-        self.owners: SessionOwners | None = None
+        self.handover = Handover(pool)
+        self._ending: dict[str, asyncio.Task[None]] = {}
+        """Sessions being ended in the background (with a ledger), by key."""
+
+    @property
+    def owners(self) -> SessionOwners | None:
         """The ledger the bot's replicas share (None: one process). A run whose key another
         replica holds adopts that replica's sandbox; a sandbox another replica took over is
         let go, never stopped, saved or paused here."""
-        self._ending: dict[str, asyncio.Task[None]] = {}
-        """Sessions being ended in the background (with a ledger), by key."""
+        return self.handover.owners
+
+    @owners.setter
+    def owners(self, owners: SessionOwners | None) -> None:
+        self.handover.owners = owners
 
     @property
     def active(self) -> list[str]:
@@ -458,7 +461,8 @@ class SessionManager:
         if live is not None and not live.lease.sandbox.alive:
             self._drop(key, ending_of_sandbox(live.lease.sandbox))
             live = None
-        if live is not None and self.owners is not None and not await self._still_here(key, live):
+        if live is not None and await self.handover.taken(key, live.lease.sandbox):
+            self._forget(key)
             live = None
         if live is not None:
             return live, None
@@ -475,73 +479,24 @@ class SessionManager:
             if resumed is not None:
                 self._live[key] = resumed
                 self._endings.pop(key, None)
-                await self._record(key, resumed)
+                await self.handover.record(key, resumed.lease.sandbox)
                 return resumed, None
         lease = await self.pool.acquire(on_queued)
         now = time.monotonic()
         live = self._live[key] = Live(lease=lease, created=now, last_used=now)
         # The runner keeps whose session it holds, for a later process to find it again.
         await RunnerClient(lease.sandbox).claim(key)
-        await self._record(key, live)
+        await self.handover.record(key, lease.sandbox)
         if self.workspaces is not None:
             await self.keeper.started(key, live)
         return live, self._endings.pop(key, None)
 
-    # ── the ledger the replicas share ────────────────────────────────────
-
-    async def _ask(self, call: Callable[..., T], *args: Any, default: T) -> T:
-        """One call to the ledger, in a thread; `default` when the database cannot answer."""
-        try:
-            return await asyncio.to_thread(call, *args)
-        except Exception:
-            log.warning("the session ledger did not answer", exc_info=True)
-            return default
-
-    async def _record(self, key: str, live: Live) -> None:
-        if self.owners is not None:
-            await self._ask(self.owners.record, key, live.lease.sandbox.id, default=None)
-
-    async def _still_here(self, key: str, live: Live) -> bool:
-        """Whether this replica still holds the key's live session: False (and it is let go
-        of) when the ledger says another replica took it over."""
-        assert self.owners is not None
-        owner: Owner | None = await self._ask(self.owners.owner, key, default=UNKNOWN)
-        if owner is None:  # a record lost (the database was away): this replica's again
-            await self._record(key, live)
-            return True
-        if owner == UNKNOWN or owner.replica == self.owners.replica:
-            return True
-        if self._live.get(key) is not live:
-            return True
-        self._forget(key)
-        return False
-
     async def _adopted(self, key: str) -> Live | None:
-        """The key's session as another replica left it, when the ledger says one holds it:
-        its record taken over, its sandbox attached to here (variables, files, everything
-        the kernel holds), and that replica lets go of it. None when no other replica holds
-        it, or its sandbox is gone (its record is dropped: a new session starts, from the
-        saved workspace if there is one)."""
-        owners, backend = self.owners, self.pool.backend
-        if owners is None or not isinstance(backend, SessionKeeper) or not backend.keeps_sessions:
+        """The key's session as another replica left it (see Handover.adopt), now live
+        here; its next run says nothing: the session simply carries on."""
+        found = await self.handover.adopt(key)
+        if found is None:
             return None
-        owner = await self._ask(owners.owner, key, default=None)
-        if owner is None or owner.replica == owners.replica:
-            return None
-        if not await self._ask(owners.take, key, owner.sandbox, owner.replica, default=False):
-            raise SandboxBusy(TAKING_OVER)
-        try:
-            found = await backend.adopt(owner.sandbox)
-        except BaseException:
-            await self._ask(owners.release, key, owner.sandbox, default=False)
-            raise
-        if found is None or found.session != key:
-            if found is not None:
-                await backend.detach(found.sandbox)
-            await self._ask(owners.release, key, owner.sandbox, default=False)
-            log.info("session %s: replica %s's sandbox is gone", key, owner.replica)
-            return None
-        log.info("session %s: taken over from replica %s", key, owner.replica)
         now = time.monotonic()
         live = self._live[key] = Live(
             lease=self.pool.adopt(found.sandbox), created=now, last_used=now
@@ -560,33 +515,13 @@ class SessionManager:
             log.info("session %s: another replica took it over", key)
             self.pool.hand_over(live.lease.sandbox)
 
-    async def _release(self, key: str, sandbox: Sandbox) -> bool:
-        """Before this replica stops, saves or pauses the key's sandbox: whether it still may
-        (True without a ledger). With one, its record is released by compare-and-set; False
-        when another replica took it over (or the ledger cannot say): it must go on."""
-        if self.owners is None:
-            return True
-        return await self._ask(self.owners.release, key, sandbox.id, default=False)
-
     async def _notice_takeovers(self) -> None:
         """Let go of the idle sessions that other replicas took over (their runners answer
         those now; this side's stream would only fill up)."""
-        owners = self.owners
-        if owners is None or not self._live:
-            return
-        mine = await self._ask(owners.mine, default=None)
-        if mine is None:
-            return
-        for key, live in list(self._live.items()):
-            if mine.get(key) == live.lease.sandbox.id or self.lock(key).locked():
-                continue
-            owner = await self._ask(owners.owner, key, default=None)
-            if (
-                owner is not None
-                and owner.replica != owners.replica
-                and self._live.get(key) is live
-                and not self.lock(key).locked()
-            ):
+        held = {key: live.lease.sandbox for key, live in self._live.items()}
+        for key in await self.handover.lost(held):
+            live = self._live.get(key)
+            if live is not None and live.lease.sandbox is held[key] and not self.lock(key).locked():
                 self._forget(key)
 
     def news(self, key: str) -> WorkspaceNews | None:
@@ -625,7 +560,7 @@ class SessionManager:
                 self._drop(key, Ended(Ending.IDLE, 0))
                 return refusal
             self._take(key)
-            if not await self._release(key, live.lease.sandbox):
+            if not await self.handover.release(key, live.lease.sandbox):
                 self.pool.hand_over(live.lease.sandbox)  # another replica's now
                 return None
             pause_mb = self.pause_max_mb if refusal is None else None
@@ -724,7 +659,7 @@ class SessionManager:
 
     async def _end_owned(self, key: str, live: Live, save: bool, pause_mb: int | None) -> None:
         sandbox = live.lease.sandbox
-        if not await self._release(key, sandbox):
+        if not await self.handover.release(key, sandbox):
             log.info("session %s: another replica holds its sandbox; let go of it", key)
             self.pool.hand_over(sandbox)
         elif save:
@@ -753,8 +688,8 @@ class SessionManager:
         wherever it lives: one that another replica holds is taken over to be ended here."""
         async with self.lock(key):
             live = self._live.get(key)
-            if live is not None and self.owners is not None:
-                await self._still_here(key, live)  # let go of, when another replica's now
+            if live is not None and await self.handover.taken(key, live.lease.sandbox):
+                self._forget(key)
             if key not in self._live:
                 with contextlib.suppress(SandboxBusy):  # another replica is taking it now
                     await self._adopted(key)
@@ -830,7 +765,7 @@ class SessionManager:
         if live is None:
             return None
         sandbox = live.lease.sandbox
-        if self.owners is not None and not await self._closing_mine(key, sandbox, keep):
+        if not await (self.handover.keeps(key) if keep else self.handover.release(key, sandbox)):
             self.pool.hand_over(sandbox)  # another replica's now: nothing saved or stopped
             return None
         try:
@@ -862,15 +797,6 @@ class SessionManager:
         else:
             self.pool.release(sandbox)
         return None
-
-    async def _closing_mine(self, key: str, sandbox: Sandbox, keep: bool) -> bool:
-        """On shutdown, whether the key's sandbox is still this replica's: kept, its record
-        stays for this replica's next start; ended, the record is released first."""
-        if not keep:
-            return await self._release(key, sandbox)
-        assert self.owners is not None
-        owner = await self._ask(self.owners.owner, key, default=None)
-        return owner is None or owner.replica == self.owners.replica
 
 
 @contextlib.asynccontextmanager
