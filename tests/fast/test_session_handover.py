@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+import executor.session as session_module
 from bot.conversations.session_owners import SessionOwners
 from bot.database import Databases
 from executor import Executor, PoolSettings, SandboxBusy, SandboxLimits
@@ -330,3 +331,20 @@ async def test_the_ledger_in_the_database_moves_a_session_as_the_memory_one(
     finally:
         ours.close()
         theirs.close()
+
+
+async def test_a_replica_lets_go_of_a_session_taken_over_long_before_its_next_reap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(session_module, "TAKEOVER_CHECK_S", 0.02)
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    a = replica(backend, ledger)
+    a.sessions.reap_interval_s = 60.0  # no reap during the test
+    async with running(a), running(replica(backend.replica("replica-b"), theirs)) as b:
+        sandbox = await taken_over(a, b, backend)
+        async with asyncio.timeout(5):
+            while "k" in a.sessions.active:  # noqa: ASYNC110 (the ledger has no event)
+                await asyncio.sleep(0.01)
+        await settled(a)
+        await still_bs(b, sandbox, theirs)
