@@ -14,6 +14,7 @@ from executor.errors import (
     InvalidInput,
     SandboxBusy,
     SandboxError,
+    SandboxTaken,
 )
 from executor.executor import Executor, PoolSettings, Session
 from executor.image import default_tag
@@ -53,6 +54,7 @@ __all__ = [
     "SandboxBusy",
     "SandboxError",
     "SandboxLimits",
+    "SandboxTaken",
     "Session",
     "SkippedFile",
     "Status",

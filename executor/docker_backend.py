@@ -331,10 +331,11 @@ class DockerBackend:
 
         return await asyncio.to_thread(sweep)
 
-    async def recover(self) -> list[Recovered]:
+    async def recover(self, skip: Collection[str] = ()) -> list[Recovered]:
         """The sessions an earlier process left running, attached to again: each runner
         must answer under the key derived for its container, and say whose session it
-        holds (a run that process started is interrupted and waited for)."""
+        holds (a run that process started is interrupted and waited for). Those in `skip`
+        (another replica holds them) are not touched."""
         client = await self.client()
         selector = [f"{k}={v}" for k, v in self.labels.items()]
         # Labels are the only filter the Docker API proxy passes on.
@@ -343,28 +344,49 @@ class DockerBackend:
             str(n).lstrip("/")
             for summary in listed
             if summary.get("State") == "running"  # not a frozen one, nor a paused session
+            and summary["Id"] not in skip
             for n in summary.get("Names") or []
         ]
-
-        async def one(name: str) -> Recovered | None:
-            try:
-                container = await asyncio.to_thread(client.containers.get, name)
-                raw = await asyncio.to_thread(_attach, client, name)
-            except (docker.errors.APIError, OSError):
-                return None
-            sandbox = await _sandbox_on(client, container, raw, self.key_for(name))
-            # On the sandbox network (allowlist), the egress proxy knows it by its address.
-            networks = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
-            sandbox.address = next(
-                (str(n["IPAddress"]) for n in networks.values() if n.get("IPAddress")), None
-            )
-            found = await sandbox.resume()
-            if found is None:
-                await sandbox.let_go()
-            return found
-
-        found = await asyncio.gather(*(one(name) for name in names if NAME_PATTERN.fullmatch(name)))
+        wanted = [name for name in names if NAME_PATTERN.fullmatch(name) and name not in skip]
+        found = await asyncio.gather(*(self._resumed(client, name) for name in wanted))
         return [item for item in found if item is not None]
+
+    async def adopt(self, sandbox_id: str) -> Recovered | None:
+        """A running sandbox of any instance (another replica's), attached to by its
+        container's id (or name)."""
+        client = await self.client()
+        # Labels are the only filter the Docker API proxy passes on: the id is checked here.
+        listed = await asyncio.to_thread(
+            client.api.containers, filters={"label": [f"{SANDBOX_LABEL}=1"]}
+        )
+        for summary in listed:
+            names = [str(n).lstrip("/") for n in summary.get("Names") or []]
+            if summary["Id"] != sandbox_id and sandbox_id not in names:
+                continue
+            if summary.get("State") != "running":
+                return None
+            name = next((n for n in names if NAME_PATTERN.fullmatch(n)), None)
+            return None if name is None else await self._resumed(client, name)
+        return None
+
+    async def _resumed(self, client: docker.DockerClient, name: str) -> Recovered | None:
+        """Attach to the container `name` and ask its runner whose session it holds (None:
+        no answer under its key, or no session; it is let go, not removed)."""
+        try:
+            container = await asyncio.to_thread(client.containers.get, name)
+            raw = await asyncio.to_thread(_attach, client, name)
+        except (docker.errors.APIError, OSError):
+            return None
+        sandbox = await _sandbox_on(client, container, raw, self.key_for(name))
+        # On the sandbox network (allowlist), the egress proxy knows it by its address.
+        networks = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+        sandbox.address = next(
+            (str(n["IPAddress"]) for n in networks.values() if n.get("IPAddress")), None
+        )
+        found = await sandbox.resume()
+        if found is None:
+            await sandbox.let_go()
+        return found
 
     async def detach(self, sandbox: Sandbox) -> None:
         if isinstance(sandbox, DockerSandbox):

@@ -9,6 +9,7 @@ ExecutorError(Exception)
 │   ├── FreezeFailed(SandboxError)                      one file operation refused: no freeze
 │   └── SnapshotFailed(SandboxError)                    no memory snapshot taken or restored
 ├── SandboxBusy(ExecutorError, RuntimeError)            every slot taken and the line full
+├── SandboxTaken(ExecutorError)                         another replica took the session over
 └── WorkspaceError(ExecutorError)                       a workspace not saved, found or read
 """
 
@@ -51,6 +52,12 @@ class FreezeFailed(SandboxError):
 
 class SandboxBusy(ExecutorError, RuntimeError):
     """Every sandbox slot is in use and the waiting line is full; try again later."""
+
+
+class SandboxTaken(ExecutorError):
+    """Another of the bot's replicas took over this session's sandbox (its runner answered
+    that replica's `resume`): nothing is wrong with the sandbox, so it is let go, never
+    stopped. Not a SandboxError, which ends the sandbox."""
 
 
 class WorkspaceError(ExecutorError):

@@ -14,8 +14,9 @@ from executor.docker_backend import DockerBackend
 from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, FileInfo
 from executor.notebook import run_notebook
+from executor.ownership import Owner, SessionOwners
 from executor.pool import QueueCallback, SandboxPool
-from executor.protocol import SandboxBackend, SessionKeeper
+from executor.protocol import Recovered, SandboxBackend, SessionKeeper
 from executor.run import OutputCallback
 from executor.run_input import InputCallback, RunClock
 from executor.session import SHUTDOWN_SAVE_S, Restore, Restored, SessionManager
@@ -80,9 +81,12 @@ class Executor:
         pool: PoolSettings | None = None,
         workspaces: WorkspaceStore | None = None,
         workspace_settings: WorkspaceSettings | None = None,
+        owners: SessionOwners | None = None,
     ) -> None:
         """`workspaces`: where a session's workspace is saved when it ends (but on a reset),
-        and restored from into the next session of the same key."""
+        and restored from into the next session of the same key. `owners`: the ledger of
+        which replica holds each session, where several share one database: a session
+        moves to the replica its conversation's next turn reaches, sandbox and all."""
         self.limits = limits or SandboxLimits()
         self.backend: SandboxBackend = backend or build_backend("docker", image, instance=instance)
         settings = pool or PoolSettings()
@@ -100,6 +104,9 @@ class Executor:
             pause_after_s=settings.pause_after_s,
             pause_max_mb=settings.pause_max_mb,
         )
+        # Sessions move between replicas only where a replica can attach to another one's
+        # sandboxes (a shared session secret); else each replica keeps its own, as before.
+        self.owners = self.sessions.owners = owners if self.keeps_sessions else None
         if isinstance(self.backend, DockerBackend):
             self.backend.templates_enabled = settings.template
             if workspace_settings is not None:
@@ -119,8 +126,11 @@ class Executor:
     async def __aenter__(self) -> Self:
         try:
             await self.backend.check(self.limits.runtime)
-            found = await self._keeper.recover() if self._keeper is not None else []
-            removed = await self.backend.remove_leftovers(keep={f.sandbox.id for f in found})
+            others = await self._others()
+            found = await self._keeper.recover(skip=others) if self._keeper is not None else []
+            found = await self._owned(found)
+            keep = {f.sandbox.id for f in found} | others
+            removed = await self.backend.remove_leftovers(keep=keep)
             if found:
                 log.info("attached again to %d session(s) an earlier run left going", len(found))
             if removed:
@@ -132,6 +142,41 @@ class Executor:
         self.pool.start()
         self.sessions.start()
         return self
+
+    async def _others(self) -> set[str]:
+        """The sandboxes other replicas hold (never touched here); none without a ledger."""
+        if self.owners is None:
+            return set()
+        return await asyncio.to_thread(self.owners.others)
+
+    async def _owned(self, found: list[Recovered]) -> list[Recovered]:
+        """With a ledger, the sessions this replica holds: those recovered by its label
+        that no other replica took, recorded, and those it took over from another replica
+        (labelled with that one's instance), attached to by id."""
+        keeper, owners = self._keeper, self.owners
+        if owners is None or keeper is None:
+            return found
+        mine = await asyncio.to_thread(owners.mine)
+        kept: list[Recovered] = []
+        for item in found:
+            owner = await asyncio.to_thread(owners.owner, item.session)
+            if owner is None or owner == Owner(item.sandbox.id, owners.replica):
+                await asyncio.to_thread(owners.record, item.session, item.sandbox.id)
+                kept.append(item)
+            else:  # a newer session of the key exists: this one is a leftover
+                await keeper.detach(item.sandbox)
+        ids = {item.sandbox.id for item in kept}
+        for key, sandbox in mine.items():
+            if sandbox in ids:
+                continue
+            adopted = await keeper.adopt(sandbox)
+            if adopted is not None and adopted.session == key:
+                kept.append(adopted)
+                continue
+            if adopted is not None:
+                await keeper.detach(adopted.sandbox)
+            await asyncio.to_thread(owners.release, key, sandbox)
+        return kept
 
     async def __aexit__(
         self,
@@ -163,7 +208,8 @@ class Executor:
         # A removal that failed while the engine was away (a restart) leaves a container or
         # volume behind; one sweep by this instance's labels catches those.
         try:
-            removed = await self.backend.remove_leftovers(keep={s.id for s in kept})
+            others = await self._others()
+            removed = await self.backend.remove_leftovers(keep={s.id for s in kept} | others)
         except Exception as exc:  # the engine may be gone for good: nothing more to do
             log.warning("could not check for leftover sandboxes: %s", exc)
         else:

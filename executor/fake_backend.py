@@ -157,6 +157,12 @@ class FakeSandbox:
         """The run in progress, or a kept one: its id, start and events (as the runner's)."""
         self._kept = False
         self._asking: wire.InputRequest | None = None
+        self.instance = backend.instance
+        """The label of the replica that started it."""
+        self.holder: FakeBackend | None = backend
+        """The backend (a replica) attached to it now; None while detached."""
+        self.attachments: list[FakeAttachment] = []
+        """Other hosts attached to it (replicas that took it over): each hears every event."""
 
     @property
     def id(self) -> str:
@@ -340,12 +346,15 @@ class FakeSandbox:
             return wire.FsDone(id=request.id, error=f"{type(exc).__name__}: {exc}"[:300])
 
     async def receive(self) -> dict[str, Any] | None:
-        if self._ended and self._events.empty():
-            return None
-        event = await self._events.get()
-        if event is BROKEN:
-            raise ChannelDamaged("1 of the runner's messages arrived broken (the fake's script)")
-        return event
+        return await _received(self._events, self._ended)
+
+    def _put(self, item: dict[str, Any] | None) -> None:
+        """What the runner writes, to every host attached (as each attach stream gets it)."""
+        if self.heard or item is None:
+            self._events.put_nowait(item)
+        for attachment in self.attachments:
+            if attachment.heard or item is None:
+                attachment.events.put_nowait(item)
 
     async def get_files(
         self,
@@ -423,7 +432,7 @@ class FakeSandbox:
             if error is None and step.asks:
                 error = await self._ask(request, index, step.asks, kept)
             if step.breaks_channel and not self._frozen:
-                await self._events.put(BROKEN)
+                self._put(BROKEN)
             if step.hang:
                 await interrupted.wait()
                 if step.ignore_interrupt:
@@ -472,8 +481,7 @@ class FakeSandbox:
             and event.id == record[0]
         ):
             record[2].append(event)
-        if self.heard:
-            await self._events.put(wire.encode(event))
+        self._put(wire.encode(event))
 
     def unheard(self) -> None:
         """Detached: what it said and says from now on reaches nobody (as a closed stream)."""
@@ -489,7 +497,7 @@ class FakeSandbox:
     def _end(self) -> None:
         if not self._ended:
             self._ended = True
-            self._events.put_nowait(None)
+            self._put(None)
 
     @staticmethod
     def _notebook(cells: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> dict[str, Any]:
@@ -511,6 +519,72 @@ class FakeSandbox:
         }
 
 
+async def _received(
+    events: asyncio.Queue[dict[str, Any] | None], ended: bool
+) -> dict[str, Any] | None:
+    if ended and events.empty():
+        return None
+    event = await events.get()
+    if event is BROKEN:
+        raise ChannelDamaged("1 of the runner's messages arrived broken (the fake's script)")
+    return event
+
+
+class FakeAttachment:
+    """Another host's attachment to a fake sandbox, as a replica that took its session over
+    has: it hears everything the runner says from its attach on (so does the first host,
+    until it lets go), and speaks to the same runner."""
+
+    def __init__(self, sandbox: FakeSandbox) -> None:
+        self.sandbox = sandbox
+        self.events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.heard = True
+        sandbox.attachments.append(self)
+
+    @property
+    def id(self) -> str:
+        return self.sandbox.id
+
+    @property
+    def alive(self) -> bool:
+        return self.sandbox.alive
+
+    @property
+    def address(self) -> str | None:
+        return self.sandbox.address
+
+    async def put_files(self, tar: bytes) -> None:
+        await self.sandbox.put_files(tar)
+
+    async def send(self, request: Mapping[str, Any]) -> None:
+        await self.sandbox.send(request)
+
+    async def receive(self) -> dict[str, Any] | None:
+        return await _received(self.events, not self.sandbox.alive)
+
+    async def get_files(
+        self,
+        caps: OutputCaps,
+        unchanged: Mapping[str, bytes] | None = None,
+        wanted: Collection[str] | None = None,
+    ) -> ExtractedFiles:
+        return await self.sandbox.get_files(caps, unchanged, wanted)
+
+    async def exit_state(self) -> ExitState:
+        return await self.sandbox.exit_state()
+
+    async def kill(self) -> None:
+        await self.sandbox.kill()
+
+    async def destroy(self) -> None:
+        await self.sandbox.destroy()
+
+    def unheard(self) -> None:
+        self.heard = False
+        while not self.events.empty():
+            self.events.get_nowait()
+
+
 class FakeBackend:
     """Sandboxes that exist only in this process, running cells from `script`."""
 
@@ -521,7 +595,11 @@ class FakeBackend:
         start_s: float = 0.0,
         keeps_sessions: bool = False,
         pausable: bool = False,
+        instance: str = "default",
     ) -> None:
+        self.instance = instance
+        """The label this backend's sandboxes get (a replica's, `Settings.sandbox_instance`):
+        `recover` and `remove_leftovers` see only sandboxes of its label."""
         self.script: Script = script if script is not None else {}
         self.pausable = pausable
         """Whether sessions can be paused to memory snapshots (SnapshotKeeper), as gVisor
@@ -556,6 +634,21 @@ class FakeBackend:
         self.unavailable: str | None = None
         """Set to a message to make the next start fail as an engine outage does."""
 
+    def replica(self, instance: str) -> FakeBackend:
+        """Another replica's backend on the same fake cluster: it sees the same sandboxes
+        (to adopt by id) and labels its own with `instance`."""
+        other = FakeBackend(
+            self.script,
+            start_s=self.start_s,
+            keeps_sessions=self.keeps_sessions,
+            pausable=self.pausable,
+            instance=instance,
+        )
+        for shared in ("paused", "detached", "runs", "restores", "snapshot_s", "installs"):
+            setattr(other, shared, getattr(self, shared))
+        other.live, other.every = self.live, self.every
+        return other
+
     def lookup(self, code: str) -> FakeRun:
         if callable(self.script):
             found = self.script(code)
@@ -587,24 +680,56 @@ class FakeBackend:
         return sandbox
 
     async def remove_leftovers(self, keep: Collection[str] = ()) -> int:
-        gone = [s for s in self.detached if s.id not in keep]
+        gone = [s for s in self.detached if s.id not in keep and s.instance == self.instance]
         for sandbox in gone:
             self.detached.discard(sandbox)
             await sandbox.destroy()
         return len(gone)
 
-    async def recover(self) -> list[Recovered]:
-        found = [s for s in self.detached if s.session and s.alive]
-        self.detached.difference_update(found)
+    async def recover(self, skip: Collection[str] = ()) -> list[Recovered]:
+        # As a real backend lists its label's sandboxes: those left running, and those
+        # another replica is attached to now (which only `skip` keeps this one from).
+        found = [
+            s
+            for s in self.every
+            if s.session
+            and s.alive
+            and s.instance == self.instance
+            and s.id not in skip
+            and s.id not in self.paused
+            and (s in self.detached or (s.holder is not None and s.holder is not self))
+        ]
+        claimed: list[Recovered | None] = []
         for sandbox in found:
-            sandbox.heard = True
-        claimed = [await claimed_session(sandbox, RESUME_ANSWER_S) for sandbox in found]
+            if sandbox in self.detached:
+                self.detached.discard(sandbox)
+                sandbox.heard = True
+                sandbox.holder = self
+                claimed.append(await claimed_session(sandbox, RESUME_ANSWER_S))
+            else:
+                claimed.append(await self.adopt(sandbox.id))
         return [item for item in claimed if item is not None]
 
+    async def adopt(self, sandbox_id: str) -> Recovered | None:
+        found = next((s for s in self.every if s.id == sandbox_id), None)
+        if found is None or not found.alive or found.id in self.paused:
+            return None
+        attachment = FakeAttachment(found)
+        claimed = await claimed_session(attachment, RESUME_ANSWER_S)
+        if claimed is None:
+            attachment.unheard()
+            return None
+        self.detached.discard(found)
+        found.holder = self
+        return claimed
+
     async def detach(self, sandbox: Sandbox) -> None:
-        if isinstance(sandbox, FakeSandbox):
-            self.detached.add(sandbox)
+        if isinstance(sandbox, FakeSandbox | FakeAttachment):
             sandbox.unheard()
+            underlying = sandbox.sandbox if isinstance(sandbox, FakeAttachment) else sandbox
+            if underlying.holder is self:  # nobody else is attached: a later process may be
+                underlying.holder = None
+                self.detached.add(underlying)
 
     async def pause_refusal(self, limits: SandboxLimits) -> str | None:
         return None if self.pausable else "the fake backend was made without snapshots"
@@ -625,6 +750,7 @@ class FakeBackend:
             await sandbox.destroy()
             raise SnapshotFailed(self.refuse_resume or "it holds another conversation's session")
         sandbox.keys += 1
+        sandbox.holder = self
         self.live.add(sandbox)
         return sandbox
 
@@ -635,11 +761,13 @@ class FakeBackend:
 
     async def close(self) -> None:
         for sandbox in list(self.live - self.detached):
-            with contextlib.suppress(Exception):
-                await sandbox.destroy()
+            if sandbox.holder is self:
+                with contextlib.suppress(Exception):
+                    await sandbox.destroy()
 
 
 __all__ = [
+    "FakeAttachment",
     "FakeBackend",
     "FakeRun",
     "FakeSandbox",

@@ -458,35 +458,41 @@ class KubernetesBackend:
             await cluster_call(delete_pod, api, self.namespace, name)
         return len(gone)
 
-    async def recover(self) -> list[Recovered]:
-        api = await self.api()
+    async def recover(self, skip: Collection[str] = ()) -> list[Recovered]:
         running = {
             p.metadata.name: p.status.pod_ip
             for p in await self._pods()
-            if p.status.phase == "Running"
+            if p.status.phase == "Running" and p.metadata.name not in skip
         }
-
-        async def one(name: str) -> Recovered | None:
-            try:
-                attach = await cluster_call(self._attach, name)
-            except SandboxError:
-                return None
-            sandbox = KubernetesSandbox(
-                api,
-                self.streams(),
-                self.namespace,
-                name,
-                attach,
-                self.key_for(name),
-                running[name] or None,
-            )
-            found = await sandbox.resume()
-            if found is None:
-                sandbox.detach()
-            return found
-
-        found = await asyncio.gather(*(one(name) for name in running))
+        found = await asyncio.gather(*(self._resumed(n, ip) for n, ip in running.items()))
         return [item for item in found if item is not None]
+
+    async def adopt(self, sandbox_id: str) -> Recovered | None:
+        api = await self.api()
+        try:
+            pod: Any = await cluster_call(api.read_namespaced_pod, sandbox_id, self.namespace)
+        except (SandboxError, ApiException):
+            return None  # gone (deleted, or its deadline passed)
+        labels = pod.metadata.labels or {}
+        if labels.get(SANDBOX_LABEL) != "1" or pod.status.phase != "Running":
+            return None
+        return await self._resumed(sandbox_id, pod.status.pod_ip)
+
+    async def _resumed(self, name: str, address: str | None) -> Recovered | None:
+        """Attach to the Pod `name` and ask its runner whose session it holds (None: no
+        answer under its key, or no session; the Pod is let go, not deleted)."""
+        api = await self.api()
+        try:
+            attach = await cluster_call(self._attach, name)
+        except SandboxError:
+            return None
+        sandbox = KubernetesSandbox(
+            api, self.streams(), self.namespace, name, attach, self.key_for(name), address or None
+        )
+        found = await sandbox.resume()
+        if found is None:
+            sandbox.detach()
+        return found
 
     async def detach(self, sandbox: Sandbox) -> None:
         if isinstance(sandbox, KubernetesSandbox):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from executor.errors import ExecutorError, SandboxBusy
 from executor.limits import SandboxLimits
-from executor.protocol import Sandbox, SandboxBackend
+from executor.protocol import Sandbox, SandboxBackend, SessionKeeper
 from executor.run import wait_ready, wait_warm
 
 log = logging.getLogger(__name__)
@@ -160,6 +160,23 @@ class SandboxPool:
         (its snapshot holds no memory; the session's next run resumes and adopts it)."""
         self._leased -= 1
         self._wake.set()
+
+    def hand_over(self, sandbox: Sandbox) -> None:
+        """A leased sandbox another replica took over: no longer counted, and let go of
+        (its stream closed) in the background, never stopped."""
+        self._leased -= 1
+        self._wake.set()
+        if isinstance(self.backend, SessionKeeper):
+            task = asyncio.create_task(self._detach(self.backend, sandbox))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _detach(backend: SessionKeeper, sandbox: Sandbox) -> None:
+        try:
+            await backend.detach(sandbox)
+        except Exception as exc:  # a stream that will not close: it ends with the process
+            log.warning("could not let go of sandbox %s: %s", sandbox.id[:12], exc)
 
     def _discard(self, sandbox: Sandbox) -> None:
         task = asyncio.create_task(self._destroy(sandbox))

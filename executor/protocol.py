@@ -101,9 +101,15 @@ class SessionKeeper(Protocol):
     def keeps_sessions(self) -> bool:
         """Whether a later process could attach to them again (it can make their keys)."""
 
-    async def recover(self) -> list[Recovered]:
+    async def recover(self, skip: Collection[str] = ()) -> list[Recovered]:
         """Attach again to this instance's sandboxes that hold a session and answer as their
-        runner; the rest are left for remove_leftovers."""
+        runner, but those in `skip` (another replica holds them: they are not touched); the
+        rest are left for remove_leftovers."""
+
+    async def adopt(self, sandbox_id: str) -> Recovered | None:
+        """Attach to one sandbox by its id, whatever its instance (another replica started
+        it, and may still be attached), and ask its runner under its key which session it
+        holds, as `recover` does; None when it is gone or does not answer (it is let go)."""
 
     async def detach(self, sandbox: Sandbox) -> None:
         """Let go of a sandbox without stopping it."""

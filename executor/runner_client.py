@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TypeVar
 
 from executor import wire
-from executor.errors import SandboxError
+from executor.errors import SandboxError, SandboxTaken
 from executor.protocol import Recovered, Sandbox
 
 REQUEST_TIMEOUT_S = 60.0
@@ -38,7 +38,15 @@ class RunnerClient:
         await self.sandbox.send(wire.encode(request))
 
     async def event(self) -> wire.Event | None:
-        """The runner's next declared event, or None once its output has ended."""
+        """The runner's next declared event, or None once its output has ended. A `resumed`
+        this side did not ask for is SandboxTaken: another replica attached to the sandbox
+        and took its session over (its runner answers that host from now on)."""
+        event = await self._event()
+        if isinstance(event, wire.Resumed):
+            raise SandboxTaken("another of the bot's replicas took this session over")
+        return event
+
+    async def _event(self) -> wire.Event | None:
         while (found := await self.sandbox.receive()) is not None:
             event = wire.decode_event(found)
             if event is not None:
@@ -131,9 +139,11 @@ class RunnerClient:
         nonce = nonce or uuid.uuid4().hex
         await self.send(wire.Resume(nonce=nonce))
         async with asyncio.timeout(self.timeout_s):
-            while (event := await self.event()) is not None:
+            while (event := await self._event()) is not None:
                 if isinstance(event, wire.Resumed) and event.nonce == nonce:
                     return event
+                if isinstance(event, wire.Resumed):
+                    raise SandboxTaken("another of the bot's replicas took this session over")
         return None
 
     async def rekey(self, reseed: bool = False, key: bytes | None = None) -> wire.Rekeyed | None:
@@ -214,6 +224,6 @@ async def claimed_session(sandbox: Sandbox, timeout_s: float) -> Recovered | Non
                 await client.interrupt()
                 if not await client.until_done():
                     return None
-    except (TimeoutError, SandboxError):
+    except (TimeoutError, SandboxError, SandboxTaken):
         return None
     return Recovered(sandbox=sandbox, session=answer.session, kept=answer.kept)

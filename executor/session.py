@@ -3,7 +3,8 @@
 A session takes a fresh sandbox from the pool on its first run and keeps it until it is idle
 too long, reaches its maximum lifetime, is closed, or its kernel or sandbox dies; the next
 run starts a new session and says why (`ended`). Runs on one key queue in order; different
-keys run in parallel. `session_workspace` keeps workspaces; `session_files` the rest."""
+keys run in parallel. `session_workspace` keeps workspaces; `session_handover` moves sessions
+between the bot's replicas; `session_files` the rest."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from executor.errors import SandboxError
+from executor.errors import SandboxBusy, SandboxError, SandboxTaken
 from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, OutputCollector, Status
+from executor.ownership import SessionOwners
 from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import Recovered, Sandbox, SnapshotKeeper
 from executor.run import (
@@ -35,6 +37,7 @@ from executor.run import (
 from executor.run_input import InputCallback, RunClock
 from executor.runner_client import RunnerClient
 from executor.session_files import SessionFiles, changed_files
+from executor.session_handover import Handover
 from executor.session_live import Found, Live, Restore, RunHooks, run_limits, unless_stopped
 from executor.session_news import (
     Ended,
@@ -65,6 +68,9 @@ BESIDE_DIED = (
 )
 SHUTDOWN_SAVE_S = 20.0
 """On shutdown, how long every session's save may take, all of them at once."""
+TAKEOVER_CHECK_S = 2.0
+"""With a ledger, how often this replica asks which of its idle sessions other replicas took
+over: until it lets go, its attach stream also receives what their runs print, unread."""
 
 
 class SessionManager:
@@ -121,6 +127,20 @@ class SessionManager:
         a shutdown that keeps sessions leaves them going."""
         self._saving = self.keeper.saving
         self._reaper: asyncio.Task[None] | None = None
+        self.handover = Handover(pool)
+        self._ending: dict[str, asyncio.Task[None]] = {}
+        """Sessions being ended in the background (with a ledger), by key."""
+
+    @property
+    def owners(self) -> SessionOwners | None:
+        """The ledger the bot's replicas share (None: one process). A run whose key another
+        replica holds adopts that replica's sandbox; a sandbox another replica took over is
+        let go, never stopped, saved or paused here."""
+        return self.handover.owners
+
+    @owners.setter
+    def owners(self, owners: SessionOwners | None) -> None:
+        self.handover.owners = owners
 
     @property
     def active(self) -> list[str]:
@@ -239,6 +259,9 @@ class SessionManager:
             await self.keeper.before_run(key, live, restore)
             try:
                 outcome = await run_in(live.lease.sandbox)
+            except SandboxTaken:
+                self._forget(key)
+                raise
             except SandboxError:
                 if collector.stdout or collector.results:
                     raise
@@ -438,25 +461,68 @@ class SessionManager:
         if live is not None and not live.lease.sandbox.alive:
             self._drop(key, ending_of_sandbox(live.lease.sandbox))
             live = None
+        if live is not None and await self.handover.taken(key, live.lease.sandbox):
+            self._forget(key)
+            live = None
         if live is not None:
             return live, None
+        if (ending := self._ending.get(key)) is not None:
+            await asyncio.wait([ending])  # its record released (or found taken over) first
         if self.pool.full:
             await self.pause_refusal()  # known before the room is made, with no await there
             self._make_room(key)
+        adopted = await self._adopted(key)
+        if adopted is not None:
+            return adopted, None
         if self.workspaces is not None:
             resumed = await self.keeper.resume(key)
             if resumed is not None:
                 self._live[key] = resumed
                 self._endings.pop(key, None)
+                await self.handover.record(key, resumed.lease.sandbox)
                 return resumed, None
         lease = await self.pool.acquire(on_queued)
         now = time.monotonic()
         live = self._live[key] = Live(lease=lease, created=now, last_used=now)
         # The runner keeps whose session it holds, for a later process to find it again.
         await RunnerClient(lease.sandbox).claim(key)
+        await self.handover.record(key, lease.sandbox)
         if self.workspaces is not None:
             await self.keeper.started(key, live)
         return live, self._endings.pop(key, None)
+
+    async def _adopted(self, key: str) -> Live | None:
+        """The key's session as another replica left it (see Handover.adopt), now live
+        here; its next run says nothing: the session simply carries on."""
+        found = await self.handover.adopt(key)
+        if found is None:
+            return None
+        now = time.monotonic()
+        live = self._live[key] = Live(
+            lease=self.pool.adopt(found.sandbox), created=now, last_used=now
+        )
+        if found.kept:
+            self._kept[key] = found.kept
+        self._endings.pop(key, None)
+        return live
+
+    def _forget(self, key: str) -> None:
+        """Another replica took the key's session over: let go of its sandbox, which goes on
+        there (nothing is stopped or saved, and no ending is noted)."""
+        live = self._take(key)
+        self._kept.pop(key, None)
+        if live is not None:
+            log.info("session %s: another replica took it over", key)
+            self.pool.hand_over(live.lease.sandbox)
+
+    async def _notice_takeovers(self) -> None:
+        """Let go of the idle sessions that other replicas took over (their runners answer
+        those now; this side's stream would only fill up)."""
+        held = {key: live.lease.sandbox for key, live in self._live.items()}
+        for key in await self.handover.lost(held):
+            live = self._live.get(key)
+            if live is not None and live.lease.sandbox is held[key] and not self.lock(key).locked():
+                self._forget(key)
 
     def news(self, key: str) -> WorkspaceNews | None:
         """What the key's next result tells about its workspace or snapshot (once)."""
@@ -494,6 +560,9 @@ class SessionManager:
                 self._drop(key, Ended(Ending.IDLE, 0))
                 return refusal
             self._take(key)
+            if not await self.handover.release(key, live.lease.sandbox):
+                self.pool.hand_over(live.lease.sandbox)  # another replica's now
+                return None
             pause_mb = self.pause_max_mb if refusal is None else None
             await self.keeper.save_and_release(key, live, pause_mb=pause_mb)
             return refusal if refusal is not None else self.keeper.snapshot_why.get(key)
@@ -563,18 +632,47 @@ class SessionManager:
             self._endings.move_to_end(key)
             while len(self._endings) > REMEMBERED_ENDINGS:
                 self._endings.popitem(last=False)
+        self._end(key, live, save)
+
+    def _end(self, key: str, live: Live, save: bool, pause_mb: int | None = None) -> None:
+        """End a session already out of the live ones: with `save`, its workspace is saved
+        first (and with `pause_mb` its sandbox paused), in the background, and the sandbox
+        released after. With a ledger, only once its record is released: a sandbox another
+        replica took over is let go of instead."""
         sandbox = live.lease.sandbox
-        if save and self.workspaces is not None and sandbox.alive:
-            self.keeper.save_in_background(key, live)
+        save = save and self.workspaces is not None and sandbox.alive
+        if self.owners is None:
+            if save:
+                self.keeper.save_in_background(key, live, pause_mb=pause_mb)
+            else:
+                self.pool.release(sandbox)
             return
-        self.pool.release(sandbox)
+        task = asyncio.create_task(self._end_owned(key, live, save, pause_mb))
+        self._ending[key] = task
+        task.add_done_callback(lambda done: self._ended_one(key, done))
+        if save:
+            self.keeper.track(key, task)
+
+    def _ended_one(self, key: str, task: asyncio.Task[None]) -> None:
+        if self._ending.get(key) is task:
+            del self._ending[key]
+
+    async def _end_owned(self, key: str, live: Live, save: bool, pause_mb: int | None) -> None:
+        sandbox = live.lease.sandbox
+        if not await self.handover.release(key, sandbox):
+            log.info("session %s: another replica holds its sandbox; let go of it", key)
+            self.pool.hand_over(sandbox)
+        elif save:
+            await self.keeper.save_and_release(key, live, pause_mb=pause_mb)
+        else:
+            self.pool.release(sandbox)
 
     def _pause_in_background(self, key: str, live: Live) -> None:
         """Pause an idle session to a memory snapshot (its workspace saved with it); the
         next run resumes it. No await before the session is gone from the live ones."""
         log.info("pausing idle session %s to a memory snapshot", key)
         self._take(key)
-        self.keeper.save_in_background(key, live, pause_mb=self.pause_max_mb)
+        self._end(key, live, True, self.pause_max_mb)
 
     def stop(self, key: str) -> bool:
         """Interrupt the key's running run, and end the runs that wait to start (nothing of
@@ -586,18 +684,30 @@ class SessionManager:
         return bool(events)
 
     async def close(self, key: str) -> None:
-        """End the key's session on request (the next run starts afresh without a note)."""
+        """End the key's session on request (the next run starts afresh without a note),
+        wherever it lives: one that another replica holds is taken over to be ended here."""
         async with self.lock(key):
+            live = self._live.get(key)
+            if live is not None and await self.handover.taken(key, live.lease.sandbox):
+                self._forget(key)
+            if key not in self._live:
+                with contextlib.suppress(SandboxBusy):  # another replica is taking it now
+                    await self._adopted(key)
             self._drop(key, None)
             self._endings.pop(key, None)
             await self.keeper.forget(key)
 
     async def _reap_loop(self) -> None:
+        checks = max(1, round(self.reap_interval_s / TAKEOVER_CHECK_S)) if self.owners else 1
         while True:
-            await asyncio.sleep(self.reap_interval_s)
+            for _ in range(checks - 1):
+                await asyncio.sleep(self.reap_interval_s / checks)
+                await self._notice_takeovers()
+            await asyncio.sleep(self.reap_interval_s / checks)
             await self.reap()
 
     async def reap(self) -> None:
+        await self._notice_takeovers()
         now = time.monotonic()
         pausing = await self._pausing()
         for key, live in list(self._live.items()):
@@ -629,8 +739,16 @@ class SessionManager:
         # Every session ends at once, each save within its own deadline: one that pickles
         # slowly loses only its own workspace, never another's, within the engine's grace.
         ended = await asyncio.gather(*(self._close_one(key, keep) for key in list(self._live)))
+        await self.settle(self.shutdown_save_s)
         await self.keeper.finish(self.shutdown_save_s)
         return [sandbox for sandbox in ended if sandbox is not None]
+
+    async def settle(self, timeout_s: float | None = None) -> None:
+        """Wait (at most `timeout_s`) for the sessions being ended in the background: their
+        records released, workspaces saved, sandboxes released or let go of."""
+        pending = {*self._ending.values(), *self.keeper.saving.values()}
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
 
     async def _close_one(self, key: str, keep: bool) -> Sandbox | None:
         """End one session on shutdown (its run stopped): its workspace saved within
@@ -647,22 +765,33 @@ class SessionManager:
         if live is None:
             return None
         sandbox = live.lease.sandbox
-        if keep and sandbox.alive:
-            if self.workspaces is not None:
-                # The fallback, should the next process not attach to it again (another
-                # secret, an engine restarted in between): its files and variables.
-                await self.keeper.save(key, live, self.shutdown_save_s)
-            return sandbox
-        if self.workspaces is not None and sandbox.alive:
-            started = time.monotonic()
-            # Where snapshots work, the session is paused too, within the same deadline: the
-            # next process resumes it whole (its workspace, saved first, is the fallback).
-            pause_mb = self.pause_max_mb if await self._pausing() else None
-            if await self.keeper.save(key, live, self.shutdown_save_s, pause_mb):
-                how = "paused" if live.paused else "saved"
-                log.info(
-                    "%s session %s in %.1f s on shutdown", how, key, time.monotonic() - started
-                )
+        if not await (self.handover.keeps(key) if keep else self.handover.release(key, sandbox)):
+            self.pool.hand_over(sandbox)  # another replica's now: nothing saved or stopped
+            return None
+        try:
+            if keep and sandbox.alive:
+                if self.workspaces is not None:
+                    # The fallback, should the next process not attach to it again (another
+                    # secret, an engine restarted in between): its files and variables.
+                    await self.keeper.save(key, live, self.shutdown_save_s)
+                return sandbox
+            if self.workspaces is not None and sandbox.alive:
+                started = time.monotonic()
+                # Where snapshots work, the session is paused too, within the same deadline:
+                # the next process resumes it whole (its workspace, saved first, is the
+                # fallback).
+                pause_mb = self.pause_max_mb if await self._pausing() else None
+                if await self.keeper.save(key, live, self.shutdown_save_s, pause_mb):
+                    how = "paused" if live.paused else "saved"
+                    log.info(
+                        "%s session %s in %.1f s on shutdown",
+                        how,
+                        key,
+                        time.monotonic() - started,
+                    )
+        except SandboxTaken:  # another replica attached meanwhile: it goes on there
+            self.pool.hand_over(sandbox)
+            return None
         if live.paused:
             self.pool.let_go(sandbox)
         else:

@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from executor.archive import OutputCaps, build_workspace_tar
-from executor.errors import ExecutorError, InvalidInput, SandboxError, WorkspaceError
+from executor.errors import (
+    ExecutorError,
+    InvalidInput,
+    SandboxError,
+    SandboxTaken,
+    WorkspaceError,
+)
 from executor.limits import SandboxLimits
 from executor.notebook import MB
 from executor.pool import SandboxPool
@@ -287,7 +293,10 @@ class WorkspaceKeeper:
     def save_in_background(self, key: str, live: Live, pause_mb: int | None = None) -> None:
         """Save the ended session's workspace, then release its sandbox; with `pause_mb`,
         pause the sandbox to a memory snapshot of at most that size first (see `save`)."""
-        task = asyncio.create_task(self.save_and_release(key, live, pause_mb=pause_mb))
+        self.track(key, asyncio.create_task(self.save_and_release(key, live, pause_mb=pause_mb)))
+
+    def track(self, key: str, task: asyncio.Task[None]) -> None:
+        """A save of the key's workspace going on in `task`: the next session waits for it."""
         self.saving[key] = task
         task.add_done_callback(lambda done: self._forget_saving(key, done))
 
@@ -302,10 +311,16 @@ class WorkspaceKeeper:
         timeout_s: float = WORKSPACE_TIMEOUT_S,
         pause_mb: int | None = None,
     ) -> None:
+        taken = False
         try:
             await self.save(key, live, timeout_s, pause_mb)
+        except SandboxTaken:
+            # Another replica attached meanwhile: it holds the session now, nothing is saved.
+            taken = True
         finally:
-            if live.paused:
+            if taken:
+                self.pool.hand_over(live.lease.sandbox)
+            elif live.paused:
                 self.pool.let_go(live.lease.sandbox)
             else:
                 self.pool.release(live.lease.sandbox)

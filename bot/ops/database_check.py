@@ -15,6 +15,7 @@ from bot.conversations.network import MIGRATIONS as NETWORK
 from bot.conversations.policy import MIGRATIONS as POLICIES
 from bot.conversations.quotas import MIGRATIONS as QUOTAS
 from bot.conversations.schedule_store import MIGRATIONS as SCHEDULES
+from bot.conversations.session_owners import MIGRATIONS as OWNERS
 from bot.conversations.shared_events import MIGRATIONS as SEEN
 from bot.conversations.turn_leases import MIGRATIONS as LEASES
 from bot.database import Database, DatabaseError, Databases, Migrations, version
@@ -30,7 +31,7 @@ STORES: tuple[Migrations, ...] = (
     BACKGROUND,
     TOKENS,
 )
-SHARED: tuple[Migrations, ...] = (LEASES, SEEN)
+SHARED: tuple[Migrations, ...] = (LEASES, SEEN, OWNERS)
 """Stores only a shared database has: what replicas coordinate through."""
 CONNECT_S = 5.0
 ROUND_TRIPS = 5

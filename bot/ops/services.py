@@ -22,6 +22,7 @@ from bot.conversations.policy import Policies
 from bot.conversations.quotas import Quotas
 from bot.conversations.schedule_store import ScheduleStore
 from bot.conversations.schedules import Scheduler
+from bot.conversations.session_owners import SessionOwners
 from bot.conversations.shared_events import SharedEvents
 from bot.conversations.turn_leases import LabelTaken, TurnLeases
 from bot.database import Databases
@@ -80,6 +81,8 @@ async def services(
         # Replicas share a conversation's turns only through a shared database.
         leases = TurnLeases(where) if settings.database_url else None
         events = SharedEvents(where) if settings.database_url else None
+        # ... and a conversation's live session, which moves to the replica its turn reaches.
+        owners = SessionOwners(where, settings.sandbox_instance) if settings.database_url else None
     except BaseException:
         # A database that cannot be reached (or migrated) stops the start; the storage
         # client and a PostgreSQL pool are not left open behind it.
@@ -109,6 +112,7 @@ async def services(
                 pool=pool or settings.pool,
                 workspaces=workspaces(settings, storage),
                 workspace_settings=settings.workspace,
+                owners=owners,
             ) as executor,
         ):
             agent = Agent(
@@ -187,6 +191,8 @@ async def services(
             leases.close()
         if events is not None:
             events.close()
+        if owners is not None:
+            owners.close()
         where.close()
         if client is not None:
             await client.close()

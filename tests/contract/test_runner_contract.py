@@ -9,9 +9,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from executor import Executor, PoolSettings, SandboxLimits, wire
 from executor.archive import build_input_tar
-from executor.protocol import Sandbox, SandboxBackend
+from executor.errors import SandboxTaken
+from executor.protocol import Sandbox, SandboxBackend, SessionKeeper
 from executor.runner_client import RunnerClient
 from tests.contract.conftest import ASKING, ENV_NAME, started
 from tests.support.runner_events import notices_and_outputs
@@ -226,6 +229,30 @@ async def test_a_claimed_sandbox_answers_a_resume_and_goes_on(sandbox: Sandbox) 
     assert (resumed.session, resumed.busy) == ("contract-session", False)
     outputs, _ = await run(client, ["print(6 * 7)"])
     assert text(outputs) == "42\n"
+
+
+async def test_another_host_adopts_a_claimed_sandbox_by_id_and_the_first_hears_it(
+    backend: SandboxBackend, sandbox: Sandbox
+) -> None:
+    """What a replica that takes a session over does (`SessionKeeper.adopt`): it attaches to
+    the sandbox by id while the first host is still attached, the runner answers it under
+    the sandbox's key, and what the first host reads next is that answer: a takeover, not a
+    forgery. An id that names no sandbox adopts nothing."""
+    assert isinstance(backend, SessionKeeper)
+    first = RunnerClient(sandbox)
+    await first.claim("contract-session")
+    await run(first, ["x = 41"])
+    found = await backend.adopt(sandbox.id)
+    assert found is not None
+    try:
+        assert (found.session, found.sandbox.id) == ("contract-session", sandbox.id)
+        outputs, _ = await run(RunnerClient(found.sandbox), ["print(x)"])
+        assert text(outputs) == "41\n"  # the very kernel
+        with pytest.raises(SandboxTaken):
+            await first.export()
+    finally:
+        await backend.detach(found.sandbox)
+    assert await backend.adopt("cellmate-0123456789abcdef") is None
 
 
 SLEEPER = "print('started', flush=True)\nimport time\ntime.sleep(600)"

@@ -39,8 +39,9 @@ async def test_doctor_names_the_engine_its_round_trip_and_the_migrations(
         open_store(databases, store).close()
     after = await database_check(settings_of(databases))
     assert after[1].detail == f"current: all {len(stores)} stores at their latest"
-    # A shared database also keeps the replicas' turn leases and the events they handled.
-    assert len(stores) == len(STORES) + 2 * (databases.engine == "postgresql")
+    # A shared database also keeps the replicas' turn leases, the events they handled and
+    # which of them holds each live session.
+    assert len(stores) == len(STORES) + 3 * (databases.engine == "postgresql")
     out = io.StringIO()
     assert report(after, out) == 0
     assert "ms" in out.getvalue()

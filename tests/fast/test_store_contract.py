@@ -16,9 +16,12 @@ from bot.conversations.network import NetworkGrants, NetworkSettings
 from bot.conversations.policy import Effective, Policies, PolicySettings, Scope
 from bot.conversations.quotas import DAY, HOUR, Quotas, QuotaSettings
 from bot.conversations.schedule_store import ScheduleStore, code_digest
+from bot.conversations.session_owners import SessionOwners
 from bot.database import Databases
 from bot.errors import QuotaExceeded
 from executor.network_grants import Layer
+from executor.ownership import MemoryOwners, Owner
+from executor.ownership import SessionOwners as OwnersSeam
 
 NOW = 1_800_000_000.123456
 """Epoch seconds with a fraction: a single-precision column would lose whole minutes."""
@@ -285,3 +288,55 @@ def test_mcp_tokens_are_issued_checked_and_revoked(databases: Databases) -> None
         assert tokens.find(theirs) is not None
     finally:
         tokens.close()
+
+
+def test_session_owners_hand_a_session_over_by_compare_and_set(databases: Databases) -> None:
+    first, second = SessionOwners(databases, "replica-a"), SessionOwners(databases, "replica-b")
+    try:
+        check_session_owners(first, second)
+    finally:
+        first.close()
+        second.close()
+    again = SessionOwners(databases, "replica-b")
+    try:
+        assert again.mine() == {"k1": "sandbox-1"}  # a restarted replica finds its own
+    finally:
+        again.close()
+
+
+def test_the_memory_ledger_answers_as_the_stored_one() -> None:
+    first = MemoryOwners("replica-a")
+    check_session_owners(first, first.sharing("replica-b"))
+
+
+def check_session_owners(first: OwnersSeam, second: OwnersSeam) -> None:
+    """What the executor relies on of a ledger, seen by two replicas."""
+    assert first.owner("k1") is None
+    first.record("k1", "sandbox-1")
+    first.record("k2", "sandbox-2")
+    assert second.owner("k1") == Owner("sandbox-1", "replica-a")
+    assert first.mine() == {"k1": "sandbox-1", "k2": "sandbox-2"}
+    assert second.others() == {"sandbox-1", "sandbox-2"}
+    assert first.others() == set()
+    # Taking over: only from the replica and sandbox the ledger names, and only once.
+    assert not second.take("k1", "sandbox-9", "replica-a")
+    assert not second.take("k1", "sandbox-1", "replica-c")
+    assert second.take("k1", "sandbox-1", "replica-a")
+    assert not second.take("k1", "sandbox-1", "replica-a")
+    assert first.owner("k1") == Owner("sandbox-1", "replica-b")
+    assert first.others() == {"sandbox-1"}
+    assert first.mine() == {"k2": "sandbox-2"}
+    # The replica that lost it may not end it; the one that holds it may, once.
+    assert not first.release("k1", "sandbox-1")
+    assert second.owner("k1") == Owner("sandbox-1", "replica-b")
+    assert not second.release("k2", "sandbox-2")
+    assert first.release("k2", "sandbox-2")
+    assert not first.release("k2", "sandbox-2")
+    assert second.owner("k2") is None
+    # A new session of a key replaces whatever held it before.
+    first.record("k2", "sandbox-3")
+    second.record("k2", "sandbox-4")
+    assert first.owner("k2") == Owner("sandbox-4", "replica-b")
+    assert not first.release("k2", "sandbox-3")
+    assert second.release("k2", "sandbox-4")
+    assert second.mine() == {"k1": "sandbox-1"}

@@ -19,6 +19,9 @@ from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
 from executor.docker_backend import DockerBackend
 from executor.docker_specs import INSTANCE_LABEL
+from executor.errors import SandboxTaken
+from executor.ownership import MemoryOwners
+from executor.runner_client import RunnerClient
 from executor.workspace import WorkspaceSettings
 from storage.local import LocalStorage
 from tests.support.sandboxes import TEST_INSTANCE
@@ -92,3 +95,68 @@ async def test_a_restart_keeps_live_sessions_and_only_with_the_secret(
         assert "right (an open connection)" in fresh.message
     async with executor(runtime, store, ""):
         pass  # without a secret nothing is kept: what the third left running is removed
+
+
+def replica(instance: str, secret: str, store: StoredWorkspaces, owners: MemoryOwners) -> Executor:
+    """A bot replica with its own sandbox label, sharing the secret, the workspaces and the
+    session ledger (a database's, in the bot) with the others."""
+    return Executor(
+        default_tag(),
+        limits=SandboxLimits(timeout_s=30),
+        backend=DockerBackend(default_tag(), instance=instance, session_secret=secret),
+        pool=PoolSettings(size=0, template=False, pause_after_s=0),
+        workspaces=store,
+        workspace_settings=WorkspaceSettings(max_mb=20, max_variables_mb=2),
+        owners=owners,
+    )
+
+
+async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_running(
+    tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    store = StoredWorkspaces(LocalStorage(tmp_path / "files", KEY), KEY, timedelta(days=1))
+    secret, other = secrets.token_hex(32), f"{TEST_INSTANCE}-b"
+    ledger = MemoryOwners(TEST_INSTANCE)
+    theirs = ledger.sharing(other)
+
+    def containers(instance: str) -> set[str]:
+        found = docker_client.containers.list(
+            all=True, filters={"label": f"{INSTANCE_LABEL}={instance}"}, sparse=True
+        )
+        return {c.id for c in found}
+
+    try:
+        async with (
+            replica(TEST_INSTANCE, secret, store, ledger) as a,
+            replica(other, secret, store, theirs) as b,
+        ):
+            made = await a.session("conv").run(SET_UP)
+            assert made.status is Status.OK, made.message
+            held_by_a = a.sessions._live["conv"].lease.sandbox
+            [held] = containers(TEST_INSTANCE)
+            read = spoken(await b.session("conv").run(CHECK))
+            assert read.status is Status.OK, read.message
+            assert read.stdout == "42 still open on disk\n"  # the very kernel, socket and all
+            assert not read.session_restarted
+            assert RESUMED not in read.message
+            assert containers(other) == set()  # B started no sandbox
+            # What A's stream heard of B's `resume` is B's traffic, not a forgery: A is told
+            # another replica took the session over, and stops nothing.
+            with pytest.raises(SandboxTaken):
+                await RunnerClient(held_by_a, timeout_s=20).export()
+            # A's reaper, past every idle timeout: it neither saves nor removes B's sandbox.
+            a.sessions.idle_timeout_s = 0.001
+            await a.sessions.reap()
+            await a.sessions.settle()  # what A ended in the background is done
+            await asyncio.gather(*a.pool._tasks)
+            assert a.sessions.active == []
+            assert await store.load("conv") is None  # nothing saved over
+            again = await b.session("conv").run("print(x)")
+            assert again.stdout == "41\n", again.message
+            assert containers(TEST_INSTANCE) == {held}
+            await b.session("conv").close()  # B holds it: B may end it
+    finally:
+        left = containers(TEST_INSTANCE) | containers(other)
+        for container in left:  # each replica keeps its sessions: none may be left
+            docker_client.api.remove_container(container, force=True, v=True)
+    assert not left, "a sandbox was left behind"

@@ -1,0 +1,350 @@
+"""A live session moves between the bot's replicas: two (or three) executors on one fake
+cluster, sharing a ledger of who holds each session. The replica a conversation's turn
+reaches adopts the sandbox another replica holds (its variables intact), and the replica
+that lost it never stops, saves, pauses or removes it afterwards, nor at its next start."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+import executor.session as session_module
+from bot.conversations.session_owners import SessionOwners
+from bot.database import Databases
+from executor import Executor, PoolSettings, SandboxBusy, SandboxLimits
+from executor.errors import SandboxTaken
+from executor.fake_backend import FakeBackend, FakeRun, FakeSandbox
+from executor.ownership import MemoryOwners, Owner
+from executor.ownership import SessionOwners as OwnersSeam
+from executor.runner_client import RunnerClient
+
+SCRIPT = {
+    "x = 41": FakeRun(assigns={"x": "41"}),
+    "print(x)": FakeRun(shows="x"),
+}
+LIMITS = SandboxLimits(timeout_s=5, interrupt_grace_s=0.2)
+
+
+def cluster() -> FakeBackend:
+    return FakeBackend(SCRIPT, keeps_sessions=True, instance="replica-a")
+
+
+def replica(backend: FakeBackend, owners: OwnersSeam) -> Executor:
+    return Executor(
+        "fake", limits=LIMITS, backend=backend, pool=PoolSettings(size=0), owners=owners
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(executor: Executor) -> AsyncIterator[Executor]:
+    await executor.__aenter__()
+    try:
+        yield executor
+    finally:
+        await executor.aclose()
+
+
+def only_sandbox(backend: FakeBackend) -> FakeSandbox:
+    assert len(backend.every) == 1, "a second sandbox was started"
+    return backend.every[0]
+
+
+async def taken_over(a: Executor, b: Executor, backend: FakeBackend) -> FakeSandbox:
+    """`x` set through replica A, read through replica B: B adopted A's sandbox."""
+    assert (await a.session("k").run("x = 41")).status.value == "ok"
+    read = await b.session("k").run("print(x)")
+    assert read.stdout == "41\n"
+    assert not read.session_restarted
+    assert read.ended is None
+    assert not read.resumed
+    sandbox = only_sandbox(backend)
+    assert "k" in b.sessions.active
+    return sandbox
+
+
+async def still_bs(b: Executor, sandbox: FakeSandbox, ledger: MemoryOwners) -> None:
+    assert sandbox.alive
+    assert not sandbox.destroyed
+    assert ledger.owner("k") == Owner(sandbox.id, "replica-b")
+    assert (await b.session("k").run("print(x)")).stdout == "41\n"
+
+
+async def settled(a: Executor) -> None:
+    """Whatever A started in the background (a save, a release, a removal) has run."""
+    await a.sessions.settle()
+    await asyncio.gather(*a.pool._tasks)
+
+
+async def reap(a: Executor) -> None:
+    a.sessions.idle_timeout_s = 0.0
+    await a.sessions.reap()
+
+
+async def pause(a: Executor) -> None:
+    await a.session("k").pause()
+
+
+async def make_room(a: Executor) -> None:
+    a.sessions._make_room(None)
+
+
+async def close_all(a: Executor) -> None:
+    await a.aclose()
+
+
+@pytest.mark.parametrize("after", [reap, pause, make_room, close_all])
+async def test_a_replica_adopts_an_idle_session_and_the_other_leaves_it_running(
+    after: Callable[[Executor], Awaitable[None]],
+) -> None:
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), theirs)) as b,
+    ):
+        sandbox = await taken_over(a, b, backend)
+        await after(a)
+        await settled(a)
+        await still_bs(b, sandbox, theirs)
+        assert sandbox.holder is b.backend
+    # B's shutdown left it running for B's next start, as any session it holds.
+    assert sandbox.alive
+    assert sandbox in backend.detached
+    assert sandbox.holder is None
+
+
+async def test_the_replica_that_lost_a_session_lets_go_of_it_when_it_reaps() -> None:
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), theirs)) as b,
+    ):
+        sandbox = await taken_over(a, b, backend)
+        assert "k" in a.sessions.active
+        await a.sessions.reap()  # idle timeouts far off: only the ledger says so
+        assert a.sessions.active == []
+        assert a.pool.live == 0
+        await still_bs(b, sandbox, theirs)
+
+
+async def test_the_first_replica_takes_the_session_back_with_its_next_turn() -> None:
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), theirs)) as b,
+    ):
+        sandbox = await taken_over(a, b, backend)
+        back = await a.session("k").run("print(x)")
+        assert back.stdout == "41\n"
+        assert not back.session_restarted
+        assert ledger.owner("k") == Owner(sandbox.id, "replica-a")
+        await b.sessions.reap()
+        assert b.sessions.active == []
+        assert (await a.session("k").run("print(x)")).stdout == "41\n"
+        only_sandbox(backend)
+
+
+async def test_a_restart_of_either_replica_keeps_the_session_where_it_is() -> None:
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    b_backend = backend.replica("replica-b")
+    async with running(replica(b_backend, theirs)) as b:
+        async with running(replica(backend, ledger)) as a:
+            sandbox = await taken_over(a, b, backend)
+        # A restarts while B holds the sandbox (labelled A's): A neither attaches to it (B
+        # would hear a `resume` it did not ask for) nor removes it.
+        async with running(replica(backend, ledger)) as a:
+            assert a.sessions.active == []
+            await still_bs(b, sandbox, theirs)
+        assert sandbox.alive
+        assert not sandbox.destroyed
+    # Both stopped, B keeping its session: A's start and stop do not touch it.
+    async with running(replica(backend, ledger)) as a:
+        assert a.sessions.active == []
+        assert sandbox.alive
+        assert not sandbox.destroyed
+        async with running(replica(b_backend, theirs)) as b:
+            assert b.sessions.active == ["k"]
+            again = await b.session("k").run("print(x)")
+            assert again.stdout == "41\n"
+            assert again.resumed  # "The bot restarted since the last run; ..."
+    only_sandbox(backend)
+
+
+async def test_a_session_whose_sandbox_is_gone_starts_afresh_on_the_other_replica() -> None:
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), theirs)) as b,
+    ):
+        await a.session("k").run("x = 41")
+        gone = only_sandbox(backend)
+        await gone.destroy()  # deleted from outside (a node lost, a Pod's deadline)
+        fresh = await b.session("k").run("print(x)")
+        assert fresh.status.value == "error"  # x is not defined: a new kernel
+        assert len(backend.every) == 2
+        assert ledger.owner("k") == Owner(backend.every[1].id, "replica-b")
+        await a.sessions.reap()
+        assert backend.every[1].alive
+
+
+class Racing(MemoryOwners):
+    """A ledger whose takers wait for each other, so that both have read who holds the
+    session before either takes it."""
+
+    def __init__(self, replica: str, barrier: threading.Barrier, table: MemoryOwners) -> None:
+        super().__init__(replica, table.table)
+        self.barrier = barrier
+
+    def take(self, key: str, sandbox: str, from_replica: str) -> bool:
+        self.barrier.wait(timeout=5)
+        return super().take(key, sandbox, from_replica)
+
+
+async def test_two_replicas_adopting_at_once_one_wins_and_the_other_is_told_to_wait() -> None:
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    barrier = threading.Barrier(2)
+    b_owners, c_owners = Racing("replica-b", barrier, ledger), Racing("replica-c", barrier, ledger)
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), b_owners)) as b,
+        running(replica(backend.replica("replica-c"), c_owners)) as c,
+    ):
+        await a.session("k").run("x = 41")
+        sandbox = only_sandbox(backend)
+        results = await asyncio.gather(
+            b.session("k").run("print(x)"),
+            c.session("k").run("print(x)"),
+            return_exceptions=True,
+        )
+        won = [r for r in results if not isinstance(r, BaseException)]
+        lost = [r for r in results if isinstance(r, BaseException)]
+        assert len(won) == 1
+        assert won[0].stdout == "41\n"
+        assert len(lost) == 1
+        assert isinstance(lost[0], SandboxBusy)
+        owner = ledger.owner("k")
+        assert owner is not None
+        assert owner.sandbox == sandbox.id
+        assert owner.replica in {"replica-b", "replica-c"}
+        only_sandbox(backend)
+
+
+class Stale(MemoryOwners):
+    """A ledger read that is out of date: it still says this replica holds every session
+    (as when a turn's lease lapsed and another replica took the session meanwhile)."""
+
+    def owner(self, key: str) -> Owner | None:
+        found = super().owner(key)
+        return None if found is None else Owner(found.sandbox, self.replica)
+
+
+async def test_a_replica_that_hears_another_take_its_session_lets_it_go_unharmed() -> None:
+    backend = cluster()
+    stale = Stale("replica-a")
+    theirs = stale.sharing("replica-b")
+    async with (
+        running(replica(backend, stale)) as a,
+        running(replica(backend.replica("replica-b"), theirs)) as b,
+    ):
+        sandbox = await taken_over(a, b, backend)
+        # A's stream heard the runner answer B's `resume`: B's traffic, not a forgery.
+        with pytest.raises(SandboxTaken):
+            await a.session("k").run("print(x)")
+        assert "k" not in a.sessions.active
+        await settled(a)
+        await still_bs(b, sandbox, theirs)
+
+
+async def test_the_runner_client_reports_another_hosts_resume() -> None:
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), ledger.sharing("replica-b"))) as b,
+    ):
+        await taken_over(a, b, backend)
+        with pytest.raises(SandboxTaken):
+            await RunnerClient(only_sandbox(backend), timeout_s=2).export()
+
+
+async def test_a_reset_on_the_replica_that_lost_the_session_ends_it_where_it_lives() -> None:
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), theirs)) as b,
+    ):
+        sandbox = await taken_over(a, b, backend)
+        await a.session("k").close()  # the person asked for a fresh start
+        await settled(a)
+        assert sandbox.destroyed
+        assert ledger.owner("k") is None
+        fresh = await b.session("k").run("print(x)")
+        assert fresh.status.value == "error"  # a new kernel: x is gone
+        assert len(backend.every) == 2
+
+
+async def test_without_a_shared_session_secret_each_replica_keeps_its_own_sessions() -> None:
+    backend = FakeBackend(SCRIPT, keeps_sessions=False, instance="replica-a")
+    ledger = MemoryOwners("replica-a")
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), ledger.sharing("replica-b"))) as b,
+    ):
+        await a.session("k").run("x = 41")
+        fresh = await b.session("k").run("print(x)")
+        assert fresh.status.value == "error"  # B cannot attach to A's sandbox: as before
+        assert (await a.session("k").run("print(x)")).stdout == "41\n"
+        assert ledger.table == {}  # no ledger in use
+        first, second = backend.every
+        await reap(a)
+        await settled(a)
+        assert first.destroyed
+        assert not second.destroyed
+
+
+async def test_the_ledger_in_the_database_moves_a_session_as_the_memory_one(
+    databases: Databases,
+) -> None:
+    backend = cluster()
+    ours, theirs = SessionOwners(databases, "replica-a"), SessionOwners(databases, "replica-b")
+    try:
+        async with (
+            running(replica(backend, ours)) as a,
+            running(replica(backend.replica("replica-b"), theirs)) as b,
+        ):
+            sandbox = await taken_over(a, b, backend)
+            await reap(a)
+            await settled(a)
+            assert a.sessions.active == []
+            assert sandbox.alive
+            assert not sandbox.destroyed
+            assert ours.owner("k") == Owner(sandbox.id, "replica-b")
+            assert (await b.session("k").run("print(x)")).stdout == "41\n"
+    finally:
+        ours.close()
+        theirs.close()
+
+
+async def test_a_replica_lets_go_of_a_session_taken_over_long_before_its_next_reap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(session_module, "TAKEOVER_CHECK_S", 0.02)
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    a = replica(backend, ledger)
+    a.sessions.reap_interval_s = 60.0  # no reap during the test
+    async with running(a), running(replica(backend.replica("replica-b"), theirs)) as b:
+        sandbox = await taken_over(a, b, backend)
+        async with asyncio.timeout(5):
+            while "k" in a.sessions.active:  # noqa: ASYNC110 (the ledger has no event)
+                await asyncio.sleep(0.01)
+        await settled(a)
+        await still_bs(b, sandbox, theirs)
