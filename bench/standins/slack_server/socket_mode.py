@@ -68,7 +68,11 @@ class SocketMode(Workspace):
         waiter: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
         self._ack_waiters[envelope_id] = waiter
         try:
-            await sockets[-1].send_str(json.dumps(envelope))
+            target = sockets[-1]
+            if self.spread_sockets:
+                self._socket_turn += 1
+                target = sockets[self._socket_turn % len(sockets)]
+            await target.send_str(json.dumps(envelope))
             ack = await asyncio.wait_for(waiter, ACK_TIMEOUT_S)
         except ConnectionError as error:
             raise AssertionError(

@@ -72,6 +72,10 @@ class Workspace:
         self._response_urls: dict[str, int] = {}  # response_url key -> uses left
         self._tickets: set[str] = set()
         self._sockets: list[web.WebSocketResponse] = []
+        self.spread_sockets = False
+        """Deliver each Socket Mode envelope to the next live connection in turn, as Slack
+        spreads events across an app's connections (one per replica); False: the newest."""
+        self._socket_turn = 0
         self._ack_waiters: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
