@@ -44,6 +44,7 @@ class Turns:
     def __init__(self, remembered_reruns: int = 1000) -> None:
         self.accepting = True
         self._running: dict[str, Running] = {}
+        self._arriving = 0
         self._reruns: OrderedDict[str, RerunSpec] = OrderedDict()
         self._remembered = remembered_reruns
         self._idle = asyncio.Event()
@@ -51,6 +52,20 @@ class Turns:
 
     def __len__(self) -> int:
         return len(self._running)
+
+    @contextmanager
+    def arriving(self) -> Iterator[None]:
+        """A message on its way to a turn (looked up, checked, not registered yet): a drain
+        waits for it too, so an event a platform was told was received gets its one answer
+        (its turn, or the reason it cannot run) before the process exits."""
+        self._arriving += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._arriving -= 1
+            if not self._running and not self._arriving:
+                self._idle.set()
 
     @contextmanager
     def running(self, conversation: str, owner: str) -> Iterator[Running]:
@@ -65,7 +80,7 @@ class Turns:
             yield entry
         finally:
             del self._running[key]
-            if not self._running:
+            if not self._running and not self._arriving:
                 self._idle.set()
 
     def get(self, key: str) -> Running | None:

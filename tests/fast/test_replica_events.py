@@ -22,8 +22,10 @@ from bench.standins.ports import free_port
 from bench.standins.slack_server import BOT_TOKEN, C_GENERAL, SIGNING_SECRET, SlackServer
 from bot.agent import Agent
 from bot.conversations import Conversations
+from bot.conversations.registry import Turns
 from bot.conversations.shared_events import KEEP_S, PRUNE_EVERY, SharedEvents
 from bot.database import Databases
+from bot.errors import Draining
 from bot.ops.http import start_server
 from bot.platforms.on_slack import EVENTS_PATH, add_http_route, build_slack
 from bot.settings import SlackSettings
@@ -169,3 +171,57 @@ async def test_a_signed_request_sent_again_to_another_replica_runs_once(
     await _quiet(server, a, b)
     shown = [m for m in server.channel_messages(C_GENERAL, by_bot=True) if "ran once" in m.text]
     assert len(shown) == 1
+
+
+async def test_an_event_reaching_a_replica_that_is_shutting_down_is_answered_by_another(
+    server: SlackServer, replicas: MakeReplica
+) -> None:
+    """A replica that is draining refuses Events API deliveries with 503, so Slack sends the
+    event again (behind a Service, to another replica) instead of it being acknowledged and
+    lost when the process exits."""
+    a, b = await replicas(), await replicas()
+    a.slack.conversations.turns.accepting = False  # as a SIGTERM's drain sets it
+    server.bot_url = a.url
+    _, deliveries = await server.post(C_GENERAL, "```\nprint('ran once')\n```", mention_bot=True)
+    assert [d.status for d in deliveries] == [503, 503]
+    server.bot_url = b.url  # Slack's retry
+    for delivery in deliveries:
+        retried = await server.redeliver(delivery, attempt=1, reason="http_error")
+        assert retried.status == 200
+    await server.wait_for(
+        lambda: any("ran once" in m.text for m in server.channel_messages(C_GENERAL, by_bot=True))
+    )
+    await _quiet(server, a, b)
+    await asyncio.sleep(0.5)
+    await _quiet(server, a, b)
+    shown = [m for m in server.channel_messages(C_GENERAL, by_bot=True) if "ran once" in m.text]
+    assert len(shown) == 1
+    assert not a.slack.conversations.turns
+
+
+async def test_a_drain_waits_for_a_message_on_its_way_to_its_turn() -> None:
+    """Acknowledged but not yet a turn (its person looked up, its checks running): the drain
+    does not finish under it, and the message then gets the drain's refusal."""
+    turns = Turns()
+    arrived = asyncio.Event()
+    refused: list[str] = []
+
+    async def message() -> None:
+        with turns.arriving():
+            await arrived.wait()
+            try:
+                with turns.running("c", "alice"):
+                    pass
+            except Draining as exc:
+                refused.append(str(exc))
+
+    handling = asyncio.create_task(message())
+    await asyncio.sleep(0)
+    draining = asyncio.create_task(turns.drain(grace_s=5))
+    await asyncio.sleep(0.05)
+    assert not draining.done()
+    arrived.set()
+    assert await draining == 0
+    await handling
+    assert len(refused) == 1
+    assert "restarting" in refused[0]

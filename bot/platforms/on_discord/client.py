@@ -155,7 +155,8 @@ class CellmateDiscord(discord.Client):
             return
         if not self.door.seen.first_time(f"message:{message.id}"):
             return
-        await self._handle_message(message, message.content)
+        with self.conversations.turns.arriving():
+            await self._handle_message(message, message.content)
 
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         """Editing a message of code that was run runs it again."""

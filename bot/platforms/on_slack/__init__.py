@@ -43,6 +43,11 @@ def add_http_route(slack: CellmateSlack, app: web.Application) -> None:
             return web.Response(status=200)
         if verdict is Verdict.FULL:
             return web.Response(status=503, text="busy")
+        if not slack.conversations.turns.accepting and _is_event(request):
+            # Shutting down: Slack delivers the event again at once, and behind a Service
+            # another replica takes it (a command or a button is answered here, saying why).
+            check.forget(request.headers)
+            return web.Response(status=503, text="restarting")
         try:
             response = await slack.app.async_dispatch(await to_bolt_request(request))
         except BaseException:
@@ -53,6 +58,12 @@ def add_http_route(slack: CellmateSlack, app: web.Application) -> None:
         return await to_aiohttp_response(response)
 
     app.router.add_post(EVENTS_PATH, events)
+
+
+def _is_event(request: web.Request) -> bool:
+    """An Events API delivery (JSON), which Slack retries; commands and interactivity are
+    form posts."""
+    return request.content_type == "application/json"
 
 
 async def run_slack(slack: CellmateSlack) -> None:

@@ -154,6 +154,12 @@ class CellmateSlack:
     async def _message(
         self, event: dict[str, Any], body: dict[str, Any], mention: bool, edit: str = ""
     ) -> None:
+        with self.conversations.turns.arriving():
+            await self._arriving_message(event, body, mention, edit)
+
+    async def _arriving_message(
+        self, event: dict[str, Any], body: dict[str, Any], mention: bool, edit: str
+    ) -> None:
         if event.get("bot_id") or event.get("subtype") not in (None, "file_share"):
             return
         user = str(event.get("user") or "")
