@@ -4,6 +4,7 @@ and for the Re-run buttons of finished direct runs."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import secrets
 import time
@@ -16,6 +17,10 @@ from bot.agent.turn import Turn
 from bot.errors import Draining
 
 log = logging.getLogger(__name__)
+
+_ARRIVED_BEFORE_DRAIN: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "arrived_before_drain", default=False
+)
 
 SHUTDOWN_NOTICE = "Cellmate is restarting, so this turn was stopped. Please ask again in a minute."
 
@@ -56,21 +61,25 @@ class Turns:
     @contextmanager
     def arriving(self) -> Iterator[None]:
         """A message on its way to a turn (looked up, checked, not registered yet): a drain
-        waits for it too, so an event a platform was told was received gets its one answer
-        (its turn, or the reason it cannot run) before the process exits."""
+        waits for it too, and it may still start its turn (received before the drain began,
+        it is answered here; the drain's grace period applies to it as to the others), so an
+        event a platform was told was received gets its one answer before the process exits."""
         self._arriving += 1
         self._idle.clear()
+        before = _ARRIVED_BEFORE_DRAIN.set(self.accepting)
         try:
             yield
         finally:
+            _ARRIVED_BEFORE_DRAIN.reset(before)
             self._arriving -= 1
             if not self._running and not self._arriving:
                 self._idle.set()
 
     @contextmanager
     def running(self, conversation: str, owner: str) -> Iterator[Running]:
-        """Register a turn while it runs; raise `Draining` once shutdown began."""
-        if not self.accepting:
+        """Register a turn while it runs; raise `Draining` once shutdown began (unless its
+        message arrived before)."""
+        if not self.admits():
             raise Draining
         key = secrets.token_hex(8)
         entry = Running(key, Turn(conversation), owner)
@@ -82,6 +91,10 @@ class Turns:
             del self._running[key]
             if not self._running and not self._arriving:
                 self._idle.set()
+
+    def admits(self) -> bool:
+        """Whether a turn may start here: not shutting down, or its message arrived before."""
+        return self.accepting or _ARRIVED_BEFORE_DRAIN.get()
 
     def get(self, key: str) -> Running | None:
         return self._running.get(key)

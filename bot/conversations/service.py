@@ -236,7 +236,7 @@ class Conversations(Doors):
         workspace_person.set(person.user)  # whose cap a workspace saved from here counts on
         if not door.allows(person.place):
             raise NotHere
-        if not self.turns.accepting:
+        if not self.turns.admits():
             raise Draining
         if self.quotas is not None:
             self.quotas.check(person.user, server)
