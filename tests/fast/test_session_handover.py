@@ -48,6 +48,19 @@ async def running(executor: Executor) -> AsyncIterator[Executor]:
         await executor.aclose()
 
 
+@contextlib.asynccontextmanager
+async def two_replicas() -> AsyncIterator[tuple[Executor, Executor, FakeBackend, MemoryOwners]]:
+    """Replicas A and B on one fake cluster, sharing a ledger: A, B, the cluster, and the
+    ledger as B sees it."""
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    async with (
+        running(replica(backend, ledger)) as a,
+        running(replica(backend.replica("replica-b"), theirs)) as b,
+    ):
+        yield a, b, backend, theirs
+
+
 def only_sandbox(backend: FakeBackend) -> FakeSandbox:
     assert len(backend.every) == 1, "a second sandbox was started"
     return backend.every[0]
@@ -100,12 +113,7 @@ async def close_all(a: Executor) -> None:
 async def test_a_replica_adopts_an_idle_session_and_the_other_leaves_it_running(
     after: Callable[[Executor], Awaitable[None]],
 ) -> None:
-    backend, ledger = cluster(), MemoryOwners("replica-a")
-    theirs = ledger.sharing("replica-b")
-    async with (
-        running(replica(backend, ledger)) as a,
-        running(replica(backend.replica("replica-b"), theirs)) as b,
-    ):
+    async with two_replicas() as (a, b, backend, theirs):
         sandbox = await taken_over(a, b, backend)
         await after(a)
         await settled(a)
@@ -118,12 +126,7 @@ async def test_a_replica_adopts_an_idle_session_and_the_other_leaves_it_running(
 
 
 async def test_the_replica_that_lost_a_session_lets_go_of_it_when_it_reaps() -> None:
-    backend, ledger = cluster(), MemoryOwners("replica-a")
-    theirs = ledger.sharing("replica-b")
-    async with (
-        running(replica(backend, ledger)) as a,
-        running(replica(backend.replica("replica-b"), theirs)) as b,
-    ):
+    async with two_replicas() as (a, b, backend, theirs):
         sandbox = await taken_over(a, b, backend)
         assert "k" in a.sessions.active
         await a.sessions.reap()  # idle timeouts far off: only the ledger says so
@@ -133,17 +136,12 @@ async def test_the_replica_that_lost_a_session_lets_go_of_it_when_it_reaps() -> 
 
 
 async def test_the_first_replica_takes_the_session_back_with_its_next_turn() -> None:
-    backend, ledger = cluster(), MemoryOwners("replica-a")
-    theirs = ledger.sharing("replica-b")
-    async with (
-        running(replica(backend, ledger)) as a,
-        running(replica(backend.replica("replica-b"), theirs)) as b,
-    ):
+    async with two_replicas() as (a, b, backend, theirs):
         sandbox = await taken_over(a, b, backend)
         back = await a.session("k").run("print(x)")
         assert back.stdout == "41\n"
         assert not back.session_restarted
-        assert ledger.owner("k") == Owner(sandbox.id, "replica-a")
+        assert theirs.owner("k") == Owner(sandbox.id, "replica-a")
         await b.sessions.reap()
         assert b.sessions.active == []
         assert (await a.session("k").run("print(x)")).stdout == "41\n"
@@ -178,19 +176,14 @@ async def test_a_restart_of_either_replica_keeps_the_session_where_it_is() -> No
 
 
 async def test_a_session_whose_sandbox_is_gone_starts_afresh_on_the_other_replica() -> None:
-    backend, ledger = cluster(), MemoryOwners("replica-a")
-    theirs = ledger.sharing("replica-b")
-    async with (
-        running(replica(backend, ledger)) as a,
-        running(replica(backend.replica("replica-b"), theirs)) as b,
-    ):
+    async with two_replicas() as (a, b, backend, theirs):
         await a.session("k").run("x = 41")
         gone = only_sandbox(backend)
         await gone.destroy()  # deleted from outside (a node lost, a Pod's deadline)
         fresh = await b.session("k").run("print(x)")
         assert fresh.status.value == "error"  # x is not defined: a new kernel
         assert len(backend.every) == 2
-        assert ledger.owner("k") == Owner(backend.every[1].id, "replica-b")
+        assert theirs.owner("k") == Owner(backend.every[1].id, "replica-b")
         await a.sessions.reap()
         assert backend.every[1].alive
 
@@ -275,17 +268,12 @@ async def test_the_runner_client_reports_another_hosts_resume() -> None:
 
 
 async def test_a_reset_on_the_replica_that_lost_the_session_ends_it_where_it_lives() -> None:
-    backend, ledger = cluster(), MemoryOwners("replica-a")
-    theirs = ledger.sharing("replica-b")
-    async with (
-        running(replica(backend, ledger)) as a,
-        running(replica(backend.replica("replica-b"), theirs)) as b,
-    ):
+    async with two_replicas() as (a, b, backend, theirs):
         sandbox = await taken_over(a, b, backend)
         await a.session("k").close()  # the person asked for a fresh start
         await settled(a)
         assert sandbox.destroyed
-        assert ledger.owner("k") is None
+        assert theirs.owner("k") is None
         fresh = await b.session("k").run("print(x)")
         assert fresh.status.value == "error"  # a new kernel: x is gone
         assert len(backend.every) == 2
