@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from bench.standins import discord_server as dc
 from bench.standins import slack_server as sl
@@ -126,3 +127,11 @@ def stand_in_settings(
     if discord is not None:
         found |= {"DISCORD_TOKEN": dc.TOKEN, "DISCORD_API_URL": discord.api_url}
     return found
+
+
+def user_text(message: dict[str, Any]) -> str:
+    """A chat message's text as the model was sent it (a string, or a list of parts)."""
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return " ".join(str(part.get("text", "")) for part in content)
+    return str(content)

@@ -30,6 +30,7 @@ from tests.compose.relay import (
     Relay,
     relay_each,
     stand_in_settings,
+    user_text,
 )
 from tests.compose.stack import Stack, healthy
 from tests.support.azurite import ACCOUNT, KEY
@@ -52,13 +53,6 @@ SOCKET_PROBE = (
     "except OSError as exc:\n"
     "    print('refused', type(exc).__name__)\n"
 )
-
-
-def user_text(message: dict[str, Any]) -> str:
-    content = message.get("content") or ""
-    if isinstance(content, list):
-        return " ".join(str(part.get("text", "")) for part in content)
-    return str(content)
 
 
 def respond(body: dict[str, Any]) -> Reply:

@@ -30,9 +30,16 @@ from kubernetes import client as k8s
 from bench.standins import discord_server as dc
 from bench.standins import slack_server as sl
 from bench.standins.openai_server import Reply, runs, says
+from bench.standins.slack_server.world import Delivery
 from bot.ops.images import build_bot_image
 from executor.docker_backend import connect
-from tests.compose.relay import ComposeDiscord, ComposeModel, ComposeSlack, stand_in_settings
+from tests.compose.relay import (
+    ComposeDiscord,
+    ComposeModel,
+    ComposeSlack,
+    stand_in_settings,
+    user_text,
+)
 from tests.kubernetes.kit_network import KitRelay
 from tests.kubernetes.replicas import BOT_NAMESPACE, NAME, Replicas, load_image
 from tests.support.postgres import Postgres
@@ -43,13 +50,6 @@ ANSWER_S = 300.0
 """How long one answer may take on a loaded machine (a sandbox Pod's start included)."""
 STOPPED = "turn was stopped"
 """What a thread is told when the replica running its turn shuts down."""
-
-
-def user_text(message: dict[str, Any]) -> str:
-    content = message.get("content") or ""
-    if isinstance(content, list):
-        return " ".join(str(part.get("text", "")) for part in content)
-    return str(content)
 
 
 def respond(body: dict[str, Any]) -> Reply:
@@ -86,6 +86,21 @@ class ServiceSlack(ComposeSlack):
             f"{cluster['server']}/api/v1/namespaces/{BOT_NAMESPACE}/services/"
             f"{NAME}:http/proxy/slack/events"
         )
+
+    async def _post_to_bot(
+        self, body: bytes, headers: dict[str, str], payload: dict[str, Any], kind: str
+    ) -> Delivery:
+        """As Slack delivers an event: again at once when the app answered with an error
+        (a replica shutting down says 503), up to three times."""
+        delivery = await super()._post_to_bot(body, headers, payload, kind)
+        for attempt in range(1, 4):
+            if kind != "events_api" or delivery.status < 500:
+                break
+            await asyncio.sleep(attempt - 1)
+            retried = {**headers, "X-Slack-Retry-Num": str(attempt)}
+            retried["X-Slack-Retry-Reason"] = "http_error"
+            delivery = await super()._post_to_bot(body, retried, payload, kind)
+        return delivery
 
     async def start(self) -> None:
         await super().start()
@@ -128,10 +143,14 @@ class Cluster:
     def discord_done(self, thread: int) -> int:
         return sum(DONE in text for text in self.discord_texts(thread))
 
-    def leases(self) -> list[str]:
+    def leases(self, thread: str = "") -> list[str]:
+        """The holders of the turn leases not lapsed (of the conversations ending in
+        `thread`, when given)."""
         with psycopg.connect(self.database) as db:
             rows = db.execute(
-                "SELECT holder FROM turn_leases WHERE expires >= extract(epoch from now())"
+                "SELECT holder FROM turn_leases WHERE expires >= extract(epoch from now()) "
+                "AND conversation LIKE %s",
+                (f"%{thread}",),
             ).fetchall()
         return [str(row[0]) for row in rows]
 
@@ -266,10 +285,10 @@ def values(texts: list[str]) -> list[int]:
     return [int(v) for text in texts for v in re.findall(r"x is (\d+)", text)]
 
 
-def running_replica(cluster: Cluster) -> str | None:
-    """The replica holding a turn's lease now (a holder is `host:pid/turn`; the host is the
-    Pod's name)."""
-    holders = cluster.leases()
+def running_replica(cluster: Cluster, thread: str) -> str | None:
+    """The replica holding the thread's turn lease now (a holder is `host:pid/turn`; the
+    host is the Pod's name)."""
+    holders = cluster.leases(thread)
     return holders[0].split(":", 1)[0] if holders else None
 
 
@@ -292,7 +311,7 @@ async def failover(cluster: Cluster, start: int) -> tuple[str, str, float]:
         return any("waiting" in text for text in cluster.slack_texts(root))
 
     await until(running, ANSWER_S, "the long run did not start", cluster)
-    victim = running_replica(cluster)
+    victim = running_replica(cluster, root)
     assert victim is not None, cluster.leases()
     deleted = time.monotonic()
     cluster.replicas.delete(victim)
