@@ -25,6 +25,10 @@ from executor.protocol import Recovered, Sandbox, SessionKeeper
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+ADOPT_TRIES = 4
+"""How often a sandbox that does not answer is asked before its session counts as gone."""
+ADOPT_RETRY_S = 0.5
+"""The wait before each further try grows by this much."""
 TAKING_OVER = (
     "Another of the bot's replicas is taking this conversation's session over at this "
     "moment; try again in a few seconds."
@@ -67,7 +71,12 @@ class Handover:
         """The key's session from the replica the ledger says holds it: its record taken
         over and its sandbox attached to here, variables and all (that replica lets go of
         it). None when no other replica holds it, or its sandbox is gone (its record is
-        dropped). SandboxBusy when another replica takes it at the same moment."""
+        dropped). SandboxBusy when another replica takes it at the same moment.
+
+        A sandbox that does not answer may only be busy with another host (the replica that
+        held it restarting and attaching to it again, or letting go of it as it shuts
+        down), so it is asked again, the record kept, before it counts as gone: a new
+        session in its place would lose the conversation's variables."""
         owners, backend = self.owners, self.pool.backend
         if owners is None or not isinstance(backend, SessionKeeper) or not backend.keeps_sessions:
             return None
@@ -76,19 +85,23 @@ class Handover:
             return None
         if not await self._ask(owners.take, key, owner.sandbox, owner.replica, default=False):
             raise SandboxBusy(TAKING_OVER)
-        try:
-            found = await backend.adopt(owner.sandbox)
-        except BaseException:
-            await self._ask(owners.release, key, owner.sandbox, default=False)
-            raise
-        if found is None or found.session != key:
+        for attempt in range(ADOPT_TRIES):
+            if attempt:
+                await asyncio.sleep(ADOPT_RETRY_S * attempt)
+            try:
+                found = await backend.adopt(owner.sandbox)
+            except BaseException:
+                await self._ask(owners.release, key, owner.sandbox, default=False)
+                raise
+            if found is not None and found.session == key:
+                log.info("session %s: taken over from replica %s", key, owner.replica)
+                return found
             if found is not None:
                 await backend.detach(found.sandbox)
-            await self._ask(owners.release, key, owner.sandbox, default=False)
-            log.info("session %s: replica %s's sandbox is gone", key, owner.replica)
-            return None
-        log.info("session %s: taken over from replica %s", key, owner.replica)
-        return found
+                break  # it answers, for another session: not this one's sandbox any more
+        await self._ask(owners.release, key, owner.sandbox, default=False)
+        log.info("session %s: replica %s's sandbox is gone", key, owner.replica)
+        return None
 
     async def release(self, key: str, sandbox: Sandbox) -> bool:
         """Before this replica stops, saves or pauses the key's sandbox: whether it still may

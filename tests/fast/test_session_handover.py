@@ -188,6 +188,31 @@ async def test_a_session_whose_sandbox_is_gone_starts_afresh_on_the_other_replic
         assert backend.every[1].alive
 
 
+@pytest.mark.parametrize("silent", [1, 2])
+async def test_a_sandbox_that_does_not_answer_at_once_is_asked_again_not_replaced(
+    silent: int,
+) -> None:
+    """Busy with another host for a moment (the replica that held it restarting and
+    attaching again, or letting go as it shuts down): the taker asks again and adopts it,
+    variables intact, instead of starting a new session in its place."""
+    async with two_replicas() as (a, b, backend, theirs):
+        await a.session("k").run("x = 41")
+        b_backend = b.pool.backend
+        adopt = b_backend.adopt  # type: ignore[attr-defined]
+        asked: list[str] = []
+
+        async def busy_at_first(sandbox_id: str) -> object:
+            asked.append(sandbox_id)
+            return None if len(asked) <= silent else await adopt(sandbox_id)
+
+        b_backend.adopt = busy_at_first  # type: ignore[attr-defined]
+        read = await b.session("k").run("print(x)")
+        assert read.stdout == "41\n"
+        assert len(asked) == silent + 1
+        assert len(backend.every) == 1
+        assert theirs.owner("k") == Owner(backend.every[0].id, "replica-b")
+
+
 class Racing(MemoryOwners):
     """A ledger whose takers wait for each other, so that both have read who holds the
     session before either takes it."""

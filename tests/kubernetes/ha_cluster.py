@@ -197,6 +197,7 @@ async def running_cluster(
         }
         stack.push_async_callback(replicas.remove)
         replicas.deploy(secrets_, {"CELLMATE_DISCORD_SHARD_COUNT": str(REPLICAS)})
+        stack.callback(replicas.follow_logs(logs / "followed").set)
         try:
             await replicas.wait_ready()
             await discord.wait_ready(120, shards=REPLICAS)

@@ -14,6 +14,7 @@ import copy
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -225,6 +226,45 @@ class Replicas:
             }
         }
         self.apps.patch_namespaced_stateful_set(NAME, BOT_NAMESPACE, stamp)
+
+    # ── follow ───────────────────────────────────────────────────────────
+
+    def follow_logs(self, directory: Path) -> threading.Event:
+        """Every replica's log, as it is written, into `directory` (a replica deleted or
+        replaced takes its log with it); set the returned event to stop."""
+        stop = threading.Event()
+        directory.mkdir(parents=True, exist_ok=True)
+        for ordinal in range(self.replicas):
+            name = f"{NAME}-{ordinal}"
+            thread = threading.Thread(
+                target=self._follow, args=(name, directory / f"{name}.log", stop), daemon=True
+            )
+            thread.start()
+        return stop
+
+    def _follow(self, pod: str, path: Path, stop: threading.Event) -> None:
+        seen: set[str] = set()
+        with path.open("a") as out:
+            while not stop.is_set():
+                try:
+                    found = self.core.read_namespaced_pod(pod, BOT_NAMESPACE)
+                    uid = str(found.metadata.uid)
+                    if uid in seen or found.status.phase != "Running":
+                        stop.wait(0.5)
+                        continue
+                    seen.add(uid)
+                    out.write(f"=== {pod} ({uid}) ===\n")
+                    stream = self.core.read_namespaced_pod_log(
+                        pod, BOT_NAMESPACE, container="bot", follow=True, _preload_content=False
+                    )
+                    for chunk in stream.stream():
+                        out.write(chunk.decode(errors="replace"))
+                        out.flush()
+                        if stop.is_set():
+                            break
+                except Exception as exc:  # the Pod went away, or is not there yet
+                    out.write(f"--- {pod}: {type(exc).__name__}\n")
+                    stop.wait(0.5)
 
     # ── remove ───────────────────────────────────────────────────────────
 
