@@ -42,6 +42,11 @@ class SessionOwners(Protocol):
         """Take the key's session over from `from_replica`: True only when the ledger still
         said that replica held it in `sandbox` (one of several replicas that try wins)."""
 
+    def give_back(self, key: str, sandbox: str, to_replica: str) -> bool:
+        """Hand a session this replica took but could not attach to back to `to_replica`
+        (its turn was stopped meanwhile): True when the record still named this replica and
+        `sandbox`. The sandbox keeps its session for the next replica that tries."""
+
     def release(self, key: str, sandbox: str) -> bool:
         """Remove the record when it still says this replica holds the key in `sandbox`:
         True when it did, and the sandbox is this replica's to end; False when another
@@ -92,6 +97,15 @@ class MemoryOwners:
             if found is None or found[:2] != (sandbox, from_replica):
                 return False
             self.table[key] = (sandbox, self._replica, time.time())
+            return True
+
+    def give_back(self, key: str, sandbox: str, to_replica: str) -> bool:
+        with self._lock:
+            self.calls += 1
+            found = self.table.get(key)
+            if found is None or found[:2] != (sandbox, self._replica):
+                return False
+            self.table[key] = (sandbox, to_replica, time.time())
             return True
 
     def release(self, key: str, sandbox: str) -> bool:

@@ -90,8 +90,11 @@ class Handover:
                 await asyncio.sleep(ADOPT_RETRY_S * attempt)
             try:
                 found = await backend.adopt(owner.sandbox)
-            except BaseException:
-                await self._ask(owners.release, key, owner.sandbox, default=False)
+            except (Exception, asyncio.CancelledError):
+                # Stopped (or failed) before the sandbox answered: it may hold the session
+                # yet, so the record goes back to the replica that had it.
+                back = (key, owner.sandbox, owner.replica)
+                await asyncio.shield(self._ask(owners.give_back, *back, default=False))
                 raise
             if found is not None and found.session == key:
                 log.info("session %s: taken over from replica %s", key, owner.replica)

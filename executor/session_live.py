@@ -102,6 +102,12 @@ async def unless_stopped(waiting: Coroutine[Any, Any, Found], stop: asyncio.Even
     stopping = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # The run itself was cancelled: what it was getting goes too, not on by itself.
+        getting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await getting
+        raise
     finally:
         stopping.cancel()
     if getting.done():

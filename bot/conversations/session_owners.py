@@ -67,6 +67,14 @@ class SessionOwners:
         ).one()
         return row is not None
 
+    def give_back(self, key: str, sandbox: str, to_replica: str) -> bool:
+        row = self._db.execute(
+            "UPDATE session_owners SET replica = ?, updated = ? "
+            "WHERE session = ? AND sandbox = ? AND replica = ? RETURNING session",
+            (to_replica, self.clock(), key, sandbox, self._replica),
+        ).one()
+        return row is not None
+
     def release(self, key: str, sandbox: str) -> bool:
         row = self._db.execute(
             "DELETE FROM session_owners WHERE session = ? AND sandbox = ? AND replica = ? "

@@ -213,6 +213,36 @@ async def test_a_sandbox_that_does_not_answer_at_once_is_asked_again_not_replace
         assert theirs.owner("k") == Owner(backend.every[0].id, "replica-b")
 
 
+async def test_a_takeover_stopped_before_the_sandbox_answered_gives_the_session_back() -> None:
+    """The taker's turn is stopped (its replica shutting down) while it waits for the
+    sandbox: the record goes back to the replica that had it, not to nobody, so the next
+    turn, anywhere, takes the session over with its variables instead of starting anew."""
+    async with two_replicas() as (a, b, backend, theirs):
+        await a.session("k").run("x = 41")
+        sandbox = only_sandbox(backend)
+        b_backend = b.pool.backend
+        adopt = b_backend.adopt  # type: ignore[attr-defined]
+        waiting = asyncio.Event()
+
+        async def never_answers(sandbox_id: str) -> object:
+            waiting.set()
+            await asyncio.Event().wait()
+
+        b_backend.adopt = never_answers  # type: ignore[attr-defined]
+        stopped = asyncio.create_task(b.session("k").run("print(x)"))
+        await waiting.wait()
+        assert theirs.owner("k") == Owner(sandbox.id, "replica-b")
+        stopped.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopped
+        assert theirs.owner("k") == Owner(sandbox.id, "replica-a")
+        assert sandbox.alive
+        b_backend.adopt = adopt  # type: ignore[attr-defined]
+        read = await b.session("k").run("print(x)")
+        assert read.stdout == "41\n"
+        assert len(backend.every) == 1
+
+
 class Racing(MemoryOwners):
     """A ledger whose takers wait for each other, so that both have read who holds the
     session before either takes it."""

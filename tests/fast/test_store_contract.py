@@ -326,6 +326,12 @@ def check_session_owners(first: OwnersSeam, second: OwnersSeam) -> None:
     assert first.owner("k1") == Owner("sandbox-1", "replica-b")
     assert first.others() == {"sandbox-1"}
     assert first.mine() == {"k2": "sandbox-2"}
+    # A take that could not attach gives the session back, once, to the one it names.
+    assert not first.give_back("k1", "sandbox-1", "replica-a")
+    assert second.give_back("k1", "sandbox-1", "replica-a")
+    assert not second.give_back("k1", "sandbox-1", "replica-a")
+    assert second.owner("k1") == Owner("sandbox-1", "replica-a")
+    assert second.take("k1", "sandbox-1", "replica-a")
     # The replica that lost it may not end it; the one that holds it may, once.
     assert not first.release("k1", "sandbox-1")
     assert second.owner("k1") == Owner("sandbox-1", "replica-b")
