@@ -261,7 +261,13 @@ class SessionManager:
                 outcome = await run_in(live.lease.sandbox)
             except SandboxTaken:
                 self._forget(key)
-                raise
+                if collector.stdout or collector.results:
+                    raise
+                # Another replica took the session over (its answer was waiting in this
+                # side's stream) before the code started: take it back, and run there.
+                live, ending = await self._session(key, hooks.on_queued)
+                await self.keeper.before_run(key, live, restore)
+                outcome = await run_in(live.lease.sandbox)
             except SandboxError:
                 if collector.stdout or collector.results:
                     raise
