@@ -1,15 +1,17 @@
-"""`python -m bench executor|turns|doors|schedules [options]`: see bench/executor_bench.py,
-bench/turns_bench.py, bench/doors_bench.py and bench/schedules_bench.py."""
+"""`python -m bench executor|turns|doors|schedules|failover [options]`: see
+bench/executor_bench.py, bench/turns_bench.py, bench/doors_bench.py, bench/schedules_bench.py
+and bench/failover_bench.py."""
 
 import sys
 
-from bench import doors_bench, executor_bench, schedules_bench, turns_bench
+from bench import doors_bench, executor_bench, failover_bench, schedules_bench, turns_bench
 
 BENCHMARKS = {
     "executor": executor_bench.main,
     "turns": turns_bench.main,
     "doors": doors_bench.main,
     "schedules": schedules_bench.main,
+    "failover": failover_bench.main,
 }
 
 if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:

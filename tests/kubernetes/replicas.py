@@ -34,6 +34,8 @@ KIT = Path(os.environ.get("K8S_KIT", str(ROOT.parent / "shared" / "k8s-kit")))
 BOT_NAMESPACE = "cellmate"
 NAME = "cellmate"
 SECRET = "cellmate-secrets"  # noqa: S105 - the Secret's name
+SHUTDOWN_GRACE_S = 5
+"""CELLMATE_SHUTDOWN_GRACE_S of the replicas: what a running turn gets when its replica goes."""
 READY_S = 300.0
 GONE_S = 180.0
 
@@ -117,7 +119,7 @@ class Replicas:
             "CELLMATE_DISCORD_COOLDOWN_S": "0",
             "CELLMATE_SLACK_COOLDOWN_S": "0",
             "CELLMATE_SLACK_MODE": "http",
-            "CELLMATE_SHUTDOWN_GRACE_S": "5",
+            "CELLMATE_SHUTDOWN_GRACE_S": str(SHUTDOWN_GRACE_S),
             **settings,
         }
         for name, value in kit.items():
