@@ -81,9 +81,14 @@ class Handover:
         if owners is None or not isinstance(backend, SessionKeeper) or not backend.keeps_sessions:
             return None
         owner = await self._ask(owners.owner, key, default=None)
-        if owner is None or owner.replica == owners.replica:
+        if owner is None:
             return None
-        if not await self._ask(owners.take, key, owner.sandbox, owner.replica, default=False):
+        # A record naming this replica for a session not live here is an earlier process's
+        # of the same name (a restarted Pod), or one handed back to it: attach to it as well.
+        ours = owner.replica == owners.replica
+        if not ours and not await self._ask(
+            owners.take, key, owner.sandbox, owner.replica, default=False
+        ):
             raise SandboxBusy(TAKING_OVER)
         for attempt in range(ADOPT_TRIES):
             if attempt:
@@ -93,11 +98,15 @@ class Handover:
             except (Exception, asyncio.CancelledError):
                 # Stopped (or failed) before the sandbox answered: it may hold the session
                 # yet, so the record goes back to the replica that had it.
-                back = (key, owner.sandbox, owner.replica)
-                await asyncio.shield(self._ask(owners.give_back, *back, default=False))
+                if not ours:
+                    back = (key, owner.sandbox, owner.replica)
+                    await asyncio.shield(self._ask(owners.give_back, *back, default=False))
                 raise
             if found is not None and found.session == key:
-                log.info("session %s: taken over from replica %s", key, owner.replica)
+                if ours:
+                    log.info("session %s: attached again to its sandbox", key)
+                else:
+                    log.info("session %s: taken over from replica %s", key, owner.replica)
                 return found
             if found is not None:
                 await backend.detach(found.sandbox)

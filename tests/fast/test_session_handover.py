@@ -243,6 +243,35 @@ async def test_a_takeover_stopped_before_the_sandbox_answered_gives_the_session_
         assert len(backend.every) == 1
 
 
+async def test_a_session_handed_back_to_a_replica_that_let_it_go_is_attached_again() -> None:
+    """The record names this replica, but its session is not live here (it let go when
+    another replica took it, and that takeover was stopped and gave it back; or this is a
+    restarted Pod of the same name): the next turn attaches to the sandbox again, variables
+    intact, instead of starting a new session beside it."""
+    async with two_replicas() as (a, b, backend, theirs):
+        await a.session("k").run("x = 41")
+        sandbox = only_sandbox(backend)
+        b_backend = b.pool.backend
+        waiting = asyncio.Event()
+
+        async def never_answers(sandbox_id: str) -> object:
+            waiting.set()
+            await asyncio.Event().wait()
+
+        b_backend.adopt = never_answers  # type: ignore[attr-defined]
+        stopped = asyncio.create_task(b.session("k").run("print(x)"))
+        await waiting.wait()
+        await a.sessions.reap()  # A sees B took it, and lets go
+        assert "k" not in a.sessions.active
+        stopped.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopped
+        assert theirs.owner("k") == Owner(sandbox.id, "replica-a")
+        read = await a.session("k").run("print(x)")
+        assert read.stdout == "41\n"
+        assert len(backend.every) == 1
+
+
 class Racing(MemoryOwners):
     """A ledger whose takers wait for each other, so that both have read who holds the
     session before either takes it."""
