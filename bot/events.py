@@ -18,6 +18,7 @@ class Thinking:
 @dataclass(frozen=True, slots=True)
 class CodeStarted:
     code: str
+    language: str = "python"
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from executor.models import (
     Status,
 )
 from executor.run_input import RunClock
+from executor.run_scope import RunScope, language_named
 
 __all__ = [
     "EngineUnavailable",
@@ -51,6 +52,7 @@ __all__ = [
     "PoolSettings",
     "RichResult",
     "RunClock",
+    "RunScope",
     "SandboxBusy",
     "SandboxError",
     "SandboxLimits",
@@ -59,4 +61,5 @@ __all__ = [
     "SkippedFile",
     "Status",
     "default_tag",
+    "language_named",
 ]

@@ -19,6 +19,7 @@ from executor.pool import QueueCallback, SandboxPool
 from executor.protocol import Recovered, SandboxBackend, SessionKeeper
 from executor.run import OutputCallback
 from executor.run_input import InputCallback, RunClock
+from executor.run_scope import run_scope
 from executor.session import SHUTDOWN_SAVE_S, Restore, Restored, SessionManager
 from executor.session_news import WorkspaceNews
 from executor.workspace import WorkspaceSettings, WorkspaceStore
@@ -266,6 +267,9 @@ class Session:
         clock: RunClock | None = None,
         run_id: str = "",
         beside: asyncio.Event | None = None,
+        language: str = "python",
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
         **overrides: Any,
     ) -> ExecutionResult:
         """Run code in the session's kernel; variables and files carry over between runs.
@@ -281,7 +285,14 @@ class Session:
         caller's name for the run, for `keep`. `beside`: when it is set while the code waits
         for another run of the session (one that went on in the background), the code runs
         in a second kernel of the same sandbox instead: the session's files, its own
-        variables, and the result says so (`beside`); that kernel ends when neither runs."""
+        variables, and the result says so (`beside`); that kernel ends when neither runs.
+
+        `language`: "python" (the default), "r", "javascript", "typescript" or "bash" (or
+        a usual alias: "js", "ts", "sh", ...): each language has its own kernel in the
+        session's sandbox and /mnt/data, started on its first run, with its own variables.
+        `env`: environment variables for this run only; `cwd`: the working folder for this
+        run only, inside /mnt/data (made if missing). InvalidInput when one is refused."""
+        scope = run_scope(language, env, cwd)
         return await self._manager.run(
             self.key,
             _cells(code),
@@ -293,6 +304,7 @@ class Session:
             clock=clock,
             run_id=run_id,
             beside=beside,
+            scope=scope,
             **overrides,
         )
 

@@ -192,6 +192,8 @@ class FakeSandbox:
         await self._notice("unsealed request ignored")
 
     async def _answer(self, request: wire.Request) -> None:
+        if isinstance(request, wire.Run):
+            self._backend.asked.append(request)
         if isinstance(request, wire.Run) and request.kernel == "beside":
             if self._beside is not None and not self._beside.done():
                 await self._notice("a run is already in progress beside")
@@ -618,6 +620,8 @@ class FakeBackend:
         self.start_s = start_s
         self.runs: list[str] = []
         """Every cell the fake was asked to run, in order."""
+        self.asked: list[wire.Run] = []
+        """Every run asked of its sandboxes, as the runner decoded it (language, env, cwd)."""
         self.restores: list[list[str]] = []
         """The variables each restore loaded, in order: a real kernel unpickles (runs) them."""
         self.snapshot_s: dict[str, float] = {}

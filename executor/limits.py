@@ -10,6 +10,8 @@ from executor.egress import DEFAULT_PIP_INDEX_URL, DEFAULT_PROXY_PORT, NetworkMo
 
 Runtime = Literal["runc", "runsc"]
 PRELOADABLE = ("numpy", "pandas", "matplotlib")
+OTHER_LANGUAGES = ("r", "javascript", "typescript", "bash")
+"""The languages a sandbox image may have kernels for besides Python (wire `LANGUAGES`)."""
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 BOT_VARIABLES = frozenset(
     {
@@ -97,6 +99,10 @@ class SandboxLimits:
     env_allowed: tuple[str, ...] = ()
     """Environment variables a session may set (`Session.set_env`), by name; never the
     bot's own (its tokens and keys, CELLMATE_*)."""
+    languages: tuple[str, ...] = ("r", "javascript", "typescript", "bash")
+    """The languages besides Python that the sandbox image has kernels for, and that chat
+    offers (the image is built with the same setting, `CELLMATE_SANDBOX_LANGUAGES`;
+    "none" for Python only)."""
 
     def container_spec(self) -> tuple[object, ...]:
         """The limits fixed when a container is created; the rest apply per run."""
@@ -120,6 +126,11 @@ class SandboxLimits:
             self.gid,
             self.preloaded(),
         )
+
+    @property
+    def other_languages(self) -> tuple[str, ...]:
+        """`languages` in their usual order ("none": Python only)."""
+        return tuple(name for name in OTHER_LANGUAGES if name in self.languages)
 
     def preloaded(self) -> tuple[str, ...]:
         """The modules named by `preload`, in the order the warm-up imports them."""
@@ -156,6 +167,12 @@ class SandboxLimits:
                     f"{name!r} cannot be allowed in sandboxes: give plain names that are not "
                     "the bot's own settings or secrets"
                 )
+        unknown_languages = set(self.languages) - {*OTHER_LANGUAGES, "none"}
+        if unknown_languages:
+            raise ValueError(
+                f"sandbox languages {', '.join(sorted(unknown_languages))} are not known: "
+                f"use some of {', '.join(OTHER_LANGUAGES)}"
+            )
         if self.preload != "auto":
             unknown = self._preload_names() - set(PRELOADABLE)
             if unknown:

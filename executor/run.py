@@ -21,6 +21,7 @@ from executor.limits import SandboxLimits
 from executor.models import InputExchange, OutputCollector, OutputEvent, Status
 from executor.protocol import Sandbox
 from executor.run_input import InputAsking, InputCallback, RunClock
+from executor.run_scope import PYTHON, TITLES, RunScope
 from executor.runner_client import RunnerClient
 
 OutputCallback = Callable[[OutputEvent], Awaitable[None] | None]
@@ -56,11 +57,17 @@ class RunOutcome:
     """A run this host followed (`follow`) that the runner no longer had."""
     earlier_ms: int = 0
     """A followed run: how long it had been going before this host took it over."""
+    language: wire.Language = "python"
 
     @property
     def sandbox_usable(self) -> bool:
-        """Whether the kernel, and its state, survived the run."""
-        return self.status in ("ok", "error") and not self.killed_by_host
+        """Whether the session's kernel, and its state, survived the run: another
+        language's kernel that died takes only its own variables with it."""
+        if self.killed_by_host:
+            return False
+        return self.status in ("ok", "error") or (
+            self.status == "died" and self.language != "python"
+        )
 
 
 async def wait_ready(sandbox: Sandbox, timeout_s: float) -> int:
@@ -99,14 +106,16 @@ async def execute(
     follow: bool = False,
     keep: bool = False,
     kernel: wire.Kernel = "",
+    scope: RunScope = PYTHON,
 ) -> RunOutcome:
     """Run cells; on the time limit or a stop request, interrupt, then freeze the sandbox.
     With `on_input`, the code may ask for input, and the time limit waits while it does.
     `clock`: the caller's, to raise the limit while the run goes on (else the limits').
     `run_id`: the run's id (else a new one); `keep`: kept from its start (wire's `Keep`).
     With `follow`, no cells are sent: the kept run `run_id` is taken over, its outputs from
-    the start (wire's `Follow`). `kernel`: which of the sandbox's kernels runs it."""
-    outcome = RunOutcome()
+    the start (wire's `Follow`). `kernel`: which of the sandbox's Python kernels runs it;
+    `scope`: the run's language, and its own environment variables and working folder."""
+    outcome = RunOutcome(language=scope.language)
     if stop is not None and stop.is_set() and not follow:
         # Stopped while waiting for the sandbox: the code never starts, the kernel is as it was.
         outcome.status, outcome.stopped = "ok", True
@@ -127,6 +136,9 @@ async def execute(
             run_id=run_id,
             keep=keep,
             kernel=kernel,
+            language=scope.language,
+            env=scope.env,
+            cwd=scope.cwd,
         )
     clock = clock or RunClock(limits.timeout_s)
     clock.start()
@@ -144,7 +156,7 @@ async def execute(
             outcome.timed_out = not outcome.stopped
             # Interrupt first, so the kernel keeps its state; freeze it if the code ignores that.
             with contextlib.suppress(SandboxError):
-                await client.interrupt(kernel)
+                await client.interrupt(kernel, scope.language)
             await asyncio.wait({collecting}, timeout=limits.interrupt_grace_s)
             if not collecting.done():
                 outcome.killed_by_host = True
@@ -284,9 +296,16 @@ def judge(
     if outcome.status == "error":
         return Status.ERROR, "The code raised an exception."
     if outcome.status == "died":
+        title = TITLES.get(outcome.language, outcome.language)
         return Status.KILLED, (
-            f"The Python kernel died {describe_exit(outcome.kernel_exit_code)} "
+            f"The {title} kernel died {describe_exit(outcome.kernel_exit_code)} "
             "while running the code."
+            + (
+                f" Its variables are gone; the next {title} run starts a new kernel (the "
+                "session and its files go on)."
+                if outcome.language != "python"
+                else ""
+            )
         )
     return Status.KILLED, f"The sandbox stopped unexpectedly {describe_exit(container_exit)}."
 

@@ -80,6 +80,9 @@ class RunnerClient:
         run_id: str = "",
         keep: bool = False,
         kernel: wire.Kernel = "",
+        language: wire.Language = "python",
+        env: Mapping[str, str] | None = None,
+        cwd: str = "",
     ) -> str:
         """Start a run; its id, for `run_events`. The id is long enough that it cannot be
         guessed (the runner keeps it where the user's code cannot read it)."""
@@ -96,6 +99,9 @@ class RunnerClient:
                 stdin=stdin,
                 keep=keep,
                 kernel=kernel,
+                language=language,
+                env=dict(env or {}),
+                cwd=cwd,
             )
         )
         return run_id
@@ -127,8 +133,8 @@ class RunnerClient:
                 return True
         return False
 
-    async def interrupt(self, kernel: wire.Kernel = "") -> None:
-        await self.send(wire.Interrupt(kernel=kernel))
+    async def interrupt(self, kernel: wire.Kernel = "", language: wire.Language = "python") -> None:
+        await self.send(wire.Interrupt(kernel=kernel, language=language))
 
     async def claim(self, session: str) -> None:
         await self.send(wire.Claim(session=session))

@@ -35,6 +35,7 @@ from executor.run import (
     unanswered_note,
 )
 from executor.run_input import InputCallback, RunClock
+from executor.run_scope import PYTHON, RunScope
 from executor.runner_client import RunnerClient
 from executor.session_files import SessionFiles, changed_files
 from executor.session_handover import Handover
@@ -180,13 +181,15 @@ class SessionManager:
         clock: RunClock | None = None,
         run_id: str = "",
         beside: asyncio.Event | None = None,
+        scope: RunScope = PYTHON,
         **overrides: Any,
     ) -> ExecutionResult:
         """Run cells in the key's session. `restore`: whether a saved workspace's variables
         may be loaded first (a new session's, with automatic restore on). `clock`: the
         run's time limit, which the caller may raise while it runs. `run_id`: the caller's
         name for the run (for `keep`). `beside`: once set while another run holds the
-        session, the cells stop waiting for it and run in a second kernel beside it."""
+        session, the cells stop waiting for it and run in a second kernel beside it (Python
+        only). `scope`: the run's language, and its own env and working folder."""
         limits = run_limits(self.limits, overrides)
         stop = stop or asyncio.Event()
         run_id = run_id or uuid.uuid4().hex
@@ -195,10 +198,12 @@ class SessionManager:
         waiting = self._waiting_stops.setdefault(key, set())
         waiting.add(stop)
         try:
+            if scope.language != "python":
+                beside = None
             if not await self._turn_or_beside(key, beside):
                 waiting.discard(stop)
                 hooks = RunHooks(on_output, on_queued, on_input, clock)
-                return await self._run_beside(key, cells, limits, hooks, stop, run_id)
+                return await self._run_beside(key, cells, limits, hooks, stop, run_id, scope)
             async with _held(self.lock(key)):
                 found = await unless_stopped(self._session(key, on_queued), stop)
                 if found is None:
@@ -207,7 +212,9 @@ class SessionManager:
                     )
                 waiting.discard(stop)
                 hooks = RunHooks(on_output, on_queued, on_input, clock)
-                result = await self._run_on(key, found, cells, limits, hooks, stop, restore, run_id)
+                result = await self._run_on(
+                    key, found, cells, limits, hooks, stop, restore, run_id, scope
+                )
         finally:
             if self._to_keep.get(key) == run_id:  # it never started
                 self._to_keep.pop(key, None)
@@ -227,6 +234,7 @@ class SessionManager:
         stop: asyncio.Event,
         restore: Restore,
         run_id: str,
+        scope: RunScope = PYTHON,
     ) -> ExecutionResult:
         """Run cells in the key's live session (its lock held)."""
         live, ending = found
@@ -253,6 +261,7 @@ class SessionManager:
                 clock=hooks.clock,
                 run_id=run_id,
                 keep=keep,
+                scope=scope,
             )
 
         try:
@@ -320,6 +329,7 @@ class SessionManager:
         hooks: RunHooks,
         stop: asyncio.Event,
         run_id: str,
+        scope: RunScope = PYTHON,
     ) -> ExecutionResult:
         """Run cells in the session's second kernel, beside the run that holds the key. It
         ends at its time limit: it does not go on in the background as the run beside it may."""
@@ -340,6 +350,7 @@ class SessionManager:
                     clock=hooks.clock,
                     run_id=run_id,
                     kernel="beside",
+                    scope=scope,
                 )
             finally:
                 self._stops.pop(key + BESIDE, None)

@@ -4,6 +4,7 @@ never skips them."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -24,9 +25,13 @@ from tests.support.azurite import Azurite
 from tests.support.links import SECRET
 from tests.support.postgres import Postgres, PostgresMissing
 
-# Under pytest-xdist every worker is its own test instance (sandbox label, and so its own
-# sweep), so that workers never see or remove each other's sandboxes. Set before the
-# layers' conftests read it.
+# Each checkout is a test instance of its own (sandbox label, and so its own sweep), so
+# that test runs of two checkouts on one engine never remove each other's sandboxes; under
+# pytest-xdist every worker is one too. Set before the layers' conftests read it.
+os.environ.setdefault(
+    "CELLMATE_TEST_INSTANCE",
+    "tests-" + hashlib.sha256(str(Path(__file__).resolve().parent).encode()).hexdigest()[:6],
+)
 if worker := os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["CELLMATE_TEST_INSTANCE"] = (
         f"{os.environ.get('CELLMATE_TEST_INSTANCE', 'tests')}-{worker}"

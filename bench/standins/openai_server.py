@@ -40,12 +40,18 @@ class Reply:
     delay_s: float = 0.0
     more_code: tuple[str, ...] = ()
     """Further `python` calls in the same reply."""
+    language: str | None = None
+    """The calls' `language` argument (left out when None)."""
     pieces: int = 1
     """When streamed: the text and each call's arguments in this many fragments."""
     piece_delay_s: float = 0.0
     """When streamed: the pause before each fragment (a model writing slowly)."""
     unfinished: bool = False
     """When streamed: the stream ends without a finish reason (as when it breaks off)."""
+
+
+def _arguments(code: str, language: str | None) -> str:
+    return json.dumps({"code": code} if language is None else {"code": code, "language": language})
 
 
 def says(text: str) -> Reply:
@@ -158,7 +164,7 @@ class ScriptedModel:
                 {
                     "id": f"call_{len(self.requests)}_{index}",
                     "type": "function",
-                    "function": {"name": "python", "arguments": json.dumps({"code": code})},
+                    "function": {"name": "python", "arguments": _arguments(code, reply.language)},
                 }
                 for index, code in enumerate((reply.code, *reply.more_code))
             ]

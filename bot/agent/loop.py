@@ -39,7 +39,7 @@ from bot.agent.detach import (
 )
 from bot.agent.history import History
 from bot.agent.llm import Completions, EmptyReply, Reply, ToolCall
-from bot.agent.prompt import PYTHON_TOOL, summary_request, system_prompt, tool_result
+from bot.agent.prompt import code_tool, summary_request, system_prompt, tool_result
 from bot.agent.run_outputs import artifact_sources
 from bot.agent.tokens import Counter
 from bot.agent.turn import Turn
@@ -56,11 +56,19 @@ from bot.events import (
     Thinking,
     TurnEvent,
 )
-from bot.fences import as_run, background_asked, beside_asked, direct_code
+from bot.fences import (
+    as_run,
+    background_asked,
+    beside_asked,
+    direct_code,
+    direct_language,
+    named_by_flag,
+)
 from bot.metrics import Metrics
 from bot.sandbox_words import spoken, with_refusals
 from bot.text import names_line
-from executor import ExecutionResult, Executor, ExecutorError, RunClock
+from executor import ExecutionResult, Executor, ExecutorError, RunClock, language_named
+from executor.run_scope import TITLES
 from executor.session import Restore
 from storage.artifacts import Artifact, ArtifactLimits, publish
 from storage.base import Storage
@@ -234,11 +242,18 @@ class Agent:
                 files = list(intake.files)
                 previews = await session.preview(intake.tabular)
                 await self._withheld(conversation, emit, restores)
-        direct = direct_code(message.text)
+        named = direct_language(message.text)
+        language = self._language(named) or "python"
+        direct = direct_code(message.text, language)
+        if direct is not None and (
+            refusal := self._refused_language(named, from_fence=not named_by_flag(message.text))
+        ):
+            await _call(emit, Answer(refusal))
+            return
         if direct is not None:
             restore = Restore.VARIABLES if restores is None else await restores.restore()
             if message.agent:
-                decision = await turn.approval(as_run(direct))
+                decision = await turn.approval(as_run(direct, language))
                 if not decision.runs:
                     await _call(
                         emit, Answer(f"The agent's code was not run ({decision.verdict.value}).")
@@ -248,7 +263,9 @@ class Agent:
             at_once = background_asked(message.text)
             if beside_asked(message.text):
                 turn.beside.set()
-            await self._run(conversation, direct, emit, turn, restore, background_now=at_once)
+            await self._run(
+                conversation, direct, emit, turn, restore, background_now=at_once, language=language
+            )
             # The run report (code, output, status) is the whole answer: no separate "Done.".
             await _call(emit, Answer(""))
             return
@@ -269,7 +286,9 @@ class Agent:
         assert self.client is not None
         earlier: list[dict[str, Any]] = []
         limits = self.executor.limits
-        system = system_prompt(limits.network, doors=limits.egress == "allowlist")
+        system = system_prompt(
+            limits.network, doors=limits.egress == "allowlist", languages=limits.other_languages
+        )
         if message.context:
             system = f"{system}\n\n{message.context}"
         user = {"role": "user", "content": _user_content(message.text, files, previews)}
@@ -378,7 +397,8 @@ class Agent:
         async def written(text: str) -> None:
             await _call(emit, AnswerDelta(text))
 
-        reply = await self.completions.reply(messages, [PYTHON_TOOL], written)
+        tool = code_tool(self.executor.limits.other_languages)
+        reply = await self.completions.reply(messages, [tool], written)
         self._count_usage(reply)
         return reply
 
@@ -401,17 +421,24 @@ class Agent:
         if call.function.name != "python":
             return f"There is no tool named {call.function.name!r}; use `python`.", []
         try:
-            code = json.loads(call.function.arguments or "{}")["code"]
-            if not isinstance(code, str):
-                raise TypeError("code must be a string")
-        except (ValueError, KeyError, TypeError) as exc:
+            arguments = json.loads(call.function.arguments or "{}")
+            code = arguments["code"]
+            named = arguments.get("language") or "python"
+            if not isinstance(code, str) or not isinstance(named, str):
+                raise TypeError("code and language must be strings")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return f'The tool arguments were not valid ({exc}); send {{"code": "..."}}.', []
+        if refusal := self._refused_language(named):
+            return refusal, []
+        language = self._language(named) or "python"
         # The place's policy may want a person to approve (or edit) the model's code first;
         # they see the lines that run.
-        decision = await turn.approval(as_run(code))
+        decision = await turn.approval(as_run(code, language))
         if not decision.runs:
             return decision.for_model(), []
-        ran = await self._run(conversation, decision.code, emit, turn, decision.restore)
+        ran = await self._run(
+            conversation, decision.code, emit, turn, decision.restore, language=language
+        )
         if ran is None:
             assert turn.background is not None
             return decision.for_model() + FOR_MODEL.format(
@@ -429,10 +456,11 @@ class Agent:
         turn: Turn,
         restore: Restore,
         background_now: bool = False,
+        language: str = "python",
     ) -> tuple[ExecutionResult, list[Artifact]] | None:
         """Run code for the turn: its result and published files, or None when the run went
         on in the background (`turn.background` took it)."""
-        await _call(emit, CodeStarted(code))
+        await _call(emit, CodeStarted(code, language))
         turn.may_run()
         logs.run_id.set(uuid.uuid4().hex[:12])
         if self.refusals is not None:
@@ -466,6 +494,7 @@ class Agent:
                 clock=clock,
                 run_id=run_id,
                 beside=turn.beside,
+                language=language,
             )
         )
         if background is None:
@@ -522,6 +551,26 @@ class Agent:
             lambda result, to: self._finished(conversation, result, to),
             run_id,
         )
+
+    def _language(self, named: str) -> str | None:
+        """The offered language a name stands for (Python for none), or None."""
+        if not named:
+            return "python"
+        language = language_named(named)
+        offered = ("python", *self.executor.limits.other_languages)
+        return language if language in offered else None
+
+    def _refused_language(self, named: str, from_fence: bool = False) -> str:
+        """Why code in the named language cannot run here ("" when it can). A fence's tag
+        that names no language at all (```text) is not a refusal: the code is Python."""
+        if not named or self._language(named) is not None:
+            return ""
+        if from_fence and language_named(named) is None:
+            return ""
+        offered = ", ".join(
+            TITLES[name] for name in ("python", *self.executor.limits.other_languages)
+        )
+        return f"This sandbox does not run {named[:40]!r} code; it runs {offered}."
 
     async def _until_done_or_gone(
         self,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from executor import ExecutionResult, InputExchange, Status
+from executor.run_scope import TITLES
 from storage.artifacts import Artifact
 
 PYTHON_TOOL: dict[str, Any] = {
@@ -24,6 +26,47 @@ PYTHON_TOOL: dict[str, Any] = {
 }
 
 
+LANGUAGE_NOTES = {
+    "r": '"r" (R, with ggplot2: print a plot to show it)',
+    "javascript": '"javascript" (Node.js)',
+    "typescript": '"typescript"',
+    "bash": '"bash" (a shell)',
+}
+
+
+def code_tool(languages: Sequence[str] = ()) -> dict[str, Any]:
+    """The tool the model runs code with: `python`, with a `language` argument when the
+    sandbox offers other languages (the tool keeps its name, which earlier turns used)."""
+    others = [name for name in languages if name in LANGUAGE_NOTES]
+    if not others:
+        return PYTHON_TOOL
+    names = ", ".join(TITLES[name] for name in others)
+    return {
+        "type": "function",
+        "function": {
+            "name": "python",
+            "description": (
+                f"Run code in the conversation's Jupyter kernels and get its output: Python "
+                f"by default, or {names} with `language`. Each language has its own kernel, "
+                "whose state (variables, imports, loaded data) persists between calls. Files "
+                "are in /mnt/data, shared by all of them."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description": "The code to run."},
+                    "language": {
+                        "type": "string",
+                        "enum": ["python", *others],
+                        "description": "The code's language (python when left out).",
+                    },
+                },
+                "required": ["code"],
+            },
+        },
+    }
+
+
 DOORS = (
     "The sandbox reaches the network only through doors this channel's admins open: a host "
     "that is not open answers 403 with the reason, and the run's note says so; then tell "
@@ -33,8 +76,9 @@ DOORS = (
 )
 
 
-def system_prompt(network: bool, doors: bool = False) -> str:
-    """`network`: the whole network (the unsafe switch); `doors`: the allowlist network."""
+def system_prompt(network: bool, doors: bool = False, languages: Sequence[str] = ()) -> str:
+    """`network`: the whole network (the unsafe switch); `doors`: the allowlist network;
+    `languages`: the languages besides Python that the sandbox offers."""
     if doors:
         reach = DOORS
     elif network:
@@ -53,6 +97,7 @@ def system_prompt(network: bool, doors: bool = False) -> str:
         "- Charts are shown to the user automatically: call plt.show(); do not save them unless "
         "asked. numpy, pandas, matplotlib, seaborn, scipy, scikit-learn, sympy and openpyxl "
         "are installed.\n"
+        f"{_languages_line(languages)}"
         f"- {reach}\n"
         "- If the code fails, read the error, fix the code and try again.\n"
         "- `input()` and `getpass()` work: the user is asked in the chat and the code waits "
@@ -61,6 +106,18 @@ def system_prompt(network: bool, doors: bool = False) -> str:
         "you, and is masked in the output).\n"
         "- Never write links to files or charts yourself: the chat shows them. Refer to files "
         "by name. Answer briefly, in the user's language."
+    )
+
+
+def _languages_line(languages: Sequence[str]) -> str:
+    others = [LANGUAGE_NOTES[name] for name in languages if name in LANGUAGE_NOTES]
+    if not others:
+        return ""
+    return (
+        f"- The tool also runs other languages: set `language` to {', '.join(others)}. "
+        "Use Python unless the user asks for another language or their code is in one. "
+        "Each language has its own variables; /mnt/data is shared, so pass data between "
+        "them as files.\n"
     )
 
 

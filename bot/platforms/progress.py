@@ -75,6 +75,7 @@ class Ending:
 @dataclass(slots=True)
 class RunView:
     code: str
+    language: str = "python"
     output: list[str] = field(default_factory=list)
     output_size: int = 0
     dropped: int = 0
@@ -181,7 +182,7 @@ class TurnView:
             self.awaiting_approval = isinstance(event, ApprovalRequested)
         elif isinstance(event, CodeStarted):
             self.draft = ""
-            self.runs.append(RunView(event.code))
+            self.runs.append(RunView(event.code, event.language))
         elif isinstance(event, OutputChunk) and self.current is not None:
             self.current.stop_waiting()
             self.current.add(output_text(event))

@@ -29,9 +29,13 @@ Requests (host to runner), in `REQUESTS`:
                `Done`. One at a time: a second while one runs is ignored (with a `Log`).
                `kernel` "beside": in a second kernel (same /mnt/data, its own variables),
                one run at a time too, beside a run of the first that goes on; it starts on
-               its first run and ends once neither kernel runs.
+               its first run and ends once neither kernel runs. `language` other than
+               "python": that language's kernel (R, JavaScript, TypeScript, Bash), started
+               on its first run, with the same /mnt/data; one run at a time in the sandbox,
+               and an error result when the image has no such kernel (`Ready.languages`).
+               `env` and `cwd` hold for that run only (checked by `run_env`, `run_cwd`).
     Interrupt  SIGINT to the kernel while it works (a resting kernel gets none). No answer.
-               `kernel` says which (see `Run`).
+               `kernel` and `language` say which (see `Run`).
     Export     the session's notebook as nbformat 4 JSON; answered by `Exported` once a run
                in progress has ended.
     Preview    schema previews of tabular files, read in a separate process; `Previewed`.
@@ -104,11 +108,12 @@ Junk
     sandbox, since nothing more it says can be taken as whole.
 """
 
-from executor.wire.codec import decode_event, decode_request, encode, pins
+from executor.wire.codec import decode_event, decode_request, encode, pins, run_cwd, run_env
 from executor.wire.messages import (
     EVENTS,
     FS_ACTIONS,
     KERNELS,
+    LANGUAGES,
     MASKED,
     MAX_INPUT_CHARS,
     MAX_LIST,
@@ -137,6 +142,7 @@ from executor.wire.messages import (
     Interrupt,
     Keep,
     Kernel,
+    Language,
     Log,
     Malformed,
     Output,
@@ -174,6 +180,7 @@ __all__ = [
     "FS_ACTIONS",
     "KERNELS",
     "KEY_BYTES",
+    "LANGUAGES",
     "MASKED",
     "MAX_INPUT_CHARS",
     "MAX_LIST",
@@ -203,6 +210,7 @@ __all__ = [
     "Interrupt",
     "Keep",
     "Kernel",
+    "Language",
     "Log",
     "Malformed",
     "Opener",
@@ -231,6 +239,8 @@ __all__ = [
     "hello_line",
     "loads",
     "pins",
+    "run_cwd",
+    "run_env",
     "seal",
     "unseal",
 ]

@@ -8,9 +8,14 @@ from dataclasses import fields
 from typing import Any
 
 from executor.wire.messages import (
+    ENV_NAME,
     EVENTS,
     FS_ACTIONS,
     KERNELS,
+    LANGUAGES,
+    MAX_CWD_CHARS,
+    MAX_ENV,
+    MAX_ENV_CHARS,
     MAX_INPUT_CHARS,
     MAX_LIST,
     MAX_PACKAGES,
@@ -105,6 +110,9 @@ def decode_request(payload: bytes) -> Request:
         kernel = read.text("kernel")
         if kernel not in KERNELS:
             raise Malformed(f"unknown kernel {kernel[:40]!r}")
+        language = _language(read)
+        if language != "python" and kernel:
+            raise Malformed("only Python runs beside")
         return Run(
             id=read.text("id"),
             cells=read.texts("cells"),
@@ -116,6 +124,9 @@ def decode_request(payload: bytes) -> Request:
             stdin=read.flag("stdin"),
             keep=read.flag("keep"),
             kernel=kernel,
+            language=language,
+            env=run_env(read.text_map("env")),
+            cwd=run_cwd(read.text("cwd")),
         )
     if kind is Export:
         return Export(id=read.text("id"))
@@ -166,12 +177,47 @@ def decode_request(payload: bytes) -> Request:
         kernel = read.text("kernel")
         if kernel not in KERNELS:
             raise Malformed(f"unknown kernel {kernel[:40]!r}")
-        return Interrupt(kernel=kernel)
+        return Interrupt(kernel=kernel, language=_language(read))
     if kind is Keep:
         return Keep(id=read.text("id")[:100])
     if kind is Follow:
         return Follow(id=read.text("id")[:100])
     return kind()  # type: ignore[call-arg]  # Shutdown has no fields
+
+
+def _language(read: _Reader) -> Any:
+    language = read.text("language", "python")
+    if language not in LANGUAGES:
+        raise Malformed(f"unknown language {language[:40]!r}")
+    return language
+
+
+def run_env(values: Mapping[str, str]) -> dict[str, str]:
+    """A run's environment variables as the runner takes them; Malformed otherwise. The
+    host checks the same before it sends them (with reasons a person can read)."""
+    if len(values) > MAX_ENV:
+        raise Malformed(f"more than {MAX_ENV} environment variables")
+    if sum(len(k) + len(v) for k, v in values.items()) > MAX_ENV_CHARS:
+        raise Malformed(f"environment variables longer than {MAX_ENV_CHARS} characters")
+    for name, value in values.items():
+        if not ENV_NAME.fullmatch(name):
+            raise Malformed(f"{name[:60]!r} is not an environment variable name")
+        if "\0" in value:
+            raise Malformed(f"the value of {name} has a NUL character")
+    return dict(values)
+
+
+def run_cwd(path: str) -> str:
+    """A run's working folder: relative to /mnt/data, without `..`, NUL or empty parts
+    (a leading /mnt/data/ is taken off); Malformed otherwise."""
+    if len(path) > MAX_CWD_CHARS or "\0" in path:
+        raise Malformed("a working folder that is too long or has a NUL character")
+    if path == "/mnt/data" or path.startswith("/mnt/data/"):
+        path = path.removeprefix("/mnt/data").lstrip("/") or "."
+    parts = [part for part in path.strip("/").split("/") if part not in ("", ".")]
+    if path.startswith("/") or any(part == ".." for part in parts):
+        raise Malformed(f"the working folder {path[:80]!r} is not inside /mnt/data")
+    return "/".join(parts)
 
 
 def decode_event(message: Mapping[str, Any]) -> Event | None:
@@ -190,7 +236,10 @@ def decode_event(message: Mapping[str, Any]) -> Event | None:
 def _event(kind: type[Event], read: _Reader) -> Event:
     if kind is Ready:
         return Ready(
-            python=read.text("python")[:100], startup_ms=max(read.number("startup_ms", 0), 0)
+            python=read.text("python")[:100],
+            startup_ms=max(read.number("startup_ms", 0), 0),
+            languages=tuple(name for name in LANGUAGES if name in read.texts("languages"))
+            or ("python",),
         )
     if kind is Warm:
         return Warm()

@@ -27,6 +27,18 @@ KERNELS: tuple[Kernel, ...] = ("", "beside")
 """The session's kernel (""), and a second one in the same sandbox and /mnt/data for code
 run beside a run that goes on (it starts on its first run, and ends when neither runs)."""
 
+Language = Literal["python", "r", "javascript", "typescript", "bash"]
+LANGUAGES: tuple[Language, ...] = ("python", "r", "javascript", "typescript", "bash")
+"""The languages a run may be in. Python is the session's kernel (and the one beside it);
+each other language has a kernel of its own in the same sandbox and /mnt/data, started on
+its first run, when the image has it (`Ready.languages`)."""
+MAX_ENV = 100
+"""The most variables a run's `env` sets."""
+MAX_ENV_CHARS = 32_000
+"""The most characters of a run's `env`, names and values together."""
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MAX_CWD_CHARS = 1000
+
 FsAction = Literal["list", "info", "make_dir", "remove", "rename"]
 FS_ACTIONS: tuple[FsAction, ...] = ("list", "info", "make_dir", "remove", "rename")
 
@@ -56,13 +68,23 @@ class Run:
     keep: bool = False
     """Kept from the start, as after a `Keep`."""
     kernel: Kernel = ""
-    """Which kernel runs it (`KERNELS`); one run at a time in each."""
+    """Which Python kernel runs it (`KERNELS`); one run at a time in each."""
+    language: Language = "python"
+    """The language of the cells: a kernel other than Python's runs them (`kernel` is then
+    ""), one run at a time in the sandbox."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables for this run only: set before its cells, and back as they were
+    after them (`ENV_NAME`, no NUL, within `MAX_ENV` and `MAX_ENV_CHARS`)."""
+    cwd: str = ""
+    """The working folder for this run only, relative to /mnt/data ("" is /mnt/data); it
+    is made if missing, and must not lead out of /mnt/data."""
 
 
 @dataclass(frozen=True, slots=True)
 class Interrupt:
     op: ClassVar[str] = "interrupt"
     kernel: Kernel = ""
+    language: Language = "python"
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +241,8 @@ class Ready:
     type: ClassVar[str] = "ready"
     python: str = ""
     startup_ms: int = 0
+    languages: tuple[str, ...] = ("python",)
+    """The languages this sandbox's image has a kernel for."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from bot.conversations import Admission, ConversationKey, Conversations, Person,
 from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
-from bot.fences import BACKGROUND_FLAG, BESIDE_FLAG, direct_code
+from bot.fences import BACKGROUND_FLAG, BESIDE_FLAG, direct_code, with_language
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
@@ -246,6 +246,7 @@ class CellmateDiscord(discord.Client):
         key: ConversationKey | None = None,
         background: bool = False,
         beside: bool = False,
+        language: str = "",
     ) -> None:
         """/run, the Run code menu and Re-run: run code directly, no model involved, in the
         conversation it was asked in (or in a one-off session); `background`: it goes on in
@@ -253,7 +254,7 @@ class CellmateDiscord(discord.Client):
         background rather than wait for it."""
         if elsewhere(interaction):  # a user install where the bot is not: a one-off run,
             # with nothing in the background to run beside
-            await run_elsewhere(self, interaction, code, background)
+            await run_elsewhere(self, interaction, code, background, language)
             return
         person = await self.person_now(interaction)
         if not await self.admitted(interaction, person):
@@ -273,6 +274,7 @@ class CellmateDiscord(discord.Client):
             return
         await interaction.response.defer(thinking=True)
         flag = f" {BACKGROUND_FLAG}" if background else f" {BESIDE_FLAG}" if beside else ""
+        flag = with_language(flag, language)
         message = UserMessage(f"/run{flag}\n{code}", user=person.user, server=server)
         reply = self.reply(InteractionSurface(interaction))
         await self.conversations.turn(self.door, person, key, message, reply, rerun_code=code)

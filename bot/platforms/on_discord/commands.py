@@ -13,7 +13,7 @@ from discord import app_commands
 
 from bot.conversations import ConversationKey, Person, Refused
 from bot.conversations.policy import parse_mode
-from bot.fences import BOTH_FLAGS
+from bot.fences import BOTH_FLAGS, known_tag
 from bot.platforms.markup import code_blocks
 from bot.platforms.on_discord.front import DiscordFront, front_of
 from bot.platforms.on_discord.interactions import conversation_of, place_key, tell
@@ -21,6 +21,8 @@ from bot.platforms.on_discord.render import plain
 from bot.platforms.on_discord.reply import InteractionSurface
 from bot.platforms.turn_reply import ran_beside
 from bot.text import files_text
+from executor import wire
+from executor.run_scope import TITLES
 
 NO_CONVERSATION = (
     "There is no Cellmate conversation here: mention me in a channel to start a thread, "
@@ -144,17 +146,22 @@ def register_commands(client: DiscordFront) -> None:
         await interaction.response.defer(thinking=True)
         return person, key
 
-    @tree.command(name="run", description="Run Python in the sandbox, without the model")
+    @tree.command(name="run", description="Run code in the sandbox, without the model")
     @app_commands.describe(
-        code="Python code; leave it out for a multi-line editor",
+        code="the code; leave it out for a multi-line editor",
         background="go on in the background at once (the answer comes when it ends)",
         beside="run now beside the run in the background here: its files, not its variables",
+        language="the code's language (Python unless a ```r block or this says otherwise)",
+    )
+    @app_commands.choices(
+        language=[app_commands.Choice(name=TITLES[name], value=name) for name in wire.LANGUAGES]
     )
     async def run(
         interaction: discord.Interaction,
         code: str | None = None,
         background: bool = False,
         beside: bool = False,
+        language: str = "",
     ) -> None:
         if background and beside:
             if await client.admitted(interaction, await client.person_now(interaction)):
@@ -165,7 +172,11 @@ def register_commands(client: DiscordFront) -> None:
                 await interaction.response.send_modal(RunModal(client, background, beside))
             return
         await client.start_run(
-            interaction, code_blocks(code) or code, background=background, beside=beside
+            interaction,
+            code_blocks(code) or code,
+            background=background,
+            beside=beside,
+            language=language or known_tag(code),
         )
 
     @tree.context_menu(name=RUN_MENU)
@@ -175,7 +186,7 @@ def register_commands(client: DiscordFront) -> None:
             if await client.admitted(interaction, await client.person_now(interaction)):
                 await tell(interaction, "That message has no code.")
             return
-        await client.start_run(interaction, code)
+        await client.start_run(interaction, code, language=known_tag(message.content))
 
     @tree.command(name="reset", description="Forget this conversation and restart its Python")
     async def reset(interaction: discord.Interaction) -> None:

@@ -32,6 +32,7 @@ class DiscordFront(Protocol):
         key: ConversationKey | None = None,
         background: bool = False,
         beside: bool = False,
+        language: str = "",
     ) -> None:
         """Run code directly in the interaction's conversation (or a one-off session);
         `background`: it goes on in the background at once; `beside`: it runs beside the

@@ -57,6 +57,10 @@ def progress_text(view: TurnView) -> str:
     )
 
 
+FENCE_TAGS = {"python": "py", "r": "r", "javascript": "js", "typescript": "ts", "bash": "bash"}
+"""Discord's highlighting names for the languages code runs in."""
+
+
 def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     run = view.current
     thinking = status_line(view, MARKS, lambda draft: tail(draft, 2 * output_room + 200))
@@ -66,7 +70,7 @@ def _progress(view: TurnView, code_room: int, output_room: int) -> str:
     title = "**Code**" if count == 1 else f"**Code** (run {count}; earlier runs are attached)"
     if view.done and count > 1:
         title = f"**Code** (last of {count} runs; all are attached)"
-    parts = [title, code_block(head(run.code, code_room), "py")]
+    parts = [title, code_block(head(run.code, code_room), FENCE_TAGS.get(run.language, ""))]
     output = run.text
     if output.strip():
         parts.append(code_block(tail(output, output_room)))

@@ -34,6 +34,7 @@ from discord import app_commands
 
 from bot.agent import UserMessage
 from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
+from bot.fences import with_language
 from bot.platforms.on_discord.commands import RUN_MENU, buttons
 from bot.platforms.on_discord.interactions import tell
 from bot.platforms.on_discord.render import MESSAGE_LIMIT, Outgoing
@@ -122,7 +123,11 @@ def admits(settings: DiscordSettings, interaction: discord.Interaction) -> bool:
 
 
 async def run_elsewhere(
-    client: InstallFront, interaction: discord.Interaction, code: str, background: bool
+    client: InstallFront,
+    interaction: discord.Interaction,
+    code: str,
+    background: bool,
+    language: str = "",
 ) -> None:
     """A direct run where the bot is not: a one-off conversation, answered through the
     interaction only."""
@@ -141,7 +146,7 @@ async def run_elsewhere(
         return
     await interaction.response.defer(thinking=True)
     # Quotas count per person: the server is not one the operator runs Cellmate for.
-    message = UserMessage(f"/run\n{code}", user=person.user, server="")
+    message = UserMessage(f"/run{with_language('', language)}\n{code}", user=person.user, server="")
     reply = AnswerOnlyReply(
         ResponseOnly(interaction),
         client.upload_limit,

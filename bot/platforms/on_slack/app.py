@@ -28,7 +28,15 @@ from bot.conversations import Admission, ConversationKey, Conversations, Person
 from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
-from bot.fences import BACKGROUND_FLAG, BESIDE_FLAG, BOTH_FLAGS, direct_code, run_flags
+from bot.fences import (
+    BACKGROUND_FLAG,
+    BESIDE_FLAG,
+    BOTH_FLAGS,
+    direct_code,
+    known_tag,
+    run_parts,
+    with_language,
+)
 from bot.logs import payload_logger
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.markup import code_blocks
@@ -364,6 +372,7 @@ class CellmateSlack:
         thread_ts: str | None,
         background: bool = False,
         beside: bool = False,
+        language: str = "",
     ) -> None:
         """/run, the modal, the shortcut, Re-run and edits: code run directly, in `key`'s
         session (None: a one-off session whose answer starts its own thread). `background`:
@@ -377,6 +386,7 @@ class CellmateSlack:
             thread_ts = key.thread
             self.threads[(channel, thread_ts)] = True
         flag = f" {BACKGROUND_FLAG}" if background else f" {BESIDE_FLAG}" if beside else ""
+        flag = with_language(flag, language)
         message = UserMessage(f"/run{flag}\n{code}", user=person.user, server=team)
         thread = SlackThread(self.client, channel, thread_ts)
         if key.is_one_off:
@@ -411,7 +421,7 @@ class CellmateSlack:
 
     async def _on_run(self, ack: Any, command: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
-        flags, code = run_flags(unescape(str(command.get("text") or "")))
+        flags, named, code = run_parts(unescape(str(command.get("text") or "")))
         channel, user = str(command["channel_id"]), str(command["user_id"])
         team = str(command.get("team_id") or self.team)
         person = await self.person(user, team, channel)
@@ -421,9 +431,12 @@ class CellmateSlack:
             await self._tell(user, channel, None, None, BOTH_FLAGS)
             return
         if code.strip():
+            named = named or known_tag(code)
             code = code_blocks(code) or code.strip()
             background, beside = BACKGROUND_FLAG in flags, BESIDE_FLAG in flags
-            await self.start_run(code, person, self._here(person), None, background, beside)
+            await self.start_run(
+                code, person, self._here(person), None, background, beside, language=named
+            )
             return
         await client.views_open(trigger_id=command["trigger_id"], view=run_modal(channel, team))
 

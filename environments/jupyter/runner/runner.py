@@ -42,7 +42,9 @@ from runner.kernels import (
     run_cells,
     start_kernel,
 )
+from runner.languages import LanguageKernel, available_languages, error_output, unavailable
 from runner.packages import INSTALL_CODE, INSTALL_TIMEOUT_S, installed
+from runner.run_scope import OutsideData, scope, working_folder
 from runner.stdin import InputRelay, Secrets
 from runner.system import (
     ignore,
@@ -78,6 +80,9 @@ class Runner:
         self.client = new_client(self.nb, self.emit, self.secrets)
         self.beside = BesideKernel(self.emit, self.secrets)
         """The second kernel, for code run beside a run of this one (wire `Run.kernel`)."""
+        self.others: dict[str, LanguageKernel] = {}
+        """Other languages' kernels, each started on its first run (wire `Run.language`)."""
+        self.languages: tuple[str, ...] = ("python",)
         self.running: asyncio.Task[None] | None = None
         self.side_tasks: set[asyncio.Task[None]] = set()
         self.helpers: set[int] = set()
@@ -143,9 +148,11 @@ class Runner:
         started = time.monotonic()
         prepare_writable_dirs()
         await start_kernel(self.client)
+        self.languages = available_languages()
         ready = wire.Ready(
             python=sys.version.split()[0],
             startup_ms=round((time.monotonic() - started) * 1000),
+            languages=self.languages,
         )
         # The host may attach only after the start (a Kubernetes Pod), so it speaks first.
         key = wire.hello_key(await reader.readline())
@@ -172,7 +179,7 @@ class Runner:
             self.input_relay = InputRelay(self.client.kc, self.emit, self.secrets)
             relaying = asyncio.create_task(self.input_relay.relay(run_id))
         async with self.kernel_awake():
-            status, exit_code, oom = await run_cells(self.client, self.nb, request.cells)
+            status, exit_code, oom = await self.scoped_cells(request)
         if relaying is not None:
             relaying.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -200,6 +207,58 @@ class Runner:
         )
         if self.record is not None and not self.record.kept:
             self.record = None
+
+    async def scoped_cells(self, request: wire.Run) -> tuple[str, int | None, bool]:
+        """The run's cells in the Python kernel, within the run's env and folder."""
+        try:
+            around = scope("python", request.env, working_folder(request.cwd))
+        except (OutsideData, OSError) as exc:
+            self.emit(error_output(request.id, "WorkingFolderError", str(exc)))
+            return "error", None, False
+        if around is not None:
+            await self.client.kc.execute_interactive(
+                around.before, silent=True, store_history=False, timeout=30
+            )
+        result = await run_cells(self.client, self.nb, request.cells)
+        if around is not None and result[0] != "died":
+            with contextlib.suppress(Exception):
+                await self.client.kc.execute_interactive(
+                    around.after, silent=True, store_history=False, timeout=30
+                )
+        return result
+
+    async def run_other(self, request: wire.Run) -> None:
+        """A run in another language's kernel; the Python kernel rests meanwhile."""
+        if request.language not in self.languages:
+            for event in unavailable(request.id, request.language, self.languages):
+                self.emit(event)
+            return
+        self.record = RunRecord(request.id, kept=request.keep)
+        self.background = request.background
+        self.user_code_ran = True
+        kernel = self.others.get(request.language)
+        if kernel is None:
+            kernel = self.others[request.language] = LanguageKernel(
+                request.language, self.emit, self.secrets
+            )
+        # Held for the whole run, as a Python run holds it: what ends leftovers between
+        # requests (the warm-up's end, a run beside) must not take this kernel's processes.
+        async with self.kernel_turn:
+            done = await kernel.run(request, rest=not request.background)
+            if not self.beside.busy:
+                await self.beside.shutdown()
+            await self.settle()
+        self.emit(done)
+        if self.record is not None and not self.record.kept:
+            self.record = None
+
+    def kept_pids(self) -> set[int]:
+        """The kernels' own processes: never ended as leftovers of a run."""
+        kernels = {self.kernel_pid(), self.beside.pid()}
+        own = {pid for pid in kernels if pid is not None}
+        for other in self.others.values():
+            own |= other.own
+        return own
 
     async def run_beside(self, request: wire.Run) -> None:
         """A run in the second kernel, beside this one's; once neither runs, that kernel
@@ -279,8 +338,7 @@ class Runner:
         the run started (children, daemons, renamed or re-parented ones) is found in /proc
         and killed, again until none is left, since some may fork in between. Whether any
         was."""
-        kernel, beside = self.kernel_pid(), self.beside.pid()
-        keep = self.helpers | {pid for pid in (kernel, beside) if pid is not None}
+        keep = self.helpers | self.kept_pids()
         # Most runs start no process: the names in /proc tell that without reading each
         # one's state (every read is a system call, and those are dear under gVisor).
         if pids() <= keep | {os.getpid()}:
@@ -309,11 +367,11 @@ class Runner:
 
     def reap(self) -> None:
         """Wait for orphans that ended: as init, every re-parented process is the runner's."""
-        kernel = self.kernel_pid()
-        if pids() <= self.helpers | {os.getpid(), kernel}:
+        kernels = self.kept_pids()
+        if pids() <= self.helpers | kernels | {os.getpid()}:
             return
         for pid, state, parent in processes():
-            if parent == os.getpid() and state == "Z" and pid != kernel and pid not in self.helpers:
+            if parent == os.getpid() and state == "Z" and pid not in kernels | self.helpers:
                 with contextlib.suppress(OSError):
                     os.waitpid(pid, os.WNOHANG)
 
@@ -473,6 +531,11 @@ class Runner:
         self.emit(wire.Rekeyed(nonce=request.nonce, reseeded=reseeded))
 
     async def interrupt(self, request: wire.Interrupt) -> None:
+        if request.language != "python":
+            other = self.others.get(request.language)
+            if other is not None:
+                await other.interrupt()
+            return
         if request.kernel == "beside":
             await self.beside.interrupt()
             return
@@ -483,7 +546,12 @@ class Runner:
 
     async def dispatch(self, request: wire.Request) -> None:
         """Start (or do) what a request asks; the kernel's work goes one at a time."""
-        if isinstance(request, wire.Run) and request.kernel == "beside":
+        if isinstance(request, wire.Run) and request.language != "python":
+            if self.running is not None and not self.running.done():
+                self.notice("a run is already in progress")
+                return
+            self.running = asyncio.create_task(self.run_other(request))
+        elif isinstance(request, wire.Run) and request.kernel == "beside":
             if self.beside.busy:
                 self.notice("a run is already in progress beside")
                 return
@@ -558,6 +626,8 @@ class Runner:
             with contextlib.suppress(OSError):
                 os.kill(process.pid, signal.SIGCONT)
         await self.beside.shutdown()
+        for other in self.others.values():
+            await other.shutdown()
         await self.client._async_cleanup_kernel()
 
 

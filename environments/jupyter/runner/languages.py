@@ -1,0 +1,234 @@
+"""Kernels for languages other than Python (wire `Run.language`): R, JavaScript, TypeScript
+and Bash, each its own Jupyter kernel in the same sandbox and /mnt/data, started on its
+first run (a Python-only session never pays for them) and resting stopped between runs, as
+the Python kernel does."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+
+from executor import wire
+from runner.client import CappedClient, DeepQueueKernelClient
+from runner.files import DATA_DIR, snapshot
+from runner.kernel_scripts import IOPUB_GRACE_S
+from runner.kernels import run_cells
+from runner.run_scope import OutsideData, scope, working_folder
+from runner.stdin import Secrets
+from runner.system import processes, stopped
+
+KERNEL_START_S = 60
+SCOPE_TIMEOUT_S = 30
+NAMES = {
+    "r": "R",
+    "javascript": "JavaScript",
+    "typescript": "TypeScript",
+    "bash": "Bash",
+}
+
+
+def available_languages() -> tuple[str, ...]:
+    """The languages this image has a kernel for (kernelspecs named as the languages)."""
+    try:
+        specs = KernelSpecManager().find_kernel_specs()
+    except Exception:
+        specs = {}
+    return ("python", *(name for name in wire.LANGUAGES[1:] if name in specs))
+
+
+def descendants(pid: int) -> set[int]:
+    """The process and every process under it."""
+    children: dict[int, list[int]] = {}
+    for child, _, parent in processes():
+        children.setdefault(parent, []).append(child)
+    found, todo = {pid}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+class LanguageKernel:
+    """One language's kernel. Its own processes (the kernel, and what it started to work:
+    Bash's shell) are recorded once it answers, and are the only ones of its that outlive
+    a run; they rest stopped (SIGSTOP) between runs."""
+
+    def __init__(self, language: str, emit: Callable[[wire.Event], None], secrets: Secrets):
+        self.language = language
+        self.emit = emit
+        self.secrets = secrets
+        self.nb = _notebook(language)
+        self.client = _client(self.nb, language, emit, secrets)
+        self.started = False
+        self.frozen = False
+        self.own: set[int] = set()
+
+    def pid(self) -> int | None:
+        process = getattr(getattr(self.client.km, "provisioner", None), "process", None)
+        pid = getattr(process, "pid", None)
+        return pid if isinstance(pid, int) else None
+
+    async def start(self) -> None:
+        self.client.km = self.client.create_kernel_manager()
+        self.client.km.client_factory = DeepQueueKernelClient
+        await asyncio.wait_for(
+            self.client.async_start_new_kernel(cwd=str(DATA_DIR)), KERNEL_START_S
+        )
+        await asyncio.wait_for(self.client.async_start_new_kernel_client(), KERNEL_START_S)
+        self.started = True
+        pid = self.pid()
+        self.own = descendants(pid) if pid is not None else set()
+
+    async def run(self, request: wire.Run, rest: bool = True) -> wire.Done:
+        """Run the request's cells (starting the kernel on the first run); its `Done`."""
+        if not self.started:
+            try:
+                await self.start()
+            except Exception as exc:
+                await self.shutdown()
+                return self._failed(
+                    request,
+                    "KernelStartFailed",
+                    f"{NAMES[self.language]} kernel did not start: {type(exc).__name__}: {exc}"[
+                        :500
+                    ],
+                )
+        self.thaw()
+        client = self.client
+        client.run_id = request.id
+        client.text_limit = request.output_limit
+        client.rich_limit = request.rich_limit
+        client.rich_count_limit = request.rich_count_limit
+        client.reset_caps()
+        before = snapshot()
+        status, exit_code, oom = "error", None, False
+        try:
+            around = scope(self.language, request.env, working_folder(request.cwd))
+        except (OutsideData, OSError) as exc:
+            around = None
+            self._error(request.id, "WorkingFolderError", str(exc))
+        else:
+            try:
+                if around is not None:
+                    await self._quietly(around.before)
+                status, exit_code, oom = await run_cells(client, self.nb, request.cells)
+            finally:
+                if around is not None and status != "died":
+                    with contextlib.suppress(Exception):
+                        await self._quietly(around.after)
+                if rest:
+                    await self.rest()
+        after = snapshot()
+        changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
+        counts = [c.get("execution_count") for c in self.nb.cells if c.get("execution_count")]
+        if status == "died":
+            await self.shutdown()
+        return wire.Done(
+            id=request.id,
+            status=status,
+            execution_count=counts[-1] if counts else None,
+            truncated=client.truncated,
+            dropped_results=client.dropped,
+            changed=tuple(changed),
+            exit_code=exit_code,
+            oom=oom,
+        )
+
+    async def _quietly(self, code: str) -> None:
+        await self.client.kc.execute_interactive(
+            code, silent=True, store_history=False, timeout=SCOPE_TIMEOUT_S
+        )
+
+    def _error(self, run_id: str, name: str, value: str) -> None:
+        self.emit(error_output(run_id, name, value))
+
+    def _failed(self, request: wire.Run, name: str, value: str) -> wire.Done:
+        self._error(request.id, name, value)
+        return wire.Done(id=request.id, status="error")
+
+    def thaw(self) -> None:
+        if self.frozen:
+            for pid in self.own:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)
+        self.frozen = False
+
+    async def rest(self) -> None:
+        process = getattr(getattr(self.client.km, "provisioner", None), "process", None)
+        if self.frozen or process is None or process.poll() is not None:
+            return
+        for pid in self.own:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        self.frozen = True
+        await stopped(process)
+
+    async def interrupt(self) -> None:
+        if self.started and not self.frozen and self.client.km is not None:
+            await self.client.km.interrupt_kernel()
+
+    async def shutdown(self) -> None:
+        """End the kernel (its variables go; its files stay in /mnt/data)."""
+        if self.client.km is None:
+            self.started = False
+            return
+        self.thaw()
+        with contextlib.suppress(Exception):
+            await self.client._async_cleanup_kernel()
+        self.started = False
+        self.own = set()
+        self.nb = _notebook(self.language)
+        self.client = _client(self.nb, self.language, self.emit, self.secrets)
+
+
+def unavailable(run_id: str, language: str, have: tuple[str, ...]) -> list[wire.Event]:
+    """What a run in a language this image lacks gets: an error, and its end."""
+    value = (
+        f"This sandbox has no {NAMES.get(language, language)} kernel "
+        f"(its languages: {', '.join(have)})."
+    )
+    return [
+        error_output(run_id, "LanguageUnavailable", value),
+        wire.Done(id=run_id, status="error"),
+    ]
+
+
+def error_output(run_id: str, name: str, value: str) -> wire.Output:
+    """An error as the kernel would have raised it, for what fails before the code runs."""
+    output = {"output_type": "error", "ename": name, "evalue": value, "traceback": [value]}
+    return wire.Output(id=run_id, cell=0, output=output)
+
+
+def _notebook(language: str) -> Any:
+    nb = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
+    nb.metadata["kernelspec"] = {
+        "name": language,
+        "display_name": NAMES.get(language, language),
+        "language": language,
+    }
+    return nb
+
+
+def _client(
+    nb: Any, language: str, emit: Callable[[wire.Event], None], secrets: Secrets
+) -> CappedClient:
+    return CappedClient(
+        nb,
+        emit,
+        secrets,
+        timeout=None,
+        allow_errors=False,
+        kernel_name=language,
+        record_timing=True,
+        iopub_timeout=IOPUB_GRACE_S,
+        shutdown_kernel="immediate",
+    )
