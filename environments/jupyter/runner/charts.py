@@ -79,6 +79,8 @@ def number(value: Any) -> float | None:
 
 def plain(value: Any) -> Any:
     """A cell's value as JSON: numbers (NaN -> None), text, ISO times, else its str()."""
+    if type(value).__name__ in ("NAType", "NaTType"):  # pandas' missing values
+        return None
     if value is None or isinstance(value, bool | str):
         return value if not isinstance(value, str) else value[: MAX_TEXT * 5]
     if isinstance(value, int):
@@ -88,17 +90,13 @@ def plain(value: Any) -> Any:
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     isoformat = getattr(value, "isoformat", None)
-    if callable(isoformat):  # pandas' Timestamp, and NaT (which says "NaT")
-        if str(value) == "NaT":
-            return None
+    if callable(isoformat):
         return str(isoformat())
     item = getattr(value, "item", None)  # numpy's scalars
     if callable(item) and type(value).__module__ == "numpy":
         found = item()
         if found is not value and not hasattr(found, "item"):
             return plain(found)
-    if type(value).__name__ in ("NAType", "NaTType"):
-        return None
     if isinstance(value, bytes):
         return value[:MAX_TEXT].hex()
     return str(value)[: MAX_TEXT * 5]
