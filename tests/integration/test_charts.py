@@ -69,6 +69,15 @@ plt.yscale("log")
 plt.ylabel("Y (log scale)")
 plt.show()
 """,
+    "pandas": """
+import pandas as pd
+sales = pd.DataFrame({"month": ["Jan", "Feb", "Mar"], "revenue": [10, 30, 20]})
+sales.plot(x="month", y="revenue", title="Revenue")
+plt.show()
+monthly = pd.Series([1.0, 2.0, 4.0], index=pd.date_range("2024-01-01", periods=3, freq="MS"))
+monthly.plot(label="monthly")
+plt.show()
+""",
 }
 
 
@@ -84,7 +93,7 @@ def _charts(result: Any) -> list[dict[str, Any]]:
 
 async def test_charts_come_back_as_data_beside_their_pictures(executor: Executor) -> None:
     result = await executor.run_notebook(list(PLOTS.values()))
-    line, bar, scatter, pie, box, superchart, log = _charts(result)
+    line, bar, scatter, pie, box, superchart, log, by_name, by_month = _charts(result)
 
     assert line["type"] == "line"
     assert line["title"] == "Waves"
@@ -142,6 +151,18 @@ async def test_charts_come_back_as_data_beside_their_pictures(executor: Executor
     assert log["y_unit"] == "log scale"
     assert all(isinstance(tick, float) for tick in log["y_ticks"])
     assert all("mathdefault" not in label for label in log["y_tick_labels"])
+
+    # pandas: a column of text along x, and a time series (pandas' own date axis).
+    assert by_name["title"] == "Revenue"
+    assert by_name["elements"] == [
+        {"label": "revenue", "points": [["Jan", 10], ["Feb", 30], ["Mar", 20]]}
+    ]
+    assert by_month["x_scale"] == "datetime"
+    assert by_month["elements"][0]["points"] == [
+        ["2024-01-01T00:00:00", 1],
+        ["2024-02-01T00:00:00", 2],
+        ["2024-03-01T00:00:00", 4],
+    ]
 
     # The model is told the numbers behind each picture.
     told = tool_result(result, [], budget=20_000)

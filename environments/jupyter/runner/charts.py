@@ -285,8 +285,28 @@ def _points(
 ) -> tuple[list[list[Any]], int]:
     count = min(len(xs), len(ys))
     keep = sample(count, budget.take(count))
-    read_x, read_y = _value_reader(ax.xaxis), _value_reader(ax.yaxis)
+    read_x = _named(ax.xaxis, [xs[i] for i in keep]) or _value_reader(ax.xaxis)
+    read_y = _named(ax.yaxis, [ys[i] for i in keep]) or _value_reader(ax.yaxis)
     return [[read_x(xs[i]), read_y(ys[i])] for i in keep], count
+
+
+def _named(axis: Any, values: list[Any]) -> Any:
+    """For an axis whose ticks were given text labels (`set_xticks(positions, labels)`, as
+    pandas does for a column of text), the labels for these values when every value sits
+    on a labelled tick; else None."""
+    if _units_kind(axis) is not None or not values:
+        return None
+    ticker = _module("matplotlib.ticker")
+    if not isinstance(axis.get_major_formatter(), ticker.FuncFormatter | ticker.FixedFormatter):
+        return None
+    names = {where: name for where, name in _tick_names(axis).items() if name}
+    if not names or all(number(name.replace(",", "")) is not None for name in names.values()):
+        return None
+    for value in values:
+        found = number(value)
+        if found is None or round(found, 9) not in names:
+            return None
+    return lambda value: names[round(float(value), 9)]
 
 
 def _point_element(label: Any, points: list[list[Any]], count: int) -> dict[str, Any]:
