@@ -511,18 +511,19 @@ def axes_chart(ax: Any, budget: Budget) -> dict[str, Any]:
     if not lines and not scatters:
         return _axes_frame(ax, "unknown")
     chart = _axes_frame(ax, "scatter" if scatters else "line")
-    elements = chart["elements"]
-    for collection in scatters:
-        offsets = collection.get_offsets()
-        xs = [row[0] for row in offsets]
-        ys = [row[1] for row in offsets]
-        elements.append(_point_element(collection.get_label(), *_points(xs, ys, ax, budget)))
-    for line in lines:
-        xs, ys = line.get_xdata(orig=False), line.get_ydata(orig=False)
-        elements.append(_point_element(line.get_label(), *_points(xs, ys, ax, budget)))
-    if len(elements) > MAX_ELEMENTS:
-        del elements[MAX_ELEMENTS:]
+    series: list[tuple[Any, Any, bool]] = [
+        (c.get_label(), c.get_offsets(), False) for c in scatters
+    ]
+    series += [(line.get_label(), line, True) for line in lines]
+    if len(series) > MAX_ELEMENTS:
+        del series[MAX_ELEMENTS:]
         chart["truncated"] = True
+    for label, data, is_line in series:
+        if is_line:
+            xs, ys = data.get_xdata(orig=False), data.get_ydata(orig=False)
+        else:
+            xs, ys = data[:, 0], data[:, 1]
+        chart["elements"].append(_point_element(label, *_points(xs, ys, ax, budget)))
     return chart
 
 
