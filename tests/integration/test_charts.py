@@ -52,6 +52,9 @@ fig, ax = plt.subplots()
 ax.boxplot([[85, 90, 78, 92, 88], [95, 89, 76, 91, 84, 87]], tick_labels=["A", "B"])
 ax.set_title("Scores")
 plt.show()
+fig, ax = plt.subplots()
+ax.boxplot([[1, 2, 3, 4, 9]], orientation="horizontal", notch=True)
+plt.show()
 """,
     "superchart": """
 fig, axs = plt.subplots(1, 2)
@@ -93,7 +96,7 @@ def _charts(result: Any) -> list[dict[str, Any]]:
 
 async def test_charts_come_back_as_data_beside_their_pictures(executor: Executor) -> None:
     result = await executor.run_notebook(list(PLOTS.values()))
-    line, bar, scatter, pie, box, superchart, log, by_name, by_month = _charts(result)
+    line, bar, scatter, pie, box, notched, superchart, log, by_name, by_month = _charts(result)
 
     assert line["type"] == "line"
     assert line["title"] == "Waves"
@@ -138,6 +141,15 @@ async def test_charts_come_back_as_data_beside_their_pictures(executor: Executor
         95,
     )
     assert b["outliers"] == [76]
+    (n,) = notched["elements"]
+    assert (n["min"], n["first_quartile"], n["median"], n["third_quartile"], n["max"]) == (
+        1,
+        2,
+        3,
+        4,
+        4,
+    )
+    assert n["outliers"] == [9]
 
     assert superchart["type"] == "superchart"
     assert superchart["title"] == "Two"

@@ -374,7 +374,15 @@ def _rectangle(corners: Iterable[Sequence[float]]) -> tuple[float, float, float,
     xs, ys = {round(x, 9) for x, _ in points}, {round(y, 9) for _, y in points}
     if len(xs) < 2 or len(ys) < 2:
         return None
-    # A notched box has more corners; its extremes still bound it.
+    if len(points) >= 11:
+        # A notched box (matplotlib's outline: the quartiles at its first and sixth
+        # corners), whose notch may reach past the quartiles.
+        (ax, ay), (bx, by), (_, _), (_, _), (_, _), (fx, fy) = points[:6]
+        if ay == by:
+            return min(xs), max(xs), min(ay, fy), max(ay, fy)
+        if ax == bx:
+            return min(ax, fx), max(ax, fx), min(ys), max(ys)
+        return None
     return min(xs), max(xs), min(ys), max(ys)
 
 
@@ -437,19 +445,20 @@ def _box(
     def along(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
         return points if vertical else [(y, x) for x, y in points]
 
-    median = low = high = None
-    for line, raw in segments:
+    # Across the box: the median, and a cap where a whisker has no length. The median is
+    # the widest of them, and of equals (a notched box's) the last drawn.
+    across: list[tuple[float, int, float, Any]] = []
+    low = high = None
+    for order, (line, raw) in enumerate(segments):
         (a, va), (b, vb) = along(raw)
         if (
-            median is None
-            and abs(va - vb) <= tolerance
+            abs(va - vb) <= tolerance
             and q1 - tolerance <= va <= q3 + tolerance
             and min(a, b) >= w0 - tolerance
             and max(a, b) <= w1 + tolerance
             and abs(b - a) > tolerance
         ):
-            median = va
-            used.add(id(line))
+            across.append((round(abs(b - a), 9), order, va, line))
         elif abs(a - middle) <= tolerance and abs(b - middle) <= tolerance:
             ends = sorted((va, vb))
             if abs(ends[1] - q1) <= tolerance and ends[0] <= q1:
@@ -458,8 +467,10 @@ def _box(
             elif abs(ends[0] - q3) <= tolerance and ends[1] >= q3:
                 high = ends[1]
                 used.add(id(line))
-    if median is None:
+    if not across:
         return None
+    _, _, median, line = max(across, key=lambda found: found[:2])
+    used.add(id(line))
     outliers: list[float] = []
     for line in fliers:
         points = along([(float(x), float(y)) for x, y in line.get_xydata()])
@@ -498,7 +509,11 @@ def axes_chart(ax: Any, budget: Budget) -> dict[str, Any]:
     wedges = [p for p in ax.patches if isinstance(p, wedge) and p.get_visible()]
     lines = _data_lines(ax)
     path_collection = _module("matplotlib.collections").PathCollection
-    scatters = [c for c in ax.collections if isinstance(c, path_collection) and c.get_visible()]
+    scatters = [
+        c
+        for c in ax.collections
+        if isinstance(c, path_collection) and c.get_visible() and len(c.get_offsets())
+    ]
     if wedges and not lines and not scatters:
         return _pie(ax, wedges)
     boxes = _boxes(ax, lines)
@@ -523,7 +538,8 @@ def axes_chart(ax: Any, budget: Budget) -> dict[str, Any]:
             xs, ys = data.get_xdata(orig=False), data.get_ydata(orig=False)
         else:
             xs, ys = data[:, 0], data[:, 1]
-        chart["elements"].append(_point_element(label, *_points(xs, ys, ax, budget)))
+        if min(len(xs), len(ys)):  # not the empty stand-ins some libraries add for legends
+            chart["elements"].append(_point_element(label, *_points(xs, ys, ax, budget)))
     return chart
 
 
