@@ -54,9 +54,11 @@ def _axes(chart: Mapping[str, Any]) -> str:
     for axis in ("x", "y"):
         label = chart.get(f"{axis}_label")
         scale = chart.get(f"{axis}_scale")
-        if label or scale not in (None, "linear"):
-            words = f"{axis}: {label}" if label else f"{axis}:"
-            said.append(words + (f" ({scale})" if scale not in (None, "linear") else ""))
+        scaled = scale not in (None, "linear")
+        if label:
+            said.append(f"{axis}: {label}" + (f" ({scale})" if scaled else ""))
+        elif scaled:
+            said.append(f"{axis}: {scale}")
     return "; " + ", ".join(said) if said else ""
 
 
@@ -116,7 +118,7 @@ def _range(values: list[Any]) -> str:
     if not texts:
         return "?"
     if all(isinstance(v, str) for v in values if v is not None):
-        return f"{texts[0]}..{texts[-1]}"
+        return f"{_value(texts[0])}..{_value(texts[-1])}"
     return "mixed"
 
 
@@ -125,7 +127,7 @@ def _value(value: Any) -> str:
         return str(value)
     if isinstance(value, int | float):
         return f"{value:.4g}"
-    return str(value)[:40]
+    return str(value).removesuffix("T00:00:00")[:40]  # a date, not a midnight
 
 
 def _mappings(value: Any) -> list[Mapping[str, Any]]:

@@ -111,6 +111,17 @@ def test_line_summary_gives_counts_ranges_and_scales() -> None:
     assert len(said) <= SUMMARY_CHARS
 
 
+def test_dates_and_categories_read_as_text() -> None:
+    days = [[f"2024-01-{day:02}T00:00:00", float(day)] for day in range(1, 31)]
+    dated = {"type": "line", "x_scale": "datetime", "elements": [{"label": "d", "points": days}]}
+    assert chart_summary(dated) == (
+        "line; x: datetime\nd: 30 points, x 2024-01-01..2024-01-30, y 1..30; "
+        "first (2024-01-01, 1), last (2024-01-30, 30)"
+    )
+    named = {"type": "line", "elements": [{"label": "r", "points": [["Jan", 10], ["Feb", 30]]}]}
+    assert chart_summary(named) == "line\nr: (Jan, 10), (Feb, 30)"
+
+
 def test_bar_pie_and_box_summaries_give_the_values() -> None:
     assert chart_summary(BAR) == (
         'bar "Book Sales"; x: Authors\nAuthor A [Books Sold] = 100; Author B [Books Sold] = 200'
