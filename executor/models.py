@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,12 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from executor.session_news import Ended, WorkspaceNews
+
+CHART_MIME = "application/vnd.cellmate.chart+json"
+"""A matplotlib figure's data beside its PNG, in E2B's chart shape (the sandbox's
+runner/charts.py): type, title, axis labels, units, scales, ticks and elements."""
+COLUMNS_MIME = "application/vnd.cellmate.columns+json"
+"""A DataFrame's columns beside its HTML, E2B's `{column: [values, ...]}` (no index)."""
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*(?:\x07|\x1b\\)")
 
@@ -62,6 +69,24 @@ class RichResult:
     def image_types(self) -> list[str]:
         return [mime for mime in self.data if mime.startswith("image/")]
 
+    @property
+    def chart(self) -> dict[str, Any] | None:
+        """A figure's chart data (E2B's shape, `CHART_MIME`), or None: `type` (line,
+        scatter, bar, pie, box_and_whisker, superchart, unknown), `title`, `x_label`,
+        `y_label`, `x_unit`, `y_unit`, `x_scale`, `y_scale`, ticks and `elements`; `truncated`
+        when points were left out (at most 1,000 per element)."""
+        return _json_mapping(self.data.get(CHART_MIME))
+
+    @property
+    def columns(self) -> dict[str, list[Any]] | None:
+        """A DataFrame's columns (`COLUMNS_MIME`: `{column: [values, ...]}`), or None. At most
+        1,000 rows; `metadata[COLUMNS_MIME]` gives the frame's `rows` and `columns`, and says
+        `truncated` when some were left out."""
+        found = _json_mapping(self.data.get(COLUMNS_MIME))
+        if found is None or not all(isinstance(v, list) for v in found.values()):
+            return None
+        return found
+
     def image_bytes(self, mime: str) -> bytes | None:
         """The image's bytes: base64 decoded (png, jpeg, ...) or UTF-8 encoded (svg)."""
         value = self.data.get(mime)
@@ -80,6 +105,19 @@ class RichResult:
             "metadata": dict(self.metadata),
             "is_main_result": self.is_main_result,
         }
+
+
+def _json_mapping(value: Any) -> dict[str, Any] | None:
+    """A JSON object from a bundle (the runner sends it as one; a notebook may hold it as
+    text), or None."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, Mapping):
+        return None
+    return {str(key): item for key, item in value.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
     loop.py ──> llm.py (the model client and its replies)
        │   ──> prompt.py (the system prompt, the `python` tool, trimmed results)
+       │          └──> chart_text.py (a chart's numbers, in a few lines)
        │   ──> context.py ──> history.py, tokens.py (what of the history the model sees)
        └────> run_outputs.py (what a run produced, as artifacts to publish)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bot.agent.chart_text import SUMMARY_CHARS, chart_summary
 from executor import ExecutionResult, InputExchange, Status
 from executor.run_scope import TITLES
 from storage.artifacts import Artifact
@@ -132,6 +133,10 @@ def tool_result(result: ExecutionResult, manifest: list[Artifact], budget: int) 
         parts.append("stderr:\n" + _trim(result.stderr, budget // 4))
     for rich in result.results:
         if rich.image_types:
+            # The picture goes to the user; the model gets the numbers behind it.
+            chart = rich.chart
+            if chart is not None:
+                parts.append("chart data: " + chart_summary(chart, min(SUMMARY_CHARS, budget // 4)))
             continue
         if rich.text:
             parts.append(

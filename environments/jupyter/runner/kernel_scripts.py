@@ -74,6 +74,56 @@ def _cellmate_setup(mark, preload):
     formatters = get_ipython().display_formatter.formatters
     formatters["application/vnd.dataresource+json"] = TableSchemaFormatter()
 
+    # A figure's chart data and a DataFrame's columns (runner/charts.py, loaded from its
+    # file on first use, so that a session that never draws never imports it), in the same
+    # bundle as the PNG or the HTML. What fails to be read back leaves no entry: the
+    # display itself never fails.
+    loaded = {}
+
+    def charts():
+        if "module" not in loaded:
+            import importlib.util
+            spec = importlib.util.spec_from_file_location("_cellmate_charts", CHARTS_PATH)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            loaded["module"] = module
+        return loaded["module"]
+
+    # Matched by the names of the object's classes, not registered by type: the inline
+    # backend drops every formatter's entry for Figure when it is set up.
+    class JSONFormatter(BaseFormatter):
+        _return_type = (dict,)
+
+        def __init__(self, classes, read, **kwargs):
+            super().__init__(**kwargs)
+            self.classes, self.read = classes, read
+
+        def __call__(self, obj):
+            names = {(getattr(c, "__module__", ""), c.__name__) for c in type(obj).__mro__}
+            if not self.enabled or names.isdisjoint(self.classes):
+                return None
+            import warnings
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    return self.read(obj)
+            except Exception:
+                return None
+
+    for mime, classes, read in (
+        (
+            "application/vnd.cellmate.chart+json",
+            {("matplotlib.figure", "Figure")},
+            lambda figure: charts().figure_chart(figure),
+        ),
+        (
+            "application/vnd.cellmate.columns+json",
+            {("pandas", "DataFrame"), ("pandas.core.frame", "DataFrame")},
+            lambda frame: charts().frame_columns(frame),
+        ),
+    ):
+        formatters[mime] = JSONFormatter(classes, read, format_type=mime)
+
     def warm_up():
         try:
             if "numpy" in preload:
@@ -134,7 +184,7 @@ def _cellmate_setup(mark, preload):
     get_ipython().ast_transformers.append(FinishWarmUpBeforeImports())
 _cellmate_setup(WARM_MARK_PATH, PRELOAD)
 del _cellmate_setup
-"""
+""".replace("CHARTS_PATH", repr(str(Path(__file__).with_name("charts.py"))))
 # What the warm-up may import, from CELLMATE_PRELOAD (comma-separated; the host sets it, and
 # by default leaves pandas out under gVisor, where its libraries cost each sandbox ~30 MB).
 PRELOADABLE = ("numpy", "pandas", "matplotlib")
