@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 
-class ChartType(str, enum.Enum):
+class ChartType(enum.StrEnum):
     LINE = "line"
     SCATTER = "scatter"
     BAR = "bar"
@@ -19,7 +19,7 @@ class ChartType(str, enum.Enum):
     UNKNOWN = "unknown"
 
 
-class ScaleType(str, enum.Enum):
+class ScaleType(enum.StrEnum):
     LINEAR = "linear"
     DATETIME = "datetime"
     CATEGORICAL = "categorical"

@@ -201,4 +201,3 @@ class Context:
     id: str
     language: str
     cwd: str
-

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import inspect
 import json
 import os
@@ -28,7 +29,7 @@ import threading
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import IO, Any, TypeVar
+from typing import IO, Any, ClassVar, TypeVar
 
 from bench.e2b.errors import (
     CommandExitException,
@@ -147,10 +148,9 @@ class Backend:
                 self._executor = None
 
         if self.loop.is_running():
-            try:
+            # What is left goes at the next run with the same instance label.
+            with contextlib.suppress(Exception):
                 self.submit(shut()).result(timeout=120)
-            except Exception:  # leftovers go on the next run with the same instance label
-                pass
             self.loop.call_soon_threadsafe(self.loop.stop)
 
 
@@ -224,7 +224,7 @@ def entry_of(info: FileInfo) -> EntryInfo:
 class Core:
     """A sandbox's state, used on the backend's loop: its key, contexts and variables."""
 
-    _known: dict[str, Core] = {}
+    _known: ClassVar[dict[str, Core]] = {}
 
     def __init__(self, backend: Backend, sandbox_id: str) -> None:
         self.backend = backend
@@ -274,7 +274,7 @@ class Core:
         language: str | None = None,
         context: Context | None = None,
         envs: Mapping[str, str] | None = None,
-        timeout: float | None = None,
+        limit_s: float | None = None,
     ) -> Execution:
         if context is not None and language is not None:
             raise InvalidArgumentException("pass a context or a language, not both")
@@ -294,8 +294,8 @@ class Core:
             if "cwd" not in FEATURES:
                 raise InvalidArgumentException(f"Cellmate runs in {DATA} only (cwd=)")
             options["cwd"] = folder
-        if timeout is not None:
-            options["timeout_s"] = float(timeout) if timeout > 0 else UNBOUNDED_S
+        if limit_s is not None:
+            options["timeout_s"] = float(limit_s) if limit_s > 0 else UNBOUNDED_S
         session = await self.session(context)
         stdout: list[str] = []
         stderr: list[str] = []
@@ -410,7 +410,7 @@ class Core:
         return found
 
     async def command(
-        self, command: str, envs: Mapping[str, str] | None, cwd: str | None, timeout: float
+        self, command: str, envs: Mapping[str, str] | None, cwd: str | None, limit_s: float
     ) -> CommandResult:
         """A shell command, run by the kernel's Python (Cellmate has no process API)."""
         folder = _must_be_data(cwd or HOME)
@@ -418,9 +418,9 @@ class Core:
             command=json.dumps(command),
             envs=json.dumps(dict(envs or {})),
             cwd=json.dumps(f"{DATA}/{folder}".rstrip("/")),
-            timeout=float(timeout) if timeout else None,
+            timeout=float(limit_s) if limit_s else None,
         )
-        execution = await self.run(code, lambda kind, item: None, timeout=(timeout or 0) + 30)
+        execution = await self.run(code, lambda kind, item: None, limit_s=(limit_s or 0) + 30)
         if execution.error is not None:
             raise SandboxException(f"{execution.error.name}: {execution.error.value}")
         last = "".join(execution.logs.stdout).strip().rsplit("\n", 1)[-1]
@@ -681,7 +681,7 @@ class AsyncCommands:
         cmd: str,
         envs: Mapping[str, str] | None = None,
         cwd: str | None = None,
-        timeout: float = 60,
+        timeout: float = 60,  # noqa: ASYNC109 (E2B's signature)
         **options: Any,
     ) -> CommandResult:
         return await self._core.backend.acall(self._core.command(cmd, envs, cwd, timeout))
@@ -727,7 +727,7 @@ class AsyncSandbox:
         on_result: Handler | None = None,
         on_error: Handler | None = None,
         envs: Mapping[str, str] | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (E2B's signature)
         request_timeout: float | None = None,
     ) -> Execution:
         handlers = _handlers(on_stdout, on_stderr, on_result, on_error)
@@ -769,4 +769,3 @@ class AsyncSandbox:
 
     async def remove_code_context(self, context: Context | str) -> None:
         await self._core.backend.acall(self._core.remove_context(context))
-

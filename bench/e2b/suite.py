@@ -50,7 +50,9 @@ def cases_of(report: ElementTree.Element, suite: Path) -> list[Case]:
         file = case.get("file") or (case.get("classname") or "").replace(".", "/") + ".py"
         with_path = Path(file)
         if with_path.is_absolute():
-            with_path = with_path.relative_to(suite) if with_path.is_relative_to(suite) else with_path
+            with_path = (
+                with_path.relative_to(suite) if with_path.is_relative_to(suite) else with_path
+            )
         outcome, message = "passed", ""
         for tag, name in (("failure", "failed"), ("error", "errors"), ("skipped", "skipped")):
             element = case.find(tag)
@@ -135,7 +137,8 @@ def main(argv: list[str]) -> int:
     if not report_file.is_file():
         print(output[-6000:])
         raise SystemExit(f"pytest wrote no report (exit {process.returncode})")
-    cases = cases_of(ElementTree.parse(report_file).getroot(), suite)
+    report = ElementTree.parse(report_file).getroot()  # noqa: S314 (pytest's, just written)
+    cases = cases_of(report, suite)
     total = counts(cases)
     print(
         f"E2B suite: {total['passed']} passed, {total['failed']} failed, "

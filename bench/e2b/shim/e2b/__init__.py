@@ -11,7 +11,8 @@ from bench.e2b.errors import (
     TimeoutException,
 )
 from bench.e2b.sandbox import CommandResult, EntryInfo, WriteInfo
-from e2b.connection_config import ConnectionConfig
+
+from .connection_config import ConnectionConfig
 
 __all__ = [
     "AuthenticationException",
