@@ -111,6 +111,8 @@ class Backend:
         self._thread.start()
         self._executor: Executor | None = None
         self._opening: asyncio.Lock | None = None
+        # A fallback: at exit the executor may no longer sweep what is left; pytest's run
+        # closes it earlier (bench/e2b/plugin.py), a script may call `close_shared()`.
         atexit.register(self.close)
 
     @classmethod
@@ -141,7 +143,14 @@ class Backend:
     async def session(self, key: str) -> Session:
         return (await self.executor()).session(key)
 
+    @classmethod
+    def close_shared(cls) -> None:
+        if cls._shared is not None:
+            cls._shared.close()
+
     def close(self) -> None:
+        """End every sandbox of the process (its executor's `__aexit__`), then the loop."""
+
         async def shut() -> None:
             if self._executor is not None:
                 await self._executor.__aexit__(None, None, None)

@@ -93,6 +93,8 @@ def main(argv: list[str]) -> int:
         "-q",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "bench.e2b.plugin",
         f"--numprocesses={args.workers}",
         f"--timeout={args.test_timeout}",
         f"--junitxml={report_file}",
