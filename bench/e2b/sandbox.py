@@ -529,7 +529,7 @@ def _as_bytes(data: str | bytes | IO[Any]) -> bytes:
     return content.encode("utf-8") if isinstance(content, str) else bytes(content)
 
 
-def _decoded(chunks: list[bytes], format: str) -> Any:
+def decoded(chunks: list[bytes], format: str) -> Any:
     if format == "stream":
         return iter(chunks)
     content = b"".join(chunks)
@@ -554,7 +554,7 @@ class Filesystem:
         return self._core.backend.call(work)
 
     def read(self, path: str, format: str = "text", **options: Any) -> Any:
-        return _decoded(self._call(self._core.read(path)), format)
+        return decoded(self._call(self._core.read(path)), format)
 
     def write(self, path: str, data: str | bytes | IO[Any], **options: Any) -> WriteInfo:
         return self._call(self._core.write(path, _as_bytes(data)))
@@ -681,8 +681,8 @@ class AsyncFilesystem:
         return await self._core.backend.acall(work)
 
     async def read(self, path: str, format: str = "text", **options: Any) -> Any:
-        decoded = _decoded(await self._call(self._core.read(path)), format)
-        return _chunks(decoded) if format == "stream" else decoded
+        content = decoded(await self._call(self._core.read(path)), format)
+        return _chunks(content) if format == "stream" else content
 
     async def write(self, path: str, data: str | bytes | IO[Any], **options: Any) -> WriteInfo:
         return await self._call(self._core.write(path, _as_bytes(data)))

@@ -19,8 +19,16 @@ from bench.e2b.charts import (
 )
 from bench.e2b.errors import TimeoutException
 from bench.e2b.models import CHART_MIME, COLUMNS_MIME, TABLE_MIME, Execution, Result
-from bench.e2b.sandbox import KILLED, data_path, execution_of, language_of, run_features
-from executor import ExecutionError, ExecutionResult, RichResult, Status
+from bench.e2b.sandbox import (
+    KILLED,
+    data_path,
+    decoded,
+    entry_of,
+    execution_of,
+    language_of,
+    run_features,
+)
+from executor import ExecutionError, ExecutionResult, FileInfo, RichResult, Status
 
 BAR = {
     "type": "bar",
@@ -177,3 +185,17 @@ def test_languages_and_features() -> None:
         "python",
     ]
     assert run_features() <= {"language", "env", "cwd"}
+
+
+def test_file_entries_and_reads_in_e2b_shapes() -> None:
+    entry = entry_of(FileInfo("in/2025/sales.csv", "file", 12, 1.5))
+    assert (entry.name, entry.path, entry.type, entry.size) == (
+        "sales.csv",
+        "/mnt/data/in/2025/sales.csv",
+        "file",
+        12,
+    )
+    assert entry_of(FileInfo("in", "dir", 0, 0.0)).type == "dir"
+    assert decoded([b"he", b"llo"], "text") == "hello"
+    assert decoded([b"he", b"llo"], "bytes") == bytearray(b"hello")
+    assert list(decoded([b"he", b"llo"], "stream")) == [b"he", b"llo"]
