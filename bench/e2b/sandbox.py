@@ -12,7 +12,7 @@ Features of `Session.run` that Cellmate may not have yet are looked up in its si
 in /mnt/data). Without them, a call that needs them raises `InvalidArgumentException`
 saying so. Settings come from the environment: CELLMATE_E2B_RUNTIME (runc), CELLMATE_E2B_POOL
 (ready sandboxes, 1), CELLMATE_E2B_MAX_LIVE (4), CELLMATE_E2B_INSTANCE (the sandboxes'
-instance label, one per test worker).
+instance label: by default one per checkout, and per test worker).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import hashlib
 import inspect
 import json
 import os
@@ -29,6 +30,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any, ClassVar, TypeVar
 
 from bench.e2b.errors import (
@@ -163,6 +165,13 @@ class Backend:
             self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+CHECKOUT = (
+    "e2b-" + hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:6]
+)
+"""The default instance label: runs from two checkouts on one engine never sweep each
+other's sandboxes."""
+
+
 def executor_settings() -> dict[str, Any]:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     runtime = os.environ.get("CELLMATE_E2B_RUNTIME", "runc")
@@ -173,7 +182,7 @@ def executor_settings() -> dict[str, Any]:
             max_live=int(os.environ.get("CELLMATE_E2B_MAX_LIVE", "4")),
             template=False,
         ),
-        "instance": f"{os.environ.get('CELLMATE_E2B_INSTANCE', 'e2b-bench')}-{worker}",
+        "instance": f"{os.environ.get('CELLMATE_E2B_INSTANCE', CHECKOUT)}-{worker}",
     }
 
 
