@@ -1,10 +1,11 @@
-"""`python -m bench executor|turns|doors|schedules|failover [options]`: see
-bench/executor_bench.py, bench/turns_bench.py, bench/doors_bench.py, bench/schedules_bench.py
-and bench/failover_bench.py."""
+"""`python -m bench executor|turns|doors|schedules|failover|e2b [options]`: see
+bench/executor_bench.py, bench/turns_bench.py, bench/doors_bench.py, bench/schedules_bench.py,
+bench/failover_bench.py and bench/e2b/suite.py."""
 
 import sys
 
 from bench import doors_bench, executor_bench, failover_bench, schedules_bench, turns_bench
+from bench.e2b import suite as e2b_suite
 
 BENCHMARKS = {
     "executor": executor_bench.main,
@@ -12,6 +13,7 @@ BENCHMARKS = {
     "doors": doors_bench.main,
     "schedules": schedules_bench.main,
     "failover": failover_bench.main,
+    "e2b": e2b_suite.main,
 }
 
 if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:

@@ -1,0 +1,41 @@
+"""`e2b_code_interpreter.charts` (see bench/e2b/charts.py)."""
+
+from bench.e2b.charts import (
+    BarChart,
+    BarData,
+    BoxAndWhiskerChart,
+    BoxAndWhiskerData,
+    Chart,
+    Chart2D,
+    ChartType,
+    ChartTypes,
+    LineChart,
+    PieChart,
+    PieData,
+    PointChart,
+    PointData,
+    ScaleType,
+    ScatterChart,
+    SuperChart,
+    chart_from_dict,
+)
+
+__all__ = [
+    "BarChart",
+    "BarData",
+    "BoxAndWhiskerChart",
+    "BoxAndWhiskerData",
+    "Chart",
+    "Chart2D",
+    "ChartType",
+    "ChartTypes",
+    "LineChart",
+    "PieChart",
+    "PieData",
+    "PointChart",
+    "PointData",
+    "ScaleType",
+    "ScatterChart",
+    "SuperChart",
+    "chart_from_dict",
+]
