@@ -172,7 +172,7 @@ def decode_request(payload: bytes) -> Request:
     if kind is ReadChunk:
         return ReadChunk(
             id=read.text("id")[:100],
-            path=stream_path(read.text("path")),
+            path=stream_path(read.raw.get("path")),
             offset=bounded(read.number("offset", 0), "offset", 0, MAX_FILE_BYTES),
             size=bounded(read.number("size", 1024 * 1024), "size", 1, MAX_CHUNK_BYTES),
         )
@@ -183,7 +183,7 @@ def decode_request(payload: bytes) -> Request:
         return WriteChunk(
             id=read.text("id")[:100],
             upload=upload,
-            path=stream_path(read.text("path")),
+            path=stream_path(read.raw.get("path")),
             offset=bounded(read.number("offset", 0), "offset", 0, MAX_FILE_BYTES),
             data=chunk_bytes(read.text("data")),
             last=read.flag("last"),
@@ -340,9 +340,12 @@ def _event(kind: type[Event], read: _Reader) -> Event:
     return EnvSet(id=read.text("id"), ok=read.flag("ok"))
 
 
-def stream_path(path: str) -> str:
-    """A streamed file's path as the runner takes it: relative to /mnt/data, naming a file
-    in it (not /mnt/data itself), without `..`, NUL or a leading `/`; Malformed otherwise."""
+def stream_path(path: object) -> str:
+    """A streamed file's path as the runner takes it: text relative to /mnt/data, naming a
+    file in it (not /mnt/data itself), without `..`, NUL or a leading `/`; Malformed
+    otherwise."""
+    if not isinstance(path, str):
+        raise Malformed("a chunk's path is not text")
     parts = path.split("/")
     if (
         not path
