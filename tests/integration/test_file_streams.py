@@ -159,12 +159,12 @@ async def test_a_write_past_the_disk_fails_and_leaves_nothing(runtime: str) -> N
     limits = SandboxLimits(runtime=runtime, data_mb=24, file_size_mb=20)  # type: ignore[arg-type]
     async with Executor(default_tag(), limits=limits, instance=TEST_INSTANCE, pool=NO_POOL) as ex:
         session = ex.session("full")
+        with pytest.raises(InvalidInput, match=r"larger than the sandbox allows \(20 MB\)"):
+            await session.write_file_stream("huge.bin", [b"y" * MB] * 21)
         filled = await session.run("open('fill.bin', 'wb').write(b'x' * 16 * 1024 * 1024)")
         assert filled.status is Status.OK, filled.error
         with pytest.raises(InvalidInput, match=r"/mnt/data is full.*nothing was kept"):
             await session.write_file_stream("big.bin", [b"y" * MB] * 12)
-        with pytest.raises(InvalidInput, match=r"larger than the sandbox allows \(20 MB\)"):
-            await session.write_file_stream("huge.bin", [b"y" * MB] * 21)
 
         def broken() -> AsyncIterator[bytes]:
             async def gen() -> AsyncIterator[bytes]:
