@@ -41,6 +41,8 @@ def files_op(request: wire.Fs) -> wire.FsDone:
     code reaches too): list, info, make_dir, remove, rename. Links are never followed."""
     try:
         path = data_path(request.path)
+        if request.action == "list" and path.is_symlink():
+            raise ValueError(f"{request.path!r} is a link, not a folder (links are not followed)")
         if request.action == "list":
             depth = request.depth or (0 if request.recursive else 1)
             return wire.FsDone(id=request.id, entries=tuple(list_entries(path, depth)))

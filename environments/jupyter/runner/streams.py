@@ -1,13 +1,16 @@
 """Files in /mnt/data read and written in chunks (`ReadChunk`, `WriteChunk`), so a file
 larger than one line of the protocol moves in many, and neither side holds it whole.
 
-Every path is reached folder by folder from /mnt/data, each step opened with O_NOFOLLOW
-(a link on the way is refused, even one the user's code puts there meanwhile); a file
-read is opened with O_NOFOLLOW and O_NONBLOCK (a FIFO cannot hang the runner) and must
-be a regular file, as `Fs` and the archives the host reads refuse links, FIFOs and
-devices. A write goes into a hidden partial file beside its target and is renamed into
-place by its last chunk; any failure (a full disk, the file size limit, a bad chunk)
-removes the partial file, so no half-written file is left behind.
+Every path is reached folder by folder from /mnt/data: each name is looked at without
+following it (a link, or anything but a folder, on the way is refused), opened with
+O_NOFOLLOW from the folder before it, and the opened descriptor must be what was looked
+at, so a link put there meanwhile is refused too. A file read must be a regular file
+before it is opened (a FIFO is never opened, so it cannot hang the runner), as `Fs` and
+the archives the host reads refuse links, FIFOs and devices.
+
+A write goes into a hidden partial file beside its target and is renamed into place by
+its last chunk; any failure (a full disk, the file size limit, a bad chunk) removes the
+partial file, so no half-written file is left behind.
 """
 
 from __future__ import annotations
@@ -146,19 +149,17 @@ def open_parent(relative: str, create: bool) -> tuple[int, str]:
     try:
         for part in parts[:-1]:
             try:
-                inner = os.open(part, FOLDER_FLAGS, dir_fd=folder)
+                found = os.stat(part, dir_fd=folder, follow_symlinks=False)
             except FileNotFoundError:
                 if not create:
                     raise
                 os.mkdir(part, dir_fd=folder)
-                inner = os.open(part, FOLDER_FLAGS, dir_fd=folder)
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                kind = os.stat(part, dir_fd=folder, follow_symlinks=False).st_mode
-                if stat.S_ISLNK(kind):
-                    raise ValueError(f"{relative!r} goes through a link") from None
-                raise ValueError(f"{relative!r} goes through {kind_name(kind)}") from None
+                found = os.stat(part, dir_fd=folder, follow_symlinks=False)
+            if stat.S_ISLNK(found.st_mode):
+                raise ValueError(f"{relative!r} goes through a link")
+            if not stat.S_ISDIR(found.st_mode):
+                raise ValueError(f"{relative!r} goes through {kind_name(found.st_mode)}")
+            inner = opened_as(os.open(part, FOLDER_FLAGS, dir_fd=folder), found, relative)
             os.close(folder)
             folder = inner
     except BaseException:
@@ -168,19 +169,23 @@ def open_parent(relative: str, create: bool) -> tuple[int, str]:
 
 
 def open_regular(folder: int, name: str, relative: str) -> int:
-    """`name` in `folder` opened for reading: a regular file, never a link, FIFO or device."""
-    try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder
-        )
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ValueError(not_regular(relative, stat.S_IFLNK)) from None
-        raise
-    kind = os.fstat(fd).st_mode
-    if not stat.S_ISREG(kind):
+    """`name` in `folder` opened for reading: a regular file, never a link, FIFO or device
+    (none of those is even opened)."""
+    found = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    if not stat.S_ISREG(found.st_mode):
+        raise ValueError(not_regular(relative, found.st_mode))
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    return opened_as(os.open(name, flags, dir_fd=folder), found, relative)
+
+
+def opened_as(fd: int, found: os.stat_result, relative: str) -> int:
+    """`fd`, if it is what `found` (its name's lstat) was: O_NOFOLLOW alone is not enough,
+    since gVisor follows a link to a folder with O_DIRECTORY, and a name can be swapped
+    for a link between the look and the open."""
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
         os.close(fd)
-        raise ValueError(not_regular(relative, kind))
+        raise ValueError(f"{relative!r} changed while it was opened (a link put in its place?)")
     return fd
 
 
