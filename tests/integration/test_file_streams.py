@@ -64,6 +64,11 @@ async def test_listings_have_depth_mode_owner_and_link_targets(executor: Executo
         await session.files(depth=0)
     # A link's folder is never listed through: the link is an entry, /etc is not walked.
     assert not any(f.path.startswith("etc/") for f in await session.files())
+    for path in ("etc", "etc/", "./etc", "in/near"):
+        with pytest.raises(InvalidInput, match="is a link"):
+            await session.files(path)
+    with pytest.raises(InvalidInput, match="goes through a link"):
+        await session.files("etc/ssl")
 
 
 async def test_a_64_mb_file_is_written_and_read_back_in_chunks(executor: Executor) -> None:
