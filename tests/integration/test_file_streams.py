@@ -15,7 +15,8 @@ import pytest
 from executor import Executor, InvalidInput, SandboxLimits, Status, default_tag
 from executor.session_streams import CHUNK_BYTES
 from executor.stdio import MAX_LINE_BYTES
-from tests.integration.conftest import NO_POOL, TEST_INSTANCE
+from tests.integration.conftest import NO_POOL
+from tests.support.sandboxes import TEST_INSTANCE
 
 pytestmark = pytest.mark.docker
 
