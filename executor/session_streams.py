@@ -21,7 +21,6 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from executor import wire
 from executor.errors import InvalidInput, SandboxError
 from executor.limits import SandboxLimits
-from executor.notebook import MB
 from executor.runner_client import REQUEST_TIMEOUT_S, RunnerClient
 from executor.session_live import LiveSessions
 from executor.session_paths import safe_relative
@@ -29,6 +28,8 @@ from executor.session_paths import safe_relative
 CHUNK_BYTES = 1024 * 1024
 """The chunk size of a read when the caller names none, and of every write."""
 ABORT_TIMEOUT_S = 10.0
+MIB = 1024 * 1024
+"""The sandbox's sizes (`file_size_mb`, `data_mb`) are in MiB, as the engine applies them."""
 
 
 def checked_path(path: str, doing: str) -> str:
@@ -98,7 +99,7 @@ async def write_stream(
     needed; the bytes written. A file larger than the sandbox's file size limit (or its
     /mnt/data) is refused as soon as it is, and nothing of it stays."""
     checked_path(path, "write")
-    cap = min(limits.file_size_mb, limits.data_mb) * MB
+    cap = min(limits.file_size_mb, limits.data_mb) * MIB
     upload = uuid.uuid4().hex
     async with sessions.lock(key):
         live = await sessions.open(key)
@@ -110,7 +111,7 @@ async def write_stream(
                 if written + len(held) > cap:
                     raise InvalidInput(
                         f"could not write {path!r}: it is larger than the sandbox allows "
-                        f"({cap // MB} MB); nothing was kept"
+                        f"({cap // MIB} MB); nothing was kept"
                     )
                 while len(held) > CHUNK_BYTES:
                     written = await _send(client, upload, path, written, bytes(held[:CHUNK_BYTES]))
