@@ -41,8 +41,8 @@ Requests (host to runner), in `REQUESTS`:
     Install    install `name==version` packages exactly (a restored workspace's), into the
                packages folder, with the kernel's settings (index, proxy, CA); `Installed`.
     Fs         a file operation in /mnt/data (list, with a `depth`; info, make_dir, remove,
-               rename), links never followed; `FsDone`. An entry has its permission bits,
-               owner and group, and a link its target.
+               rename), links never followed (listing a link is refused); `FsDone`. An entry
+               has its permission bits, owner and group, and a link its target.
     Env        set environment variables in the kernel; `EnvSet`.
     Claim      remember whose session the sandbox holds. No answer.
     Resume     a host that attached again asks who holds the sandbox; `Resumed`.
