@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -22,6 +22,7 @@ from executor.run_input import InputCallback, RunClock
 from executor.run_scope import run_scope
 from executor.session import SHUTDOWN_SAVE_S, Restore, Restored, SessionManager
 from executor.session_news import WorkspaceNews
+from executor.session_streams import CHUNK_BYTES
 from executor.workspace import WorkspaceSettings, WorkspaceStore
 
 log = logging.getLogger(__name__)
@@ -377,10 +378,30 @@ class Session:
         saved = await self._manager.keeper.saved_workspace(self.key)
         return None if saved is None else dict(saved.files)
 
-    async def files(self, path: str = "", recursive: bool = True) -> list[FileInfo]:
-        """Files and folders under `path` in /mnt/data, with size and modified time ([]
-        before the session started)."""
-        return await self._manager.files.files(self.key, path, recursive)
+    async def files(
+        self, path: str = "", recursive: bool = True, depth: int | None = None
+    ) -> list[FileInfo]:
+        """Files, folders and links under `path` in /mnt/data, with size, modified time,
+        permission bits, owner and group, and a link's target ([] before the session
+        started). `depth` levels down (1: the folder's own entries); None: every level, or
+        one with `recursive=False`."""
+        return await self._manager.files.files(self.key, path, recursive, depth)
+
+    def read_file_stream(self, path: str, chunk_size: int = CHUNK_BYTES) -> AsyncIterator[bytes]:
+        """A file's bytes in chunks of at most `chunk_size` (up to 4 MiB), for files of
+        any size: `async for chunk in session.read_file_stream("out/big.parquet")`.
+        InvalidInput when it cannot be read (missing, a link, a FIFO, a folder, no live
+        session); SandboxError when the file changes while it is read."""
+        return self._manager.files.read_stream(self.key, path, chunk_size)
+
+    async def write_file_stream(
+        self, path: str, chunks: Iterable[bytes] | AsyncIterable[bytes]
+    ) -> int:
+        """Write a file from an (async) iterable of bytes, replacing a file there; missing
+        folders are made, and the session starts if needed. The file appears whole once the
+        last chunk is in; a refusal (too large, a full disk, a link or folder in the way)
+        leaves nothing behind. The bytes written."""
+        return await self._manager.files.write_stream(self.key, path, chunks)
 
     async def info(self, path: str) -> FileInfo | None:
         return await self._manager.files.info(self.key, path)

@@ -146,7 +146,11 @@ class FakeSandbox:
         self.packages: list[str] = []
         """What was installed into the packages folder, as pins."""
         self.notices = 0
-        self.tree = FakeTree(self.files)
+        self.tree = FakeTree(
+            self.files,
+            owner="sandbox" if limits.uid == 61000 else str(limits.uid),
+            max_bytes=limits.data_mb * 1024 * 1024,
+        )
         self.address: str | None = None
         """None, or what a test says the sandbox's network address is."""
         self.keys = 1
@@ -232,6 +236,10 @@ class FakeSandbox:
             await self._emit(self._install(request))
         elif isinstance(request, wire.Fs):
             await self._emit(self._fs(request))
+        elif isinstance(request, wire.ReadChunk):
+            await self._emit(self.tree.read(request))
+        elif isinstance(request, wire.WriteChunk):
+            await self._emit(self.tree.write(request))
         elif isinstance(request, wire.Env):
             self.env.update(request.values)
             await self._emit(wire.EnvSet(id=request.id, ok=True))

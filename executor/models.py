@@ -7,6 +7,7 @@ import binascii
 import hashlib
 import json
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -50,6 +51,18 @@ class FileInfo:
     size: int
     modified: float
     """Seconds since the epoch."""
+    mode: int = 0
+    """Permission bits (`0o755`); `permissions` has them as `ls -l` shows them."""
+    owner: str = ""
+    """The owner's name where the sandbox knows it, else its number as text ("61000")."""
+    group: str = ""
+    symlink_target: str | None = None
+    """A link's target as written in the link (it is listed as a link, never followed)."""
+
+    @property
+    def permissions(self) -> str:
+        """The permission bits as `ls -l` shows them: "rwxr-xr-x"."""
+        return stat.filemode(self.mode & 0o7777)[1:]
 
 
 @dataclass(frozen=True, slots=True)

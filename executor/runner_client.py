@@ -187,10 +187,41 @@ class RunnerClient:
         return await self._ask(request, wire.Installed, timeout_s)
 
     async def fs(
-        self, action: wire.FsAction, path: str, to: str = "", recursive: bool = True
+        self,
+        action: wire.FsAction,
+        path: str,
+        to: str = "",
+        recursive: bool = True,
+        depth: int = 0,
     ) -> wire.FsDone | None:
-        request = wire.Fs(id=request_id(), action=action, path=path, to=to, recursive=recursive)
+        request = wire.Fs(
+            id=request_id(), action=action, path=path, to=to, recursive=recursive, depth=depth
+        )
         return await self._ask(request, wire.FsDone)
+
+    async def read_chunk(self, path: str, offset: int, size: int) -> wire.Chunk | None:
+        request = wire.ReadChunk(id=request_id(), path=path, offset=offset, size=size)
+        return await self._ask(request, wire.Chunk)
+
+    async def write_chunk(
+        self,
+        upload: str,
+        path: str,
+        offset: int,
+        data: bytes,
+        last: bool = False,
+        abort: bool = False,
+    ) -> wire.Written | None:
+        request = wire.WriteChunk(
+            id=request_id(),
+            upload=upload,
+            path=path,
+            offset=offset,
+            data=data,
+            last=last,
+            abort=abort,
+        )
+        return await self._ask(request, wire.Written)
 
     async def env(self, values: Mapping[str, str]) -> wire.EnvSet | None:
         return await self._ask(wire.Env(id=request_id(), values=dict(values)), wire.EnvSet)
@@ -203,7 +234,9 @@ class RunnerClient:
         | wire.Restore
         | wire.Install
         | wire.Fs
-        | wire.Env,
+        | wire.Env
+        | wire.ReadChunk
+        | wire.WriteChunk,
         answer: type[Answer],
         timeout_s: float = 0,
     ) -> Answer | None:

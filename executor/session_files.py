@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import PurePosixPath
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, cast
 
 from executor import wire
@@ -17,6 +24,8 @@ from executor.models import FileInfo, OutputFile, SkippedFile
 from executor.notebook import MB, output_caps, skipped_notes
 from executor.runner_client import REQUEST_TIMEOUT_S, Answer, RunnerClient
 from executor.session_live import Live, LiveSessions
+from executor.session_paths import normal, safe_relative
+from executor.session_streams import read_stream, write_stream
 
 MAX_CHANGED_PATHS = 20_000
 """As many changed paths as the runner lists; more can only come from a forged event."""
@@ -62,11 +71,28 @@ class SessionFiles:
             )
             return found.files[0].content if found.files else None
 
-    async def files(self, key: str, path: str = "", recursive: bool = True) -> list[FileInfo]:
-        """Entries under `path` in the session's /mnt/data ([] without a live session)."""
-        reply = await self._files_op(key, "list", path, start=False, recursive=recursive)
+    async def files(
+        self, key: str, path: str = "", recursive: bool = True, depth: int | None = None
+    ) -> list[FileInfo]:
+        """Entries under `path` in the session's /mnt/data ([] without a live session),
+        `depth` levels down (1: the folder's own entries; None: as `recursive` says)."""
+        if depth is not None and not 1 <= depth <= 10_000:
+            raise InvalidInput(f"depth {depth!r} must be at least 1 (None: every level)")
+        reply = await self._files_op(
+            key, "list", path, start=False, recursive=recursive, depth=depth or 0
+        )
         found = (reply.entries or ()) if reply else ()
         return [entry for item in found if (entry := _file_info(item)) is not None]
+
+    def read_stream(self, key: str, path: str, chunk_size: int) -> AsyncIterator[bytes]:
+        """A file in the session's /mnt/data, chunk by chunk (see executor.session_streams)."""
+        return read_stream(self.sessions, key, path, chunk_size)
+
+    async def write_stream(
+        self, key: str, path: str, chunks: Iterable[bytes] | AsyncIterable[bytes]
+    ) -> int:
+        """Write a file into the session's /mnt/data from chunks; the bytes written."""
+        return await write_stream(self.sessions, self.limits, key, path, chunks)
 
     async def info(self, key: str, path: str) -> FileInfo | None:
         """One entry, None when it (or the session) does not exist."""
@@ -90,6 +116,7 @@ class SessionFiles:
         start: bool,
         to: str = "",
         recursive: bool = True,
+        depth: int = 0,
     ) -> wire.FsDone | None:
         for given in (path, to):
             if given and not safe_relative(given):
@@ -101,7 +128,9 @@ class SessionFiles:
             if live is None:
                 live = await self.sessions.open(key)
             try:
-                reply = await RunnerClient(live.lease.sandbox).fs(action, path, to, recursive)
+                reply = await RunnerClient(live.lease.sandbox).fs(
+                    action, path, to, recursive, depth
+                )
             except TimeoutError:
                 raise SandboxError(f"the sandbox did not {action} in time") from None
             if reply is None:
@@ -190,18 +219,13 @@ async def changed_files(
 def _file_info(item: wire.Entry | None) -> FileInfo | None:
     if item is None or not safe_relative(item.path):
         return None
-    return FileInfo(path=item.path, type=item.type, size=item.size, modified=item.modified)
-
-
-def safe_relative(path: str) -> bool:
-    parts = PurePosixPath(path).parts
-    return (
-        bool(parts)
-        and not PurePosixPath(path).is_absolute()
-        and ".." not in parts
-        and "\x00" not in path
+    return FileInfo(
+        path=item.path,
+        type=item.type,
+        size=item.size,
+        modified=item.modified,
+        mode=item.mode,
+        owner=item.owner,
+        group=item.group,
+        symlink_target=item.target if item.type == "link" else None,
     )
-
-
-def normal(path: str) -> str:
-    return "/".join(PurePosixPath(path).parts)

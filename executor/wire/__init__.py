@@ -44,8 +44,9 @@ Requests (host to runner), in `REQUESTS`:
     Restore    load pickled variables (and the cells they came from); `Restored`.
     Install    install `name==version` packages exactly (a restored workspace's), into the
                packages folder, with the kernel's settings (index, proxy, CA); `Installed`.
-    Fs         a file operation in /mnt/data (list, info, make_dir, remove, rename), links
-               never followed; `FsDone`.
+    Fs         a file operation in /mnt/data (list, with a `depth`; info, make_dir, remove,
+               rename), links never followed (listing a link is refused); `FsDone`. An entry
+               has its permission bits, owner and group, and a link its target.
     Env        set environment variables in the kernel; `EnvSet`.
     Claim      remember whose session the sandbox holds. No answer.
     Resume     a host that attached again asks who holds the sandbox; `Resumed`.
@@ -59,10 +60,19 @@ Requests (host to runner), in `REQUESTS`:
                event of the run so far (its outputs, and `Done` if it has ended), then the
                rest as they come.
     Shutdown   stop the kernel and exit.
+    ReadChunk  up to `size` bytes (at most MAX_CHUNK_BYTES) of a regular file from
+               `offset`; `Chunk`, with the file's size and version, so a file larger than
+               a line moves in many. Links, FIFOs, devices refused.
+    WriteChunk one chunk of a file written in order into a hidden partial file beside it
+               (`upload` names it), put in place by the `last`; a failure or an `abort`
+               removes it, so no partial file stays. `Written`.
     Requests that need an answer carry an `id`, which the answer repeats; the host makes it
     long enough that the user's code cannot guess it. Snapshot, Restore, Install and Env
-    wait for the kernel's work before them (a run, another of them); Fs, Preview, Claim and
-    Resume are answered at once, while a run goes on.
+    wait for the kernel's work before them (a run, another of them); Fs, ReadChunk,
+    WriteChunk, Preview, Claim and Resume are answered at once, while a run goes on.
+    Streamed chunks carry bytes as base64; the decoder refuses (Malformed) a chunk's path
+    that is absolute, has `..` or NUL, a size or offset out of bounds, and data that is not
+    base64 or is larger than MAX_CHUNK_BYTES.
 
 Events (runner to host), in `EVENTS`:
     Ready first (the kernel started), Warm once the data stack is loaded, Log for a notice
@@ -108,20 +118,34 @@ Junk
     sandbox, since nothing more it says can be taken as whole.
 """
 
-from executor.wire.codec import decode_event, decode_request, encode, pins, run_cwd, run_env
+from executor.wire.codec import (
+    chunk_bytes,
+    decode_event,
+    decode_request,
+    encode,
+    pins,
+    run_cwd,
+    run_env,
+    stream_path,
+)
 from executor.wire.messages import (
     EVENTS,
     FS_ACTIONS,
     KERNELS,
     LANGUAGES,
     MASKED,
+    MAX_CHUNK_BYTES,
+    MAX_FILE_BYTES,
     MAX_INPUT_CHARS,
     MAX_LIST,
+    MAX_NAME_CHARS,
     MAX_PACKAGES,
+    MAX_PATH_CHARS,
     MAX_PROMPT_CHARS,
     PACKAGE_PIN,
     REQUEST_KINDS,
     REQUESTS,
+    Chunk,
     Claim,
     Done,
     Entry,
@@ -148,6 +172,7 @@ from executor.wire.messages import (
     Output,
     Preview,
     Previewed,
+    ReadChunk,
     Ready,
     Rekey,
     Rekeyed,
@@ -161,6 +186,8 @@ from executor.wire.messages import (
     Snapshot,
     SnapshotTaken,
     Warm,
+    WriteChunk,
+    Written,
 )
 from executor.wire.sealing import (
     KEY_BYTES,
@@ -182,14 +209,19 @@ __all__ = [
     "KEY_BYTES",
     "LANGUAGES",
     "MASKED",
+    "MAX_CHUNK_BYTES",
+    "MAX_FILE_BYTES",
     "MAX_INPUT_CHARS",
     "MAX_LIST",
+    "MAX_NAME_CHARS",
     "MAX_PACKAGES",
+    "MAX_PATH_CHARS",
     "MAX_PROMPT_CHARS",
     "MAX_SEQ_DIGITS",
     "PACKAGE_PIN",
     "REQUESTS",
     "REQUEST_KINDS",
+    "Chunk",
     "Claim",
     "Done",
     "Entry",
@@ -217,6 +249,7 @@ __all__ = [
     "Output",
     "Preview",
     "Previewed",
+    "ReadChunk",
     "Ready",
     "Rekey",
     "Rekeyed",
@@ -231,6 +264,9 @@ __all__ = [
     "Snapshot",
     "SnapshotTaken",
     "Warm",
+    "WriteChunk",
+    "Written",
+    "chunk_bytes",
     "decode_event",
     "decode_request",
     "dumps",
@@ -242,5 +278,6 @@ __all__ = [
     "run_cwd",
     "run_env",
     "seal",
+    "stream_path",
     "unseal",
 ]

@@ -3,6 +3,9 @@ and malformed messages handled here (see the package docstring's "Junk")."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
@@ -13,16 +16,21 @@ from executor.wire.messages import (
     FS_ACTIONS,
     KERNELS,
     LANGUAGES,
+    MAX_CHUNK_BYTES,
     MAX_CWD_CHARS,
     MAX_ENV,
     MAX_ENV_CHARS,
+    MAX_FILE_BYTES,
     MAX_INPUT_CHARS,
     MAX_LIST,
+    MAX_NAME_CHARS,
     MAX_PACKAGES,
+    MAX_PATH_CHARS,
     MAX_PROMPT_CHARS,
     PACKAGE_PIN,
     REQUEST_KINDS,
     REQUESTS,
+    Chunk,
     Claim,
     Done,
     Entry,
@@ -46,6 +54,7 @@ from executor.wire.messages import (
     Output,
     Preview,
     Previewed,
+    ReadChunk,
     Ready,
     Rekey,
     Rekeyed,
@@ -58,12 +67,17 @@ from executor.wire.messages import (
     Snapshot,
     SnapshotTaken,
     Warm,
+    WriteChunk,
+    Written,
 )
 from executor.wire.sealing import KEY_BYTES, loads
 
 # A kept run is at most a time limit old; a runner's larger figure would overflow the
 # durations the host derives from it (a timedelta of 2**80 ms is an OverflowError).
 MAX_ELAPSED_MS = 366 * 24 * 3600 * 1000
+UPLOAD_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
+MAX_CHUNK_TEXT = 4 * -(-MAX_CHUNK_BYTES // 3)
+"""The longest base64 text of one chunk's bytes."""
 
 
 def encode(message: Request | Event) -> dict[str, Any]:
@@ -82,18 +96,26 @@ def encode(message: Request | Event) -> dict[str, Any]:
             value = _plain(value)
         elif isinstance(value, Mapping):
             value = dict(value)
+        elif isinstance(value, bytes):
+            value = base64.b64encode(value).decode("ascii")
         body[item.name] = value
     return body
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Entry):
-        return {
+        plain = {
             "path": value.path,
             "type": value.type,
             "size": value.size,
             "modified": value.modified,
+            "mode": value.mode,
+            "owner": value.owner,
+            "group": value.group,
         }
+        if value.target is not None:
+            plain["target"] = value.target
+        return plain
     return value
 
 
@@ -156,6 +178,27 @@ def decode_request(payload: bytes) -> Request:
             path=read.text("path"),
             to=read.text("to"),
             recursive=read.flag("recursive", True),
+            depth=bounded(read.number("depth", 0), "depth", 0, 10_000),
+        )
+    if kind is ReadChunk:
+        return ReadChunk(
+            id=read.text("id")[:100],
+            path=stream_path(read.raw.get("path")),
+            offset=bounded(read.number("offset", 0), "offset", 0, MAX_FILE_BYTES),
+            size=bounded(read.number("size", 1024 * 1024), "size", 1, MAX_CHUNK_BYTES),
+        )
+    if kind is WriteChunk:
+        upload = read.text("upload")
+        if not UPLOAD_NAME.fullmatch(upload):
+            raise Malformed("an upload's name is not 1 to 64 letters, digits, _ or -")
+        return WriteChunk(
+            id=read.text("id")[:100],
+            upload=upload,
+            path=stream_path(read.raw.get("path")),
+            offset=bounded(read.number("offset", 0), "offset", 0, MAX_FILE_BYTES),
+            data=chunk_bytes(read.text("data")),
+            last=read.flag("last"),
+            abort=read.flag("abort"),
         )
     if kind is Env:
         return Env(id=read.text("id"), values=read.text_map("values"))
@@ -321,7 +364,68 @@ def _event(kind: type[Event], read: _Reader) -> Event:
             ok=read.flag("ok"),
             error=read.optional_text("error"),
         )
+    if kind is Chunk:
+        error = read.optional_text("error")
+        try:
+            data = chunk_bytes(read.text("data"))
+        except Malformed as exc:
+            data, error = b"", f"the sandbox sent a broken chunk: {exc}"
+        return Chunk(
+            id=read.text("id"),
+            offset=clamped(read.number("offset", 0), 0, MAX_FILE_BYTES),
+            data=data,
+            eof=read.flag("eof"),
+            size=clamped(read.number("size", 0), 0, MAX_FILE_BYTES),
+            version=read.text("version")[:100],
+            error=error,
+        )
+    if kind is Written:
+        return Written(
+            id=read.text("id"),
+            written=clamped(read.number("written", 0), 0, MAX_FILE_BYTES),
+            done=read.flag("done"),
+            error=read.optional_text("error"),
+        )
     return EnvSet(id=read.text("id"), ok=read.flag("ok"))
+
+
+def stream_path(path: object) -> str:
+    """A streamed file's path as the runner takes it: text relative to /mnt/data, naming a
+    file in it (not /mnt/data itself), without `..`, NUL or a leading `/`; Malformed
+    otherwise."""
+    if not isinstance(path, str):
+        raise Malformed("a chunk's path is not text")
+    parts = path.split("/")
+    if (
+        not path
+        or len(path) > MAX_PATH_CHARS
+        or path.startswith("/")
+        or "\x00" in path
+        or ".." in parts
+        or all(part in ("", ".") for part in parts)
+    ):
+        raise Malformed(f"the path {path[:60]!r} is not a file's path in /mnt/data")
+    return path
+
+
+def chunk_bytes(text: str) -> bytes:
+    """A chunk's bytes from their base64 text: at most MAX_CHUNK_BYTES, else Malformed."""
+    if len(text) > MAX_CHUNK_TEXT:
+        raise Malformed(f"a chunk larger than {MAX_CHUNK_BYTES} bytes")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise Malformed("a chunk's data is not base64") from None
+
+
+def bounded(value: int, name: str, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise Malformed(f"{name} is not between {low} and {high}")
+    return value
+
+
+def clamped(value: int, low: int, high: int) -> int:
+    return min(max(value, low), high)
 
 
 def pins(found: tuple[str, ...]) -> tuple[str, ...]:
@@ -333,12 +437,17 @@ def pins(found: tuple[str, ...]) -> tuple[str, ...]:
 def _entry(item: Any) -> Entry | None:
     if not isinstance(item, Mapping) or item.get("type") not in ("file", "dir", "link"):
         return None
-    size, modified = item.get("size"), item.get("modified")
+    size, modified, mode = item.get("size"), item.get("modified"), item.get("mode")
+    target = item.get("target")
     return Entry(
         path=str(item.get("path", "")),
         type=item["type"],
         size=size if isinstance(size, int) and size >= 0 else 0,
         modified=float(modified) if isinstance(modified, int | float) else 0.0,
+        mode=mode & 0o7777 if isinstance(mode, int) and not isinstance(mode, bool) else 0,
+        owner=str(item.get("owner", ""))[:MAX_NAME_CHARS],
+        group=str(item.get("group", ""))[:MAX_NAME_CHARS],
+        target=str(target)[:MAX_PATH_CHARS] if target is not None else None,
     )
 
 

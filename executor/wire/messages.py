@@ -38,6 +38,14 @@ MAX_ENV_CHARS = 32_000
 """The most characters of a run's `env`, names and values together."""
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MAX_CWD_CHARS = 1000
+MAX_CHUNK_BYTES = 4 * 1024 * 1024
+"""The most bytes one `ReadChunk` asks for, or one `WriteChunk` or `Chunk` carries (base64 on
+the line, so a line stays far below either side's line limit)."""
+MAX_FILE_BYTES = 2**40
+"""The largest offset a chunk may name: past any disk a sandbox has."""
+MAX_PATH_CHARS = 4096
+MAX_NAME_CHARS = 256
+"""The longest owner, group or link target (`MAX_PATH_CHARS`) an `Entry` carries."""
 
 FsAction = Literal["list", "info", "make_dir", "remove", "rename"]
 FS_ACTIONS: tuple[FsAction, ...] = ("list", "info", "make_dir", "remove", "rename")
@@ -133,6 +141,8 @@ class Fs:
     path: str
     to: str = ""
     recursive: bool = True
+    depth: int = 0
+    """list: how many levels below `path` (1: its own entries); 0: as `recursive` says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,45 +202,6 @@ class Follow:
 @dataclass(frozen=True, slots=True)
 class Shutdown:
     op: ClassVar[str] = "shutdown"
-
-
-Request = (
-    Run
-    | Interrupt
-    | Export
-    | Preview
-    | Snapshot
-    | Restore
-    | Install
-    | Fs
-    | Env
-    | Claim
-    | Resume
-    | Rekey
-    | InputReply
-    | Keep
-    | Follow
-    | Shutdown
-)
-REQUEST_KINDS = (
-    Run,
-    Interrupt,
-    Export,
-    Preview,
-    Snapshot,
-    Restore,
-    Install,
-    Fs,
-    Env,
-    Claim,
-    Resume,
-    Rekey,
-    InputReply,
-    Keep,
-    Follow,
-    Shutdown,
-)
-REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in REQUEST_KINDS}
 
 
 # -- events ----------------------------------------------------------------------------------
@@ -375,6 +346,13 @@ class Entry:
     type: Literal["file", "dir", "link"]
     size: int = 0
     modified: float = 0.0
+    mode: int = 0
+    """Permission bits (`st_mode & 0o7777`)."""
+    owner: str = ""
+    """The owner's name where the sandbox knows it, else the number as text."""
+    group: str = ""
+    target: str | None = None
+    """A link's target, as written in the link (never followed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +375,112 @@ class EnvSet:
     ok: bool = False
 
 
+# -- streamed files (appended: requests and events) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadChunk:
+    """Read up to `size` bytes of a regular file in /mnt/data from `offset`; `Chunk`. Links,
+    FIFOs, devices and paths leaving /mnt/data are refused, as `Fs` refuses them."""
+
+    op: ClassVar[str] = "read_chunk"
+    id: str
+    path: str
+    offset: int = 0
+    size: int = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WriteChunk:
+    """One chunk of a file written in order: the first (offset 0) starts `upload` into a
+    hidden partial file beside `path`, each next one continues at the bytes written so far,
+    `last` puts the whole file in place (replacing a regular file there), and `abort`
+    removes what was written. A failed chunk ends the upload with nothing left behind.
+    Answered by `Written`."""
+
+    op: ClassVar[str] = "write_chunk"
+    id: str
+    upload: str
+    """The host's name for this file's upload (the same in all its chunks)."""
+    path: str
+    offset: int = 0
+    data: bytes = b""
+    last: bool = False
+    abort: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    type: ClassVar[str] = "chunk"
+    id: str
+    offset: int = 0
+    data: bytes = b""
+    eof: bool = False
+    """The file ends after these bytes (as it was when read)."""
+    size: int = 0
+    """The file's size when this chunk was read."""
+    version: str = ""
+    """Which file, as it was (inode, modification time): a file replaced or changed between
+    chunks reads as another version."""
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    type: ClassVar[str] = "written"
+    id: str
+    written: int = 0
+    """Bytes of the upload written so far."""
+    done: bool = False
+    """The file is in place (`last`), or the upload was removed (`abort`)."""
+    error: str | None = None
+
+
+# -- every message ---------------------------------------------------------------------------
+
+Request = (
+    Run
+    | Interrupt
+    | Export
+    | Preview
+    | Snapshot
+    | Restore
+    | Install
+    | Fs
+    | Env
+    | Claim
+    | Resume
+    | Rekey
+    | InputReply
+    | Keep
+    | Follow
+    | Shutdown
+    | ReadChunk
+    | WriteChunk
+)
+REQUEST_KINDS = (
+    Run,
+    Interrupt,
+    Export,
+    Preview,
+    Snapshot,
+    Restore,
+    Install,
+    Fs,
+    Env,
+    Claim,
+    Resume,
+    Rekey,
+    InputReply,
+    Keep,
+    Follow,
+    Shutdown,
+    ReadChunk,
+    WriteChunk,
+)
+REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in REQUEST_KINDS}
+
+
 Event = (
     Ready
     | Warm
@@ -414,6 +498,8 @@ Event = (
     | Installed
     | FsDone
     | EnvSet
+    | Chunk
+    | Written
 )
 EVENTS: dict[str, type[Event]] = {
     kind.type: kind
@@ -434,5 +520,7 @@ EVENTS: dict[str, type[Event]] = {
         Installed,
         FsDone,
         EnvSet,
+        Chunk,
+        Written,
     )
 }

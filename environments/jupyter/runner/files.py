@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import functools
+import grp
 import os
+import pwd
 import shutil
+import stat as stat_kind
 from pathlib import Path
 from typing import Literal
 
@@ -37,8 +41,11 @@ def files_op(request: wire.Fs) -> wire.FsDone:
     code reaches too): list, info, make_dir, remove, rename. Links are never followed."""
     try:
         path = data_path(request.path)
+        if request.action == "list" and path.is_symlink():
+            raise ValueError(f"{request.path!r} is a link, not a folder (links are not followed)")
         if request.action == "list":
-            return wire.FsDone(id=request.id, entries=tuple(list_entries(path, request.recursive)))
+            depth = request.depth or (0 if request.recursive else 1)
+            return wire.FsDone(id=request.id, entries=tuple(list_entries(path, depth)))
         if request.action == "info":
             return wire.FsDone(id=request.id, entry=entry(path))
         if path == DATA_DIR:
@@ -75,28 +82,55 @@ def data_path(relative: str) -> Path:
 
 
 def entry(path: Path) -> wire.Entry:
+    """What `path` is, from its own lstat: a link is a link (with its target), never what
+    it points to."""
     stat = path.lstat()
     kind: Literal["file", "dir", "link"] = (
-        "link" if path.is_symlink() else "dir" if path.is_dir() else "file"
+        "link"
+        if stat_kind.S_ISLNK(stat.st_mode)
+        else "dir"
+        if stat_kind.S_ISDIR(stat.st_mode)
+        else "file"
     )
     return wire.Entry(
         path=str(path.relative_to(DATA_DIR)),
         type=kind,
         size=stat.st_size if kind == "file" else 0,
         modified=stat.st_mtime,
+        mode=stat_kind.S_IMODE(stat.st_mode),
+        owner=user_name(stat.st_uid),
+        group=group_name(stat.st_gid),
+        target=str(path.readlink())[: wire.MAX_PATH_CHARS] if kind == "link" else None,
     )
 
 
-def list_entries(path: Path, recursive: bool) -> list[wire.Entry]:
+@functools.cache
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+@functools.cache
+def group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def list_entries(path: Path, depth: int = 0) -> list[wire.Entry]:
+    """Entries under `path`, folder by folder, `depth` levels down (0: all of them)."""
     found: list[wire.Entry] = []
-    pending = [path]
+    pending = [(path, 1)]
     while pending and len(found) < FS_LIST_LIMIT:
-        folder = pending.pop(0)
+        folder, level = pending.pop(0)
         for child in sorted(folder.iterdir()):
             item = entry(child)
             found.append(item)
-            if recursive and item.type == "dir":
-                pending.append(child)
+            if item.type == "dir" and (depth == 0 or level < depth):
+                pending.append((child, level + 1))
     return found[:FS_LIST_LIMIT]
 
 

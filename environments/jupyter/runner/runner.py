@@ -46,6 +46,7 @@ from runner.languages import LanguageKernel, available_languages, error_output, 
 from runner.packages import INSTALL_CODE, INSTALL_TIMEOUT_S, installed
 from runner.run_scope import OutsideData, scope, working_folder
 from runner.stdin import InputRelay, Secrets
+from runner.streams import Uploads, read_chunk
 from runner.system import (
     ignore,
     is_stopped,
@@ -105,6 +106,8 @@ class Runner:
         self.input_relay: InputRelay | None = None
         self.record: RunRecord | None = None
         """The run in progress, or the last one if the host kept it (see runner.kept)."""
+        self.uploads = Uploads()
+        """Files being written in chunks (wire `WriteChunk`)."""
 
     def notice(self, message: str) -> None:
         """A `log` event, a limited number of times: lines the user's code may write into the
@@ -583,6 +586,10 @@ class Runner:
             self.running = asyncio.create_task(after(self.running, self.set_env(request)))
         elif isinstance(request, wire.Fs):
             self.emit(files_op(request))
+        elif isinstance(request, wire.ReadChunk):
+            self.emit(read_chunk(request))
+        elif isinstance(request, wire.WriteChunk):
+            self.emit(self.uploads.write(request))
         elif isinstance(request, wire.Claim):
             self.session = request.session
         elif isinstance(request, wire.Rekey):
