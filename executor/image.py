@@ -1,18 +1,24 @@
 """Building the sandbox image, with or without a container registry.
 
 The tag is a hash of everything that goes into the image (Dockerfile, pinned requirements,
-the runner and the protocol package it shares with the host, executor/wire/), so an image
-is rebuilt exactly when its inputs change. The build context is environments/jupyter with
+the runner and the protocol package it shares with the host, executor/wire/, and the
+languages beside Python: their Debian package names, the npm lock file, the kernelspecs),
+so an image is rebuilt exactly when its inputs change. The languages come from
+CELLMATE_SANDBOX_LANGUAGES (or `cellmate build-image --languages`), read here by the same
+function at build and at run time, so the bot finds the image it was built for; the image
+carries them in its label org.cellmate.languages. The build context is environments/jupyter with
 that package added at executor/wire/, sent to the engine as one tar stream. Wheels are
-downloaded on the host into the build context; the base is python:3.11-slim-bookworm when
-the engine has it or can pull it, and otherwise a Debian bookworm root made with debootstrap
-and `docker import`.
+downloaded on the host into the build context, and so are the languages' Debian packages
+(executor.apt) and the JavaScript kernel's npm packages; the base is python:3.11-slim-bookworm
+when the engine has it or can pull it, and otherwise a Debian bookworm root made with
+debootstrap and `docker import`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import platform
 import shutil
 import subprocess
@@ -26,10 +32,11 @@ from typing import IO
 import docker
 import docker.errors
 
+from executor.apt import DEBIAN_SUITE, Apt, base_status
 from executor.errors import ImageBuildError
 
 CONTEXT_DIR = Path(__file__).resolve().parent.parent / "environments" / "jupyter"
-CONTEXT_FILES = ("Dockerfile", "requirements.txt", "cellmate_runner.py")
+CONTEXT_FILES = ("Dockerfile", "requirements.txt", "cellmate_runner.py", "install-languages.sh")
 RUNNER_PACKAGE = "runner"
 """The runner's modules, in the context beside its entry point (every *.py in it)."""
 PROTOCOL = Path(__file__).resolve().parent / "wire"
@@ -37,31 +44,89 @@ PROTOCOL_NAME = "executor/wire"
 """Where the protocol package goes in the build context (and, under /opt/cellmate, in the image)."""
 IMAGE_REPOSITORY = "cellmate-sandbox"
 OFFICIAL_BASE = "python:3.11-slim-bookworm"
-DEBIAN_SUITE = "bookworm"
 DEBOOTSTRAP_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+LANGUAGES_LABEL = "org.cellmate.languages"
+LANGUAGES_VARIABLE = "CELLMATE_SANDBOX_LANGUAGES"
+
+LANGUAGES = ("r", "javascript", "bash")
+"""The languages an image may have beside Python (which it always has), in label order."""
+LANGUAGE_DEBS: dict[str, tuple[str, ...]] = {
+    "r": ("r-base-core", "r-cran-irkernel", "r-cran-ggplot2"),
+    "javascript": ("nodejs",),
+    "bash": (),
+}
+"""Debian bookworm packages per language (apt adds what they depend on)."""
+KERNELSPECS: dict[str, tuple[str, ...]] = {
+    "r": ("r",),
+    "javascript": ("javascript", "typescript"),
+    "bash": ("bash",),
+}
+"""The kernelspecs (folders under kernels/ in the build context) each language installs."""
+NPM_DIR = "npm"
+"""package.json and package-lock.json of the JavaScript kernel; node_modules is made on the host."""
+NPM_FILES = ("package.json", "package-lock.json")
 
 Say = Callable[[str], None]
 
 
-def inputs(context: Path = CONTEXT_DIR) -> list[tuple[str, Path]]:
-    """Every file that goes into the image from the host but the wheels (which the pinned
-    requirements name), by its name in the build context."""
+def parse_languages(value: str) -> tuple[str, ...]:
+    """A comma list of languages, in canonical order; empty means Python only."""
+    names = {part.strip().lower() for part in value.split(",") if part.strip()}
+    unknown = sorted(names - set(LANGUAGES))
+    if unknown:
+        raise ValueError(
+            f"unknown sandbox language(s) {', '.join(unknown)}: choose from {', '.join(LANGUAGES)}"
+        )
+    return tuple(name for name in LANGUAGES if name in names)
+
+
+def configured_languages(environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """CELLMATE_SANDBOX_LANGUAGES, all of them when it is unset (empty: Python only)."""
+    value = (os.environ if environ is None else environ).get(LANGUAGES_VARIABLE)
+    return LANGUAGES if value is None else parse_languages(value)
+
+
+def inputs(
+    context: Path = CONTEXT_DIR, languages: tuple[str, ...] = LANGUAGES
+) -> list[tuple[str, Path]]:
+    """Every file that goes into the image from the host but the downloads (the wheels,
+    which the pinned requirements name; the .debs; node_modules, which the npm lock file
+    pins), by its name in the build context."""
     named = [(name, context / name) for name in CONTEXT_FILES]
     package = sorted((context / RUNNER_PACKAGE).glob("*.py"))
     named += [(path.relative_to(context).as_posix(), path) for path in package]
+    for language in languages:
+        for spec in KERNELSPECS[language]:
+            files = sorted(p for p in (context / "kernels" / spec).rglob("*") if p.is_file())
+            named += [(path.relative_to(context).as_posix(), path) for path in files]
+    if "javascript" in languages:
+        named += [(f"{NPM_DIR}/{name}", context / NPM_DIR / name) for name in NPM_FILES]
     protocol = sorted(PROTOCOL.glob("*.py"))
     return named + [(f"{PROTOCOL_NAME}/{path.name}", path) for path in protocol]
 
 
-def content_hash(context: Path = CONTEXT_DIR) -> str:
+def content_hash(context: Path = CONTEXT_DIR, languages: tuple[str, ...] = LANGUAGES) -> str:
     digest = hashlib.sha256()
-    for name, path in inputs(context):
+    for name, path in inputs(context, languages):
         digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    if languages:
+        debs = sorted(deb for language in languages for deb in LANGUAGE_DEBS[language])
+        digest.update(f"languages={','.join(languages)};debs={','.join(debs)}".encode())
     return digest.hexdigest()[:12]
 
 
-def default_tag(context: Path = CONTEXT_DIR) -> str:
-    return f"{IMAGE_REPOSITORY}:{content_hash(context)}"
+def default_tag(context: Path = CONTEXT_DIR, languages: tuple[str, ...] | None = None) -> str:
+    """The sandbox image's tag for `languages` (by default the configured ones): the same
+    computation when the image is built and when the bot looks for it."""
+    chosen = configured_languages() if languages is None else languages
+    return f"{IMAGE_REPOSITORY}:{content_hash(context, chosen)}"
+
+
+def image_languages(client: docker.DockerClient, tag: str) -> tuple[str, ...]:
+    """The languages beside Python that the image `tag` has, from its label (none on an
+    image built before languages could be chosen)."""
+    labels = client.images.get(tag).labels or {}
+    return parse_languages(labels.get(LANGUAGES_LABEL, ""))
 
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
@@ -79,42 +144,117 @@ def build_image(
     mirror: str = "http://deb.debian.org/debian",
     force: bool = False,
     say: Say = print,
+    languages: tuple[str, ...] | None = None,
 ) -> str:
-    """Build the sandbox image unless an image with the same content tag exists."""
-    tag = tag or default_tag(context)
+    """Build the sandbox image with Python and `languages` (by default the configured
+    ones) unless an image with the same content tag exists."""
+    languages = configured_languages() if languages is None else languages
+    tag = tag or default_tag(context, languages)
     if not force and image_exists(client, tag):
         say(f"Sandbox image {tag} is up to date.")
         return tag
-    say(f"Building sandbox image {tag} ...")
+    described = ", ".join(["python", *languages])
+    say(f"Building sandbox image {tag} ({described}) ...")
     download_wheels(context, say)
     base = base_image(client, mirror, say)
-    say(f"Building on {base} (this takes a minute or two) ...")
-    with tempfile.TemporaryFile(prefix="cellmate-sandbox-context-") as archive:
-        build_context(context, archive)
-        archive.seek(0)
-        docker_build(client, tag, base, fileobj=archive, say=say)
+    if "javascript" in languages:
+        install_npm_packages(context, say)
+    with tempfile.TemporaryDirectory(prefix="cellmate-sandbox-apt-") as tmp:
+        debs = download_debs(client, base, mirror, languages, Path(tmp), say)
+        say(f"Building on {base} (this takes a minute or two) ...")
+        with tempfile.TemporaryFile(prefix="cellmate-sandbox-context-") as archive:
+            build_context(context, archive, languages, debs)
+            archive.seek(0)
+            docker_build(
+                client,
+                tag,
+                base,
+                fileobj=archive,
+                say=say,
+                buildargs={"LANGUAGES": ",".join(languages)},
+            )
     client.images.get(tag).tag(IMAGE_REPOSITORY, "latest")
     say(f"Built {tag}.")
     remove_stale_images(client, keep=tag)
     return tag
 
 
-def build_context(context: Path, out: IO[bytes]) -> None:
-    """The sandbox image's build context as a tar: the inputs and the downloaded wheels,
-    readable by everyone, owned by root."""
+def download_debs(
+    client: docker.DockerClient,
+    base: str,
+    mirror: str,
+    languages: tuple[str, ...],
+    root: Path,
+    say: Say,
+) -> list[Path]:
+    """The Debian packages the languages need that `base` lacks, downloaded on the host."""
+    packages = tuple(deb for language in languages for deb in LANGUAGE_DEBS[language])
+    if not packages:
+        return []
+    apt = Apt(root, mirror)
+    apt.use_status(base_status(client, base))
+    say(f"Resolving {' '.join(packages)} against {base} with {mirror} ...")
+    debs = apt.resolve(packages)
+    say(f"Downloading {len(debs)} Debian packages on the host ...")
+    archives = apt.download(packages)
+    return [archives / deb.filename for deb in debs]
+
+
+def install_npm_packages(context: Path, say: Say) -> None:
+    """node_modules for the JavaScript kernel, exactly as the lock file pins it, installed
+    on the host without install scripts: zeromq's native addon ships prebuilt for Linux."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ImageBuildError(
+            "the JavaScript kernel is installed with npm on the host: install Node.js and npm, "
+            f"or leave javascript out of {LANGUAGES_VARIABLE}"
+        )
+    say("Installing the JavaScript kernel's npm packages on the host ...")
+    result = subprocess.run(
+        [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--omit=dev"],
+        cwd=context / NPM_DIR,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise ImageBuildError(f"npm ci failed:\n{(result.stdout + result.stderr)[-3000:]}")
+
+
+def build_context(
+    context: Path,
+    out: IO[bytes],
+    languages: tuple[str, ...] = (),
+    debs: list[Path] | None = None,
+) -> None:
+    """The sandbox image's build context as a tar: the inputs, the downloaded wheels, the
+    languages' .debs (debs/) and npm packages (npm/node_modules), readable by everyone,
+    owned by root. debs/, kernels/ and npm/ are there, if empty, whatever the languages."""
 
     def plain(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         if "__pycache__" in info.name:
             return None
         info.uid = info.gid = 0
         info.uname = info.gname = "root"
-        info.mode = 0o755 if info.isdir() else 0o644
+        executable = info.isdir() or info.mode & 0o100
+        info.mode = 0o755 if executable else 0o644
         return info
 
     with tarfile.open(fileobj=out, mode="w") as tar:
-        for name, path in inputs(context):
+        for folder in ("debs", "kernels", NPM_DIR):
+            directory = tarfile.TarInfo(folder)
+            directory.type = tarfile.DIRTYPE
+            directory.mode = 0o755
+            tar.addfile(directory)
+        for name, path in inputs(context, languages):
             tar.add(path, arcname=name, filter=plain)
         tar.add(context / "wheels", arcname="wheels", filter=plain)
+        for deb in debs or []:
+            tar.add(deb, arcname=f"debs/{deb.name}", filter=plain)
+        if "javascript" in languages:
+            tar.add(
+                context / NPM_DIR / "node_modules", arcname=f"{NPM_DIR}/node_modules", filter=plain
+            )
 
 
 def docker_build(
@@ -126,6 +266,7 @@ def docker_build(
     path: str | None = None,
     dockerfile: str | None = None,
     fileobj: IO[bytes] | None = None,
+    buildargs: dict[str, str] | None = None,
 ) -> None:
     """Build `tag` on `base` from a folder or a tar stream, showing each step; any failure
     is an ImageBuildError with the engine's reason."""
@@ -136,7 +277,7 @@ def docker_build(
             fileobj=fileobj,
             custom_context=fileobj is not None,
             tag=tag,
-            buildargs={"BASE_IMAGE": base},
+            buildargs={**(buildargs or {}), "BASE_IMAGE": base},
             rm=True,
             forcerm=True,
             decode=True,
@@ -151,10 +292,14 @@ def docker_build(
 
 
 def remove_stale_images(client: docker.DockerClient, keep: str) -> None:
-    """Drop sandbox images of earlier inputs; one that a container still uses stays."""
+    """Drop sandbox images of earlier inputs with the same languages (an image with other
+    languages stays, for a bot configured for those); one a container still uses stays."""
+    languages = image_languages(client, keep)
     for image in client.images.list(name=IMAGE_REPOSITORY):
         tags = set(image.tags)
         if keep in tags or f"{IMAGE_REPOSITORY}:latest" in tags:
+            continue
+        if parse_languages((image.labels or {}).get(LANGUAGES_LABEL, "")) != languages:
             continue
         for stale in tags:
             with contextlib.suppress(docker.errors.APIError):

@@ -31,7 +31,7 @@ from bot.settings import Settings, SettingsError, load_settings
 from dockerproxy.cli import main as docker_proxy_main
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
-from executor.image import build_image
+from executor.image import build_image, parse_languages
 from storage.errors import StorageError
 from storage.retention import parse_age, prune
 
@@ -181,6 +181,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="build a PostgreSQL 15 image (cellmate-postgres) from Debian's packages",
     )
+    build.add_argument(
+        "--languages",
+        metavar="LIST",
+        help="languages beside Python in the sandbox image, a comma list of r,javascript,bash "
+        "(default: CELLMATE_SANDBOX_LANGUAGES, else all; '' for Python only); the bot finds "
+        "the image by the same setting",
+    )
     build.set_defaults(handler=_build_image)
     return parser
 
@@ -309,8 +316,16 @@ def _build_image(args: argparse.Namespace, settings: Settings) -> int:
     if args.postgres:
         build_postgres_image(client, mirror=settings.debian_mirror, force=args.force)
         return 0
+    try:
+        languages = None if args.languages is None else parse_languages(args.languages)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
     build_image(
-        client, tag=settings.sandbox_image or None, mirror=settings.debian_mirror, force=args.force
+        client,
+        tag=settings.sandbox_image or None,
+        mirror=settings.debian_mirror,
+        force=args.force,
+        languages=languages,
     )
     return 0
 
