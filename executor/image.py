@@ -2,11 +2,11 @@
 
 The tag is a hash of everything that goes into the image (Dockerfile, pinned requirements,
 the runner and the protocol package it shares with the host, executor/wire/, and the
-languages beside Python: their Debian package names, the npm lock file, the kernelspecs),
-so an image is rebuilt exactly when its inputs change. The languages come from
-CELLMATE_SANDBOX_LANGUAGES (or `cellmate build-image --languages`), read here by the same
-function at build and at run time, so the bot finds the image it was built for; the image
-carries them in its label org.cellmate.languages. The build context is environments/jupyter with
+languages beside Python that executor.languages describes), so an image is rebuilt exactly
+when its inputs change. The languages come from CELLMATE_SANDBOX_LANGUAGES (or `cellmate
+build-image --languages`), read by the same function at build and at run time, so the bot
+finds the image built for it; the image names them in its label org.cellmate.languages.
+The build context is environments/jupyter with
 that package added at executor/wire/, sent to the engine as one tar stream. Wheels are
 downloaded on the host into the build context, and so are the languages' Debian packages
 (executor.apt) and the JavaScript kernel's npm packages; the base is python:3.11-slim-bookworm
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
+import io
 import platform
 import shutil
 import subprocess
@@ -34,9 +34,21 @@ import docker.errors
 
 from executor.apt import DEBIAN_SUITE, Apt, base_status
 from executor.errors import ImageBuildError
+from executor.languages import (
+    LABEL,
+    LANGUAGES,
+    NPM_DIR,
+    NPM_LOCK_SHA256,
+    VARIABLE,
+    configured_languages,
+    deb_packages,
+    digest_input,
+    kernelspec_files,
+    parse_languages,
+)
 
 CONTEXT_DIR = Path(__file__).resolve().parent.parent / "environments" / "jupyter"
-CONTEXT_FILES = ("Dockerfile", "requirements.txt", "cellmate_runner.py", "install-languages.sh")
+CONTEXT_FILES = ("Dockerfile", "requirements.txt", "cellmate_runner.py")
 RUNNER_PACKAGE = "runner"
 """The runner's modules, in the context beside its entry point (every *.py in it)."""
 PROTOCOL = Path(__file__).resolve().parent / "wire"
@@ -45,73 +57,27 @@ PROTOCOL_NAME = "executor/wire"
 IMAGE_REPOSITORY = "cellmate-sandbox"
 OFFICIAL_BASE = "python:3.11-slim-bookworm"
 DEBOOTSTRAP_PACKAGES = ("python3", "python3-venv", "ca-certificates")
-LANGUAGES_LABEL = "org.cellmate.languages"
-LANGUAGES_VARIABLE = "CELLMATE_SANDBOX_LANGUAGES"
-
-LANGUAGES = ("r", "javascript", "bash")
-"""The languages an image may have beside Python (which it always has), in label order."""
-LANGUAGE_DEBS: dict[str, tuple[str, ...]] = {
-    "r": ("r-base-core", "r-cran-irkernel", "r-cran-ggplot2"),
-    "javascript": ("nodejs",),
-    "bash": (),
-}
-"""Debian bookworm packages per language (apt adds what they depend on)."""
-KERNELSPECS: dict[str, tuple[str, ...]] = {
-    "r": ("r",),
-    "javascript": ("javascript", "typescript"),
-    "bash": ("bash",),
-}
-"""The kernelspecs (folders under kernels/ in the build context) each language installs."""
-NPM_DIR = "npm"
-"""package.json and package-lock.json of the JavaScript kernel; node_modules is made on the host."""
-NPM_FILES = ("package.json", "package-lock.json")
 
 Say = Callable[[str], None]
 
 
-def parse_languages(value: str) -> tuple[str, ...]:
-    """A comma list of languages, in canonical order; empty means Python only."""
-    names = {part.strip().lower() for part in value.split(",") if part.strip()}
-    unknown = sorted(names - set(LANGUAGES))
-    if unknown:
-        raise ValueError(
-            f"unknown sandbox language(s) {', '.join(unknown)}: choose from {', '.join(LANGUAGES)}"
-        )
-    return tuple(name for name in LANGUAGES if name in names)
-
-
-def configured_languages(environ: dict[str, str] | None = None) -> tuple[str, ...]:
-    """CELLMATE_SANDBOX_LANGUAGES, all of them when it is unset (empty: Python only)."""
-    value = (os.environ if environ is None else environ).get(LANGUAGES_VARIABLE)
-    return LANGUAGES if value is None else parse_languages(value)
-
-
-def inputs(
-    context: Path = CONTEXT_DIR, languages: tuple[str, ...] = LANGUAGES
-) -> list[tuple[str, Path]]:
+def inputs(context: Path = CONTEXT_DIR) -> list[tuple[str, Path]]:
     """Every file that goes into the image from the host but the downloads (the wheels,
     which the pinned requirements name; the .debs; node_modules, which the npm lock file
-    pins), by its name in the build context."""
+    pins), by its name in the build context. The languages' own inputs are in
+    executor.languages."""
     named = [(name, context / name) for name in CONTEXT_FILES]
     package = sorted((context / RUNNER_PACKAGE).glob("*.py"))
     named += [(path.relative_to(context).as_posix(), path) for path in package]
-    for language in languages:
-        for spec in KERNELSPECS[language]:
-            files = sorted(p for p in (context / "kernels" / spec).rglob("*") if p.is_file())
-            named += [(path.relative_to(context).as_posix(), path) for path in files]
-    if "javascript" in languages:
-        named += [(f"{NPM_DIR}/{name}", context / NPM_DIR / name) for name in NPM_FILES]
     protocol = sorted(PROTOCOL.glob("*.py"))
     return named + [(f"{PROTOCOL_NAME}/{path.name}", path) for path in protocol]
 
 
 def content_hash(context: Path = CONTEXT_DIR, languages: tuple[str, ...] = LANGUAGES) -> str:
     digest = hashlib.sha256()
-    for name, path in inputs(context, languages):
+    for name, path in inputs(context):
         digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    if languages:
-        debs = sorted(deb for language in languages for deb in LANGUAGE_DEBS[language])
-        digest.update(f"languages={','.join(languages)};debs={','.join(debs)}".encode())
+    digest.update(digest_input(languages))
     return digest.hexdigest()[:12]
 
 
@@ -126,7 +92,7 @@ def image_languages(client: docker.DockerClient, tag: str) -> tuple[str, ...]:
     """The languages beside Python that the image `tag` has, from its label (none on an
     image built before languages could be chosen)."""
     labels = client.images.get(tag).labels or {}
-    return parse_languages(labels.get(LANGUAGES_LABEL, ""))
+    return parse_languages(labels.get(LABEL, ""))
 
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
@@ -188,7 +154,7 @@ def download_debs(
     say: Say,
 ) -> list[Path]:
     """The Debian packages the languages need that `base` lacks, downloaded on the host."""
-    packages = tuple(deb for language in languages for deb in LANGUAGE_DEBS[language])
+    packages = deb_packages(languages)
     if not packages:
         return []
     apt = Apt(root, mirror)
@@ -207,7 +173,14 @@ def install_npm_packages(context: Path, say: Say) -> None:
     if npm is None:
         raise ImageBuildError(
             "the JavaScript kernel is installed with npm on the host: install Node.js and npm, "
-            f"or leave javascript out of {LANGUAGES_VARIABLE}"
+            f"or leave javascript out of {VARIABLE}"
+        )
+    lock = context / NPM_DIR / "package-lock.json"
+    found = hashlib.sha256(lock.read_bytes()).hexdigest()
+    if found != NPM_LOCK_SHA256:
+        raise ImageBuildError(
+            f"{lock} is not the one the image's tag names: if it changed on purpose, set "
+            f"NPM_LOCK_SHA256 in executor/languages.py to {found}"
         )
     say("Installing the JavaScript kernel's npm packages on the host ...")
     result = subprocess.run(
@@ -246,8 +219,12 @@ def build_context(
             directory.type = tarfile.DIRTYPE
             directory.mode = 0o755
             tar.addfile(directory)
-        for name, path in inputs(context, languages):
+        for name, path in inputs(context):
             tar.add(path, arcname=name, filter=plain)
+        for name, content in kernelspec_files(languages).items():
+            spec = tarfile.TarInfo(name)
+            spec.size, spec.mode = len(content), 0o644
+            tar.addfile(spec, io.BytesIO(content))
         tar.add(context / "wheels", arcname="wheels", filter=plain)
         for deb in debs or []:
             tar.add(deb, arcname=f"debs/{deb.name}", filter=plain)
@@ -299,7 +276,7 @@ def remove_stale_images(client: docker.DockerClient, keep: str) -> None:
         tags = set(image.tags)
         if keep in tags or f"{IMAGE_REPOSITORY}:latest" in tags:
             continue
-        if parse_languages((image.labels or {}).get(LANGUAGES_LABEL, "")) != languages:
+        if (image.labels or {}).get(LABEL, "") != ",".join(languages):
             continue
         for stale in tags:
             with contextlib.suppress(docker.errors.APIError):

@@ -31,7 +31,8 @@ from bot.settings import Settings, SettingsError, load_settings
 from dockerproxy.cli import main as docker_proxy_main
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
-from executor.image import build_image, parse_languages
+from executor.image import build_image
+from executor.languages import parse_languages
 from storage.errors import StorageError
 from storage.retention import parse_age, prune
 

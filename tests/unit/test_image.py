@@ -3,16 +3,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from executor.image import CONTEXT_DIR, CONTEXT_FILES, NPM_FILES, content_hash
+from executor.image import CONTEXT_DIR, CONTEXT_FILES, content_hash
 
 
 def test_tag_changes_exactly_when_an_input_changes(tmp_path: Path) -> None:
     for name in CONTEXT_FILES:
         shutil.copy(CONTEXT_DIR / name, tmp_path / name)
-    shutil.copytree(CONTEXT_DIR / "kernels", tmp_path / "kernels")
-    (tmp_path / "npm").mkdir()
-    for name in NPM_FILES:
-        shutil.copy(CONTEXT_DIR / "npm" / name, tmp_path / "npm" / name)
     original = content_hash(tmp_path)
     (tmp_path / "wheels").mkdir()
     (tmp_path / "wheels" / "extra.whl").write_bytes(b"downloaded wheels are not inputs")

@@ -4,6 +4,7 @@ and the build context each choice sends."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -12,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from executor.image import (
-    CONTEXT_DIR,
+from executor import languages as languages_module
+from executor.image import CONTEXT_DIR, build_context, content_hash, default_tag, image_languages
+from executor.languages import (
     KERNELSPECS,
+    LABEL,
     LANGUAGES,
-    LANGUAGES_LABEL,
-    build_context,
+    NPM_DIR,
+    NPM_LOCK_SHA256,
     configured_languages,
-    content_hash,
-    default_tag,
-    image_languages,
+    kernelspec_files,
     parse_languages,
 )
 
@@ -65,32 +66,41 @@ def _copy_context(dest: Path) -> None:
     shutil.copytree(CONTEXT_DIR, dest, ignore=ignore, dirs_exist_ok=True)
 
 
-def test_a_kernelspec_change_moves_only_the_tags_of_its_language(tmp_path: Path) -> None:
-    _copy_context(tmp_path)
-    before = {languages: content_hash(tmp_path, languages) for languages in [(), ("r",), ("bash",)]}
-    spec = tmp_path / "kernels" / "r" / "kernel.json"
-    spec.write_text(spec.read_text().replace('"R"', '"R 4"'))
-    assert content_hash(tmp_path, ("r",)) != before[("r",)]
-    assert content_hash(tmp_path, ("bash",)) == before[("bash",)]
-    assert content_hash(tmp_path, ()) == before[()]
+def test_a_kernelspec_change_moves_only_the_tags_of_its_language(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before = {languages: content_hash(languages=languages) for languages in [(), ("r",), ("bash",)]}
+    changed = {**KERNELSPECS, "r": {"r": {**KERNELSPECS["r"]["r"], "display_name": "R 4"}}}
+    monkeypatch.setattr(languages_module, "KERNELSPECS", changed)
+    assert content_hash(languages=("r",)) != before[("r",)]
+    assert content_hash(languages=("bash",)) == before[("bash",)]
+    assert content_hash(languages=()) == before[()]
 
 
-def test_the_npm_lock_file_moves_the_javascript_tag_alone(tmp_path: Path) -> None:
-    _copy_context(tmp_path)
-    js, r = content_hash(tmp_path, ("javascript",)), content_hash(tmp_path, ("r",))
-    with (tmp_path / "npm" / "package-lock.json").open("a") as lock:
-        lock.write("\n")
-    assert content_hash(tmp_path, ("javascript",)) != js
-    assert content_hash(tmp_path, ("r",)) == r
+def test_the_npm_lock_file_moves_the_javascript_tag_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    js, r = content_hash(languages=("javascript",)), content_hash(languages=("r",))
+    monkeypatch.setattr(languages_module, "NPM_LOCK_SHA256", "0" * 64)
+    assert content_hash(languages=("javascript",)) != js
+    assert content_hash(languages=("r",)) == r
 
 
-def test_every_language_has_its_kernelspecs() -> None:
-    for language in LANGUAGES:
-        for name in KERNELSPECS[language]:
-            spec = json.loads((CONTEXT_DIR / "kernels" / name / "kernel.json").read_text())
-            assert "{connection_file}" in spec["argv"]
-            assert spec["argv"][0].startswith("/")
-    assert KERNELSPECS["javascript"] == ("javascript", "typescript")
+def test_the_lock_file_is_the_one_the_tag_names() -> None:
+    lock = (CONTEXT_DIR / NPM_DIR / "package-lock.json").read_bytes()
+    assert hashlib.sha256(lock).hexdigest() == NPM_LOCK_SHA256
+
+
+def test_every_kernelspec_is_a_jupyter_kernelspec() -> None:
+    files = kernelspec_files(LANGUAGES)
+    assert set(files) == {
+        f"kernels/{name}/kernel.json" for name in ("r", "javascript", "typescript", "bash")
+    }
+    for content in files.values():
+        spec = json.loads(content)
+        assert "{connection_file}" in spec["argv"]
+        assert spec["argv"][0].startswith("/")
+        assert spec["display_name"]
+        assert spec["language"]
+    assert kernelspec_files(()) == {}
 
 
 def test_the_context_carries_the_chosen_kernelspecs_and_debs(tmp_path: Path) -> None:
@@ -127,7 +137,18 @@ class _Client:
 
 
 def test_the_image_label_names_its_languages() -> None:
-    labelled = _Client({LANGUAGES_LABEL: "r,javascript,bash"})
+    labelled = _Client({LABEL: "r,javascript,bash"})
     assert image_languages(labelled, "t") == LANGUAGES  # type: ignore[arg-type]
-    assert image_languages(_Client({LANGUAGES_LABEL: ""}), "t") == ()  # type: ignore[arg-type]
+    assert image_languages(_Client({LABEL: ""}), "t") == ()  # type: ignore[arg-type]
     assert image_languages(_Client({}), "t") == ()  # type: ignore[arg-type]
+
+
+def test_the_tag_needs_no_file_the_bots_image_lacks(tmp_path: Path) -> None:
+    """The bot's image carries the Dockerfile, the requirements and the runner (and the
+    executor package): from those alone it computes the tag of every language set."""
+    for name in ("Dockerfile", "requirements.txt", "cellmate_runner.py"):
+        shutil.copy(CONTEXT_DIR / name, tmp_path / name)
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(CONTEXT_DIR / "runner", tmp_path / "runner", ignore=ignore)
+    for languages in [(), ("javascript",), LANGUAGES]:
+        assert content_hash(tmp_path, languages) == content_hash(CONTEXT_DIR, languages)
