@@ -56,6 +56,7 @@ print(json.dumps({
 """
 
 ONE_PLUS_ONE = {
+    "python3": "1 + 1",
     "r": "1 + 1",
     "javascript": "1 + 1",
     "typescript": "const two: number = 1 + 1; two",
