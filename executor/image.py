@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -57,6 +58,7 @@ PROTOCOL_NAME = "executor/wire"
 IMAGE_REPOSITORY = "cellmate-sandbox"
 OFFICIAL_BASE = "python:3.11-slim-bookworm"
 DEBOOTSTRAP_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+NPM_TRIES = 3
 
 Say = Callable[[str], None]
 
@@ -183,15 +185,20 @@ def install_npm_packages(context: Path, say: Say) -> None:
             f"NPM_LOCK_SHA256 in executor/languages.py to {found}"
         )
     say("Installing the JavaScript kernel's npm packages on the host ...")
-    result = subprocess.run(
-        [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--omit=dev"],
-        cwd=context / NPM_DIR,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise ImageBuildError(f"npm ci failed:\n{(result.stdout + result.stderr)[-3000:]}")
+    for attempt in range(1, NPM_TRIES + 1):  # the registry fails a download now and then
+        result = subprocess.run(
+            [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--omit=dev"],
+            cwd=context / NPM_DIR,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode == 0:
+            return
+        if attempt < NPM_TRIES:
+            say(f"npm ci failed (try {attempt} of {NPM_TRIES}); trying again ...")
+            time.sleep(5)
+    raise ImageBuildError(f"npm ci failed:\n{(result.stdout + result.stderr)[-3000:]}")
 
 
 def build_context(
