@@ -122,3 +122,22 @@ def test_each_kernel_answers_one_plus_one(
     assert set(result.specs) == expected
     assert result.status == "ok", result
     assert re.fullmatch(r"(\[1\] )?2\s*", result.output), result
+
+
+def set_id_files(client: docker.DockerClient, image: str) -> set[str]:
+    """The setuid and setgid files of `image`'s file system."""
+    output = client.containers.run(
+        image,
+        entrypoint=["find", "/", "-xdev", "(", "-perm", "-4000", "-o", "-perm", "-2000", ")"],
+        command=["-type", "f"],
+        user="0",
+        network_disabled=True,
+        remove=True,
+    )
+    return set(output.decode().split())
+
+
+def test_the_languages_add_no_setuid_or_setgid_file(docker_client: docker.DockerClient) -> None:
+    image = docker_client.images.get(default_tag())
+    base = image.labels["org.opencontainers.image.base.name"]
+    assert set_id_files(docker_client, default_tag()) <= set_id_files(docker_client, base)
