@@ -6,12 +6,12 @@ languages beside Python that executor.languages describes), so an image is rebui
 when its inputs change. The languages come from CELLMATE_SANDBOX_LANGUAGES (or `cellmate
 build-image --languages`), read by the same function at build and at run time, so the bot
 finds the image built for it; the image names them in its label org.cellmate.languages.
-The build context is environments/jupyter with
-that package added at executor/wire/, sent to the engine as one tar stream. Wheels are
-downloaded on the host into the build context, and so are the languages' Debian packages
-(executor.apt) and the JavaScript kernel's npm packages; the base is python:3.11-slim-bookworm
-when the engine has it or can pull it, and otherwise a Debian bookworm root made with
-debootstrap and `docker import`.
+The build context is environments/jupyter with that package added at executor/wire/ and
+the kernelspecs at kernels/, sent to the engine as one tar stream. Wheels are downloaded on
+the host into the build context, and so are the languages' Debian packages (executor.apt)
+and the JavaScript kernel's npm packages; the base is python:3.11-slim-bookworm when the
+engine has it or can pull it, and otherwise a Debian bookworm root made with debootstrap
+and `docker import`.
 """
 
 from __future__ import annotations
