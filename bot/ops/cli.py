@@ -32,7 +32,7 @@ from dockerproxy.cli import main as docker_proxy_main
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
 from executor.image import build_image
-from executor.languages import parse_languages
+from executor.languages import configured_languages, parse_languages
 from storage.errors import StorageError
 from storage.retention import parse_age, prune
 
@@ -307,6 +307,12 @@ async def _run_once(
 
 
 def _build_image(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        languages = (
+            configured_languages() if args.languages is None else parse_languages(args.languages)
+        )
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
     client = connect(timeout=900)
     if args.bot:
         build_bot_image(client, mirror=settings.debian_mirror, force=args.force)
@@ -317,10 +323,6 @@ def _build_image(args: argparse.Namespace, settings: Settings) -> int:
     if args.postgres:
         build_postgres_image(client, mirror=settings.debian_mirror, force=args.force)
         return 0
-    try:
-        languages = None if args.languages is None else parse_languages(args.languages)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     build_image(
         client,
         tag=settings.sandbox_image or None,
