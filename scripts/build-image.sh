@@ -2,7 +2,10 @@
 # Build the sandbox image (with --bot the bot's, with --azurite Azurite's, with --postgres
 # PostgreSQL's) if its inputs changed. Where the official python base image can be neither
 # found nor pulled (no registry), the base comes from debootstrap, which is installed here
-# when missing and the machine allows it (root, apt).
+# when missing and the machine allows it (root, apt). The sandbox image's languages beside
+# Python are CELLMATE_SANDBOX_LANGUAGES (unset: r,javascript,bash; empty: Python only) or
+# --languages; R and Node.js come from Debian through the host's apt-get, the JavaScript
+# kernel through the host's npm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cellmate="${CELLMATE:-.venv/bin/cellmate}"

@@ -32,6 +32,7 @@ from dockerproxy.cli import main as docker_proxy_main
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
 from executor.image import build_image
+from executor.languages import configured_languages, parse_languages
 from storage.errors import StorageError
 from storage.retention import parse_age, prune
 
@@ -181,6 +182,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="build a PostgreSQL 15 image (cellmate-postgres) from Debian's packages",
     )
+    build.add_argument(
+        "--languages",
+        metavar="LIST",
+        help="languages beside Python in the sandbox image, a comma list of r,javascript,bash "
+        "(default: CELLMATE_SANDBOX_LANGUAGES, else all; '' for Python only); the bot finds "
+        "the image by the same setting",
+    )
     build.set_defaults(handler=_build_image)
     return parser
 
@@ -299,6 +307,12 @@ async def _run_once(
 
 
 def _build_image(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        languages = (
+            configured_languages() if args.languages is None else parse_languages(args.languages)
+        )
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
     client = connect(timeout=900)
     if args.bot:
         build_bot_image(client, mirror=settings.debian_mirror, force=args.force)
@@ -310,7 +324,11 @@ def _build_image(args: argparse.Namespace, settings: Settings) -> int:
         build_postgres_image(client, mirror=settings.debian_mirror, force=args.force)
         return 0
     build_image(
-        client, tag=settings.sandbox_image or None, mirror=settings.debian_mirror, force=args.force
+        client,
+        tag=settings.sandbox_image or None,
+        mirror=settings.debian_mirror,
+        force=args.force,
+        languages=languages,
     )
     return 0
 

@@ -3,7 +3,8 @@ listing is read, and that the tag follows every input."""
 
 from __future__ import annotations
 
-from bot.ops.postgres_image import Deb, parse_uri_line, postgres_hash, sources
+from bot.ops.postgres_image import postgres_hash
+from executor.apt import Deb, parse_uri_line, sources
 
 
 def test_debian_layout_adds_updates_and_security() -> None:
