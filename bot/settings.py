@@ -436,7 +436,7 @@ class Settings:
 
     @property
     def image(self) -> str:
-        return self.sandbox_image or default_tag()
+        return self.sandbox_image or default_tag(languages=self.sandbox.image_languages)
 
     @property
     def sandbox_instance(self) -> str:

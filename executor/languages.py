@@ -1,10 +1,12 @@
 """The languages a sandbox image may have beside Python, which it always has.
 
-Which ones an image gets is CELLMATE_SANDBOX_LANGUAGES (a comma list; unset: all of them;
-empty: Python only), read by `configured_languages` both when the image is built and when
-the bot computes the tag it looks for. Everything here that goes into the image (the
-Debian package names, the kernelspecs, the digest of the JavaScript kernel's npm lock file)
-is part of the image's tag, and lives in this module rather than in files beside the
+Which ones an image gets is CELLMATE_SANDBOX_LANGUAGES (a comma list of r, javascript,
+typescript and bash, where TypeScript comes in JavaScript's kernel package, or `none` for
+Python only; unset or empty: all of them), read by `configured_languages` when the image is
+built and when the bot computes the tag it looks for; the bot's settings (`.env` included)
+give the same to the executor as `SandboxLimits.languages`. Everything here that goes into
+the image (the Debian package names, the kernelspecs, the digest of the JavaScript kernel's
+npm lock file) is part of the image's tag, and lives in this module rather than in files beside the
 Dockerfile, so that the bot's own image, which carries the executor package, computes the
 same tag.
 """
@@ -83,21 +85,35 @@ NPM_LOCK_SHA256 = "c538dfa1a1bb055fbfc960d6971c24ea9fb77de91b5778ad13e028c8e69c4
 does not match (after changing it, put its new digest here)."""
 
 
+NAMES = ("r", "javascript", "typescript", "bash", "none")
+"""What the setting may name: TypeScript comes in JavaScript's kernel package."""
+
+
 def parse_languages(value: str) -> tuple[str, ...]:
-    """A comma list of languages, in canonical order; empty means Python only."""
+    """The image's languages (in `LANGUAGES` order) a setting names; ValueError otherwise.
+    `none` (alone) is Python only."""
     names = {part.strip().lower() for part in value.split(",") if part.strip()}
-    unknown = sorted(names - set(LANGUAGES))
+    unknown = sorted(names - set(NAMES))
     if unknown:
         raise ValueError(
-            f"unknown sandbox language(s) {', '.join(unknown)}: choose from {', '.join(LANGUAGES)}"
+            f"unknown sandbox language(s) {', '.join(unknown)}: choose from {', '.join(NAMES)}"
         )
+    if "typescript" in names:
+        names.add("javascript")
     return tuple(name for name in LANGUAGES if name in names)
 
 
 def configured_languages(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """CELLMATE_SANDBOX_LANGUAGES; all languages when it is unset, Python only when empty."""
-    value = (os.environ if environ is None else environ).get(VARIABLE)
-    return LANGUAGES if value is None else parse_languages(value)
+    """CELLMATE_SANDBOX_LANGUAGES; all languages when it is unset or empty (as every
+    setting's empty value means its default)."""
+    value = (os.environ if environ is None else environ).get(VARIABLE, "").strip()
+    return LANGUAGES if not value else parse_languages(value)
+
+
+def offered(languages: tuple[str, ...]) -> tuple[str, ...]:
+    """The languages besides Python that runs may be in, for an image's `languages`."""
+    kernels = {name for language in languages for name in KERNELSPECS[language]}
+    return tuple(name for name in ("r", "javascript", "typescript", "bash") if name in kernels)
 
 
 def deb_packages(languages: tuple[str, ...]) -> tuple[str, ...]:

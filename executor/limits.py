@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from executor.egress import DEFAULT_PIP_INDEX_URL, DEFAULT_PROXY_PORT, NetworkMode, check_index_url
+from executor.languages import configured_languages, offered, parse_languages
 
 Runtime = Literal["runc", "runsc"]
 PRELOADABLE = ("numpy", "pandas", "matplotlib")
-OTHER_LANGUAGES = ("r", "javascript", "typescript", "bash")
-"""The languages a sandbox image may have kernels for besides Python (wire `LANGUAGES`)."""
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 BOT_VARIABLES = frozenset(
     {
@@ -99,10 +98,10 @@ class SandboxLimits:
     env_allowed: tuple[str, ...] = ()
     """Environment variables a session may set (`Session.set_env`), by name; never the
     bot's own (its tokens and keys, CELLMATE_*)."""
-    languages: tuple[str, ...] = ("r", "javascript", "typescript", "bash")
-    """The languages besides Python that the sandbox image has kernels for, and that chat
-    offers (the image is built with the same setting, `CELLMATE_SANDBOX_LANGUAGES`;
-    "none" for Python only)."""
+    languages: tuple[str, ...] = field(default_factory=configured_languages)
+    """The languages besides Python that the sandbox image has kernels for, and that runs
+    and chat offer: some of r, javascript, typescript (which comes with javascript) and
+    bash, or none (`CELLMATE_SANDBOX_LANGUAGES`, which the image is built with too)."""
 
     def container_spec(self) -> tuple[object, ...]:
         """The limits fixed when a container is created; the rest apply per run."""
@@ -128,9 +127,14 @@ class SandboxLimits:
         )
 
     @property
+    def image_languages(self) -> tuple[str, ...]:
+        """The language packages the sandbox image has (what its tag is computed from)."""
+        return parse_languages(",".join(self.languages))
+
+    @property
     def other_languages(self) -> tuple[str, ...]:
-        """`languages` in their usual order ("none": Python only)."""
-        return tuple(name for name in OTHER_LANGUAGES if name in self.languages)
+        """The languages besides Python that runs may be in (TypeScript with JavaScript)."""
+        return offered(self.image_languages)
 
     def preloaded(self) -> tuple[str, ...]:
         """The modules named by `preload`, in the order the warm-up imports them."""
@@ -167,12 +171,7 @@ class SandboxLimits:
                     f"{name!r} cannot be allowed in sandboxes: give plain names that are not "
                     "the bot's own settings or secrets"
                 )
-        unknown_languages = set(self.languages) - {*OTHER_LANGUAGES, "none"}
-        if unknown_languages:
-            raise ValueError(
-                f"sandbox languages {', '.join(sorted(unknown_languages))} are not known: "
-                f"use some of {', '.join(OTHER_LANGUAGES)}"
-            )
+        parse_languages(",".join(self.languages))  # ValueError names what it does not know
         if self.preload != "auto":
             unknown = self._preload_names() - set(PRELOADABLE)
             if unknown:

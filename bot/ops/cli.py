@@ -32,7 +32,7 @@ from dockerproxy.cli import main as docker_proxy_main
 from executor import ExecutionResult, Executor, ExecutorError, InvalidInput, SandboxLimits
 from executor.docker_backend import connect
 from executor.image import build_image
-from executor.languages import configured_languages, parse_languages
+from executor.languages import parse_languages
 from storage.errors import StorageError
 from storage.retention import parse_age, prune
 
@@ -309,7 +309,9 @@ async def _run_once(
 def _build_image(args: argparse.Namespace, settings: Settings) -> int:
     try:
         languages = (
-            configured_languages() if args.languages is None else parse_languages(args.languages)
+            settings.sandbox.image_languages
+            if args.languages is None
+            else parse_languages(args.languages)
         )
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc

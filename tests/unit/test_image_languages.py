@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.settings import load_settings
 from executor import languages as languages_module
 from executor.image import CONTEXT_DIR, build_context, content_hash, default_tag, image_languages
 from executor.languages import (
@@ -23,6 +24,7 @@ from executor.languages import (
     NPM_LOCK_SHA256,
     configured_languages,
     kernelspec_files,
+    offered,
     parse_languages,
 )
 
@@ -30,8 +32,15 @@ from executor.languages import (
 def test_languages_are_read_in_canonical_order() -> None:
     assert parse_languages("bash, R ,javascript") == ("r", "javascript", "bash")
     assert parse_languages("bash,bash") == ("bash",)
-    assert parse_languages("") == ()
+    assert parse_languages("none") == ()
     assert parse_languages(" , ") == ()
+    # TypeScript comes in JavaScript's kernel package.
+    assert parse_languages("typescript") == ("javascript",)
+    assert offered(parse_languages("bash,ts".replace("ts", "typescript"))) == (
+        "javascript",
+        "typescript",
+        "bash",
+    )
 
 
 def test_an_unknown_language_is_refused() -> None:
@@ -41,7 +50,9 @@ def test_an_unknown_language_is_refused() -> None:
 
 def test_all_languages_unless_the_setting_says_otherwise() -> None:
     assert configured_languages({}) == LANGUAGES
-    assert configured_languages({"CELLMATE_SANDBOX_LANGUAGES": ""}) == ()
+    # An empty value means the default, as for every setting (.env.example lists them empty).
+    assert configured_languages({"CELLMATE_SANDBOX_LANGUAGES": ""}) == LANGUAGES
+    assert configured_languages({"CELLMATE_SANDBOX_LANGUAGES": "none"}) == ()
     assert configured_languages({"CELLMATE_SANDBOX_LANGUAGES": "bash,r"}) == ("r", "bash")
 
 
@@ -57,8 +68,18 @@ def test_the_bot_finds_the_image_built_for_the_setting(monkeypatch: pytest.Monke
     assert default_tag() == default_tag(languages=LANGUAGES)
     monkeypatch.setenv("CELLMATE_SANDBOX_LANGUAGES", "r")
     assert default_tag() == default_tag(languages=("r",))
-    monkeypatch.setenv("CELLMATE_SANDBOX_LANGUAGES", "")
+    monkeypatch.setenv("CELLMATE_SANDBOX_LANGUAGES", "none")
     assert default_tag() == default_tag(languages=())
+
+
+def test_the_bot_settings_and_the_build_agree_on_the_image(tmp_path: Path) -> None:
+    # The bot reads the setting from .env as well; the tag it looks for is the one built.
+    env = tmp_path / ".env"
+    env.write_text("CELLMATE_SANDBOX_LANGUAGES=r,typescript\n")
+    settings = load_settings(env_file=env, environ={})
+    assert settings.sandbox.image_languages == ("r", "javascript")
+    assert settings.sandbox.other_languages == ("r", "javascript", "typescript")
+    assert settings.image == default_tag(languages=("r", "javascript"))
 
 
 def _copy_context(dest: Path) -> None:
