@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -87,11 +88,52 @@ async def run_cells(
         nb.cells.append(cell)
         try:
             await client.async_execute_cell(cell, len(nb.cells) - 1)
-        except CellExecutionError:
+        except CellExecutionError as exc:
+            if not any(output.get("output_type") == "error" for output in cell.outputs):
+                # Some kernels (tslab) only print the error and say so in their reply: the
+                # host gets it as data all the same.
+                output = error_from_stderr(cell.outputs, exc.ename, exc.evalue)
+                client.emit(wire.Output(id=client.run_id, cell=len(nb.cells) - 1, output=output))
             return "error", None, False
         except DeadKernelError:
             return "died", await kernel_exit_code(client), oom_kills() > oom_before
     return "ok", None, False
+
+
+STDERR_ERROR = re.compile(
+    r"^(?P<name>(?:[A-Za-z_$][\w$.]*)?(?:Error|Exception)): ?(?P<value>.*)$"
+)
+TYPE_ERROR = re.compile(r"^\d+:\d+ - ")
+
+
+def error_from_stderr(outputs: list[Any], ename: str, evalue: str) -> dict[str, Any]:
+    """An nbformat error output for a cell whose kernel raised none: its name and value
+    from the reply, or else from what the cell wrote to stderr (its last lines kept as the
+    traceback)."""
+    lines = [
+        line
+        for output in outputs
+        if output.get("output_type") == "stream" and output.get("name") == "stderr"
+        for line in str(output.get("text", "")).splitlines()
+    ]
+    name = "" if ename in ("", "<Error>") else ename
+    value = evalue
+    if not name:
+        found = next((m for line in lines if (m := STDERR_ERROR.match(line.strip()))), None)
+        if found is not None:
+            name, value = found["name"], value or found["value"]
+        elif any(TYPE_ERROR.match(line) for line in lines):
+            name = "CompileError"
+            value = value or next(line for line in lines if TYPE_ERROR.match(line))
+        else:
+            name = "Error"
+            value = value or next((line for line in reversed(lines) if line.strip()), "")
+    return {
+        "output_type": "error",
+        "ename": name,
+        "evalue": value[:2000],
+        "traceback": lines[-50:] or [f"{name}: {value}"],
+    }
 
 
 class BesideKernel:

@@ -25,6 +25,9 @@ from runner.stdin import Secrets
 from runner.system import processes, stopped
 
 KERNEL_START_S = 60
+ABORTS_AFTER_ERROR_S = {"javascript": 0.3, "typescript": 0.3}
+"""tslab aborts every request that reaches it within 200 ms after an error (its queue's
+reset; a stopped kernel's timer does not run): the next request waits for that to pass."""
 SCOPE_TIMEOUT_S = 30
 NAMES = {
     "r": "R",
@@ -121,6 +124,8 @@ class LanguageKernel:
                 if around is not None:
                     await self._quietly(around.before)
                 status, exit_code, oom = await run_cells(client, self.nb, request.cells)
+                if status == "error" and self.language in ABORTS_AFTER_ERROR_S:
+                    await asyncio.sleep(ABORTS_AFTER_ERROR_S[self.language])
             finally:
                 if around is not None and status != "died":
                     with contextlib.suppress(Exception):
