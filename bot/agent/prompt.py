@@ -118,7 +118,8 @@ def _languages_line(languages: Sequence[str]) -> str:
         f"- The tool also runs other languages: set `language` to {', '.join(others)}. "
         "Use Python unless the user asks for another language or their code is in one. "
         "Each language has its own variables; /mnt/data is shared, so pass data between "
-        "them as files.\n"
+        "them as files. Only Python's variables come back after a session restart: keep "
+        "other languages' results in files.\n"
     )
 
 

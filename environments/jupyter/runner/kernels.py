@@ -20,6 +20,7 @@ from executor import wire
 from runner.client import CappedClient, DeepQueueKernelClient
 from runner.files import DATA_DIR, snapshot
 from runner.kernel_scripts import DATA_OFF, IOPUB_GRACE_S, KERNEL_SETUP, WARM_LIMIT_S, WARM_MARK
+from runner.run_scope import OutsideData, scope, working_folder
 from runner.stdin import Secrets
 from runner.system import kernel_exit_code, oom_kills, preload_modules, stopped
 
@@ -100,9 +101,7 @@ async def run_cells(
     return "ok", None, False
 
 
-STDERR_ERROR = re.compile(
-    r"^(?P<name>(?:[A-Za-z_$][\w$.]*)?(?:Error|Exception)): ?(?P<value>.*)$"
-)
+STDERR_ERROR = re.compile(r"^(?P<name>(?:[A-Za-z_$][\w$.]*)?(?:Error|Exception)): ?(?P<value>.*)$")
 TYPE_ERROR = re.compile(r"^\d+:\d+ - ")
 
 
@@ -136,6 +135,76 @@ def error_from_stderr(outputs: list[Any], ename: str, evalue: str) -> dict[str, 
     }
 
 
+def error_output(run_id: str, name: str, value: str) -> wire.Output:
+    """An error as the kernel would have raised it, for what fails before the code runs."""
+    output = {"output_type": "error", "ename": name, "evalue": value, "traceback": [value]}
+    return wire.Output(id=run_id, cell=0, output=output)
+
+
+ABORTS_AFTER_ERROR_S = {"javascript": 0.3, "typescript": 0.3}
+"""tslab aborts every request that reaches it within 200 ms after an error (its queue's
+reset; a stopped kernel's timer does not run): the next request waits for that to pass."""
+SCOPE_TIMEOUT_S = 30
+
+
+def start_caps(client: CappedClient, request: wire.Run) -> None:
+    """The client counts the run's output against the run's caps, from nothing."""
+    client.run_id = request.id
+    client.text_limit = request.output_limit
+    client.rich_limit = request.rich_limit
+    client.rich_count_limit = request.rich_count_limit
+    client.reset_caps()
+
+
+async def scoped_cells(
+    client: CappedClient, nb: Any, request: wire.Run, language: str = "python"
+) -> tuple[str, int | None, bool]:
+    """The run's cells (`run_cells`) within the run's own env and working folder, which the
+    kernel takes before them and puts back after them (runner.run_scope)."""
+    try:
+        around = scope(language, request.env, working_folder(request.cwd))
+    except (OutsideData, OSError) as exc:
+        client.emit(error_output(request.id, "WorkingFolderError", str(exc)))
+        return "error", None, False
+    if around is not None:
+        await client.kc.execute_interactive(
+            around.before, silent=True, store_history=False, timeout=SCOPE_TIMEOUT_S
+        )
+    status, exit_code, oom = await run_cells(client, nb, request.cells)
+    if status == "error" and language in ABORTS_AFTER_ERROR_S:
+        await asyncio.sleep(ABORTS_AFTER_ERROR_S[language])
+    if around is not None and status != "died":
+        with contextlib.suppress(Exception):
+            await client.kc.execute_interactive(
+                around.after, silent=True, store_history=False, timeout=SCOPE_TIMEOUT_S
+            )
+    return status, exit_code, oom
+
+
+def run_done(
+    request: wire.Run,
+    client: CappedClient,
+    nb: Any,
+    before: dict[str, Any],
+    outcome: tuple[str, int | None, bool],
+) -> wire.Done:
+    """A run's `Done`: its status, the files it changed since `before` (a `snapshot`)."""
+    status, exit_code, oom = outcome
+    after = snapshot()
+    changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
+    counts = [c.get("execution_count") for c in nb.cells if c.get("execution_count")]
+    return wire.Done(
+        id=request.id,
+        status=status,
+        execution_count=counts[-1] if counts else None,
+        truncated=client.truncated,
+        dropped_results=client.dropped,
+        changed=tuple(changed),
+        exit_code=exit_code,
+        oom=oom,
+    )
+
+
 class BesideKernel:
     """The second kernel. Between its runs it rests stopped (SIGSTOP), as the first does, so
     that nothing it started runs uncounted."""
@@ -164,33 +233,17 @@ class BesideKernel:
             await start_kernel(self.client)
             self.started = True
         self.thaw()
-        client = self.client
-        client.run_id = request.id
-        client.text_limit = request.output_limit
-        client.rich_limit = request.rich_limit
-        client.rich_count_limit = request.rich_count_limit
-        client.reset_caps()
+        start_caps(self.client, request)
         before = snapshot()
         try:
-            status, exit_code, oom = await run_cells(client, self.nb, request.cells)
+            outcome = await scoped_cells(self.client, self.nb, request)
         finally:
             if rest:
                 await self.rest()
-        after = snapshot()
-        changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
-        counts = [c.get("execution_count") for c in self.nb.cells if c.get("execution_count")]
-        if status == "died":
+        done = run_done(request, self.client, self.nb, before, outcome)
+        if outcome[0] == "died":
             await self.shutdown()
-        return wire.Done(
-            id=request.id,
-            status=status,
-            execution_count=counts[-1] if counts else None,
-            truncated=client.truncated,
-            dropped_results=client.dropped,
-            changed=tuple(changed),
-            exit_code=exit_code,
-            oom=oom,
-        )
+        return done
 
     def thaw(self) -> None:
         pid = self.pid()

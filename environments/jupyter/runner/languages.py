@@ -19,16 +19,11 @@ from executor import wire
 from runner.client import CappedClient, DeepQueueKernelClient
 from runner.files import DATA_DIR, snapshot
 from runner.kernel_scripts import IOPUB_GRACE_S
-from runner.kernels import run_cells
-from runner.run_scope import OutsideData, scope, working_folder
+from runner.kernels import error_output, run_done, scoped_cells, start_caps
 from runner.stdin import Secrets
 from runner.system import processes, stopped
 
 KERNEL_START_S = 60
-ABORTS_AFTER_ERROR_S = {"javascript": 0.3, "typescript": 0.3}
-"""tslab aborts every request that reaches it within 200 ms after an error (its queue's
-reset; a stopped kernel's timer does not run): the next request waits for that to pass."""
-SCOPE_TIMEOUT_S = 30
 NAMES = {
     "r": "R",
     "javascript": "JavaScript",
@@ -106,58 +101,20 @@ class LanguageKernel:
                     ],
                 )
         self.thaw()
-        client = self.client
-        client.run_id = request.id
-        client.text_limit = request.output_limit
-        client.rich_limit = request.rich_limit
-        client.rich_count_limit = request.rich_count_limit
-        client.reset_caps()
+        start_caps(self.client, request)
         before = snapshot()
-        status, exit_code, oom = "error", None, False
         try:
-            around = scope(self.language, request.env, working_folder(request.cwd))
-        except (OutsideData, OSError) as exc:
-            around = None
-            self._error(request.id, "WorkingFolderError", str(exc))
-        else:
-            try:
-                if around is not None:
-                    await self._quietly(around.before)
-                status, exit_code, oom = await run_cells(client, self.nb, request.cells)
-                if status == "error" and self.language in ABORTS_AFTER_ERROR_S:
-                    await asyncio.sleep(ABORTS_AFTER_ERROR_S[self.language])
-            finally:
-                if around is not None and status != "died":
-                    with contextlib.suppress(Exception):
-                        await self._quietly(around.after)
-                if rest:
-                    await self.rest()
-        after = snapshot()
-        changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
-        counts = [c.get("execution_count") for c in self.nb.cells if c.get("execution_count")]
-        if status == "died":
+            outcome = await scoped_cells(self.client, self.nb, request, self.language)
+        finally:
+            if rest:
+                await self.rest()
+        done = run_done(request, self.client, self.nb, before, outcome)
+        if outcome[0] == "died":
             await self.shutdown()
-        return wire.Done(
-            id=request.id,
-            status=status,
-            execution_count=counts[-1] if counts else None,
-            truncated=client.truncated,
-            dropped_results=client.dropped,
-            changed=tuple(changed),
-            exit_code=exit_code,
-            oom=oom,
-        )
-
-    async def _quietly(self, code: str) -> None:
-        await self.client.kc.execute_interactive(
-            code, silent=True, store_history=False, timeout=SCOPE_TIMEOUT_S
-        )
-
-    def _error(self, run_id: str, name: str, value: str) -> None:
-        self.emit(error_output(run_id, name, value))
+        return done
 
     def _failed(self, request: wire.Run, name: str, value: str) -> wire.Done:
-        self._error(request.id, name, value)
+        self.emit(error_output(request.id, name, value))
         return wire.Done(id=request.id, status="error")
 
     def thaw(self) -> None:
@@ -205,12 +162,6 @@ def unavailable(run_id: str, language: str, have: tuple[str, ...]) -> list[wire.
         error_output(run_id, "LanguageUnavailable", value),
         wire.Done(id=run_id, status="error"),
     ]
-
-
-def error_output(run_id: str, name: str, value: str) -> wire.Output:
-    """An error as the kernel would have raised it, for what fails before the code runs."""
-    output = {"output_type": "error", "ename": name, "evalue": value, "traceback": [value]}
-    return wire.Output(id=run_id, cell=0, output=output)
 
 
 def _notebook(language: str) -> Any:

@@ -39,12 +39,11 @@ from runner.kernels import (
     kernel_process,
     new_client,
     new_notebook,
-    run_cells,
+    scoped_cells,
     start_kernel,
 )
-from runner.languages import LanguageKernel, available_languages, error_output, unavailable
+from runner.languages import LanguageKernel, available_languages, unavailable
 from runner.packages import INSTALL_CODE, INSTALL_TIMEOUT_S, installed
-from runner.run_scope import OutsideData, scope, working_folder
 from runner.stdin import InputRelay, Secrets
 from runner.streams import Uploads, read_chunk
 from runner.system import (
@@ -182,7 +181,7 @@ class Runner:
             self.input_relay = InputRelay(self.client.kc, self.emit, self.secrets)
             relaying = asyncio.create_task(self.input_relay.relay(run_id))
         async with self.kernel_awake():
-            status, exit_code, oom = await self.scoped_cells(request)
+            status, exit_code, oom = await scoped_cells(self.client, self.nb, request)
         if relaying is not None:
             relaying.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -210,25 +209,6 @@ class Runner:
         )
         if self.record is not None and not self.record.kept:
             self.record = None
-
-    async def scoped_cells(self, request: wire.Run) -> tuple[str, int | None, bool]:
-        """The run's cells in the Python kernel, within the run's env and folder."""
-        try:
-            around = scope("python", request.env, working_folder(request.cwd))
-        except (OutsideData, OSError) as exc:
-            self.emit(error_output(request.id, "WorkingFolderError", str(exc)))
-            return "error", None, False
-        if around is not None:
-            await self.client.kc.execute_interactive(
-                around.before, silent=True, store_history=False, timeout=30
-            )
-        result = await run_cells(self.client, self.nb, request.cells)
-        if around is not None and result[0] != "died":
-            with contextlib.suppress(Exception):
-                await self.client.kc.execute_interactive(
-                    around.after, silent=True, store_history=False, timeout=30
-                )
-        return result
 
     async def run_other(self, request: wire.Run) -> None:
         """A run in another language's kernel; the Python kernel rests meanwhile."""
