@@ -145,8 +145,12 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, list):  # nbformat may split text into lines
-        return "".join(str(part) for part in value)
-    return str(value)
+        value = "".join(str(part) for part in value)
+    text = str(value)
+    # E2B's server gives a string's text without the quotes of its repr ('bar' is bar).
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
 
 
 def _data(bundle: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ from bot.conversations.quotas import Quotas, QuotaSettings
 from bot.database import Databases
 from bot.errors import NOT_HERE, NOT_YOURS
 from bot.platforms.on_discord import build_client, run_discord
+from bot.platforms.on_discord.render import FENCE_TAGS
 from bot.settings import DiscordSettings
 from executor import Executor, SandboxLimits
 from executor.fake_backend import FakeBackend, FakeRun, image, stdout
@@ -213,6 +214,31 @@ async def test_run_shows_the_output_and_re_run_runs_it_again(
     again = await _result(bot, rerun, "42")
     assert again.id != result.id
     assert [code.strip() for code in fake_backend.runs] == ["print(6 * 7)", "print(6 * 7)"]
+
+
+@pytest.mark.parametrize(
+    ("options", "language", "code"),
+    [
+        ({"code": "cat(6 * 7)", "language": "r"}, "r", "cat(6 * 7)"),
+        ({"code": "```ts\nconsole.log(6 * 7)\n```"}, "typescript", "console.log(6 * 7)"),
+        ({"code": "echo $((6 * 7))", "language": "bash"}, "bash", "echo $((6 * 7))"),
+    ],
+)
+async def test_run_takes_its_language_from_the_option_or_the_fence(
+    start_bot: Callable[..., Awaitable[Bot]],
+    fake_backend: FakeBackend,
+    options: dict[str, str],
+    language: str,
+    code: str,
+) -> None:
+    fake_backend.script = {code: FakeRun(outputs=[stdout("42\n")])}
+    bot = await start_bot(use_model=False)
+    ran = await bot.server.slash("run", options)
+    result = await _result(bot, ran, "42")
+    assert f"```{FENCE_TAGS[language]}" in result.content
+    assert [(run.language, [c.strip() for c in run.cells]) for run in fake_backend.asked] == [
+        (language, [code])
+    ]
 
 
 async def test_stop_ends_a_hanging_run_and_the_turn_answers_once(

@@ -206,6 +206,50 @@ async def test_run_shows_the_output_and_re_run_runs_it_again(
     assert [code.strip() for code in fake_backend.runs] == ["print(6 * 7)", "print(6 * 7)"]
 
 
+@pytest.mark.parametrize(
+    ("text", "language", "code"),
+    [
+        ("--lang r cat(6 * 7)", "r", "cat(6 * 7)"),
+        ("```bash\necho $((6 * 7))\n```", "bash", "echo $((6 * 7))"),
+        ("--lang=js console.log(6 * 7)", "javascript", "console.log(6 * 7)"),
+    ],
+)
+async def test_run_takes_its_language_from_lang_or_the_fence(
+    start_bot: Callable[..., Awaitable[Bot]],
+    fake_backend: FakeBackend,
+    text: str,
+    language: str,
+    code: str,
+) -> None:
+    fake_backend.script = {code: FakeRun(outputs=[stdout("42\n")])}
+    bot = await start_bot(use_model=False)
+    await bot.server.slash("/run", text)
+    result = await _result(bot, "42")
+    assert code in result.text
+    assert [(run.language, [c.strip() for c in run.cells]) for run in fake_backend.asked] == [
+        (language, [code])
+    ]
+
+
+async def test_run_refuses_a_language_the_sandbox_has_not(
+    start_bot: Callable[..., Awaitable[Bot]], fake_backend: FakeBackend
+) -> None:
+    bot = await start_bot(use_model=False)
+    await bot.server.slash("/run", "--lang cobol DISPLAY 42")
+    found = await bot.server.wait_for(
+        lambda: next(
+            (
+                m
+                for m in bot.server.channel_messages(C_GENERAL, by_bot=True)
+                if "does not run 'cobol' code" in m.text
+            ),
+            None,
+        )
+    )
+    assert isinstance(found, Message)
+    assert fake_backend.asked == []
+
+
 @pytest.mark.parametrize("mode", ["socket", "http"])
 async def test_stop_ends_a_hanging_run_and_the_turn_answers_once(
     start_bot: Callable[..., Awaitable[Bot]],

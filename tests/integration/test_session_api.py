@@ -98,3 +98,17 @@ async def test_only_allowed_environment_variables_can_be_set(runtime: str) -> No
                 await session.set_env({name: "x"})
     with pytest.raises(ValueError, match="cannot be allowed in sandboxes"):
         SandboxLimits(env_allowed=("DISCORD_TOKEN",))
+
+
+async def test_pillows_show_puts_the_picture_in_the_answer(executor: Executor) -> None:
+    shown = await executor.session("pil").run(
+        "import numpy\nfrom PIL import Image\n"
+        "image = Image.fromarray((numpy.random.rand(16, 16, 3) * 255).astype('uint8'))\n"
+        "image.show()\nprint('shown')"
+    )
+    assert shown.status is Status.OK, shown.message
+    assert shown.stdout == "shown\n"
+    pictures = [r.image_bytes("image/png") for r in shown.results if "image/png" in r.data]
+    assert len(pictures) == 1
+    assert pictures[0] is not None
+    assert pictures[0].startswith(b"\x89PNG")

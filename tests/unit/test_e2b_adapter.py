@@ -74,6 +74,13 @@ def test_a_bundle_gives_each_format_its_field_and_the_rest_to_extra() -> None:
     assert Result({"text/plain": "1", "image/png": "i"}).extra is None
 
 
+def test_a_strings_text_loses_its_quotes_as_on_e2bs_server() -> None:
+    assert Result({"text/plain": "'bar'"}).text == "bar"
+    assert Result({"text/plain": '"it\'s"'}).text == "it's"
+    assert Result({"text/plain": "'"}).text == "'"
+    assert Result({"text/plain": "['a', 'b']"}).text == "['a', 'b']"
+
+
 def test_the_execution_text_is_the_main_results() -> None:
     shown = Result({"text/plain": "shown"})
     value = Result({"text/plain": "2"}, is_main_result=True)

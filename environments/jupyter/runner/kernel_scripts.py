@@ -124,7 +124,24 @@ def _cellmate_setup(mark, preload):
     ):
         formatters[mime] = JSONFormatter(classes, read, format_type=mime)
 
+    def show_inline():
+        # A sandbox has no image viewer: Pillow's Image.show() shows the picture in the
+        # answer instead, as a chart is.
+        from PIL import ImageShow
+
+        class Inline(ImageShow.Viewer):
+            def show(self, image, **options):
+                from IPython.display import display
+                display(image)
+                return 1
+
+        ImageShow.register(Inline(), order=-1)
+
     def warm_up():
+        try:
+            show_inline()
+        except Exception:
+            pass
         try:
             if "numpy" in preload:
                 import numpy
