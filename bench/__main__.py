@@ -1,10 +1,17 @@
-"""`python -m bench executor|turns|doors|schedules|failover|e2b [options]`: see
+"""`python -m bench executor|turns|doors|schedules|failover|e2b|languages [options]`: see
 bench/executor_bench.py, bench/turns_bench.py, bench/doors_bench.py, bench/schedules_bench.py,
-bench/failover_bench.py and bench/e2b/suite.py."""
+bench/failover_bench.py, bench/e2b/suite.py and bench/languages_bench.py."""
 
 import sys
 
-from bench import doors_bench, executor_bench, failover_bench, schedules_bench, turns_bench
+from bench import (
+    doors_bench,
+    executor_bench,
+    failover_bench,
+    languages_bench,
+    schedules_bench,
+    turns_bench,
+)
 from bench.e2b import suite as e2b_suite
 
 BENCHMARKS = {
@@ -14,6 +21,7 @@ BENCHMARKS = {
     "schedules": schedules_bench.main,
     "failover": failover_bench.main,
     "e2b": e2b_suite.main,
+    "languages": languages_bench.main,
 }
 
 if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:
