@@ -91,6 +91,10 @@ NEEDED = (
 """What the executor does with Pods in its namespace (resource, subresource, verb)."""
 
 
+EMPTY_STREAM_TRIES = 3
+"""How often a read of the sandbox's files is tried when its stream brings nothing."""
+
+
 class KubernetesSandbox:
     def __init__(
         self,
@@ -228,7 +232,7 @@ class KubernetesSandbox:
         # sandbox's user: it reads nothing that code in the sandbox could not.
         command = ["tar", "-c", "-f", "-", "-C", "/mnt", "data"]
 
-        def fetch() -> ExtractedFiles:
+        def fetch_once() -> ExtractedFiles:
             try:
                 running = self._open_exec(command, stdin=False)
             except ApiException as exc:
@@ -243,6 +247,17 @@ class KubernetesSandbox:
                 raise SandboxError(f"could not read the sandbox's files: {exc}") from exc
             finally:
                 close_stream(running)
+
+        def fetch() -> ExtractedFiles:
+            # A loaded cluster may end an exec stream before its first byte: reading is
+            # harmless to repeat, so a stream that brought nothing at all is opened again.
+            for _ in range(EMPTY_STREAM_TRIES - 1):
+                try:
+                    return fetch_once()
+                except SandboxError as exc:
+                    if "empty file" not in str(exc):
+                        raise
+            return fetch_once()
 
         return await cluster_call(fetch)
 

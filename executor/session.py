@@ -290,6 +290,8 @@ class SessionManager:
             self._stops.pop(key, None)
             self._running.pop(key, None)
         live.last_used = time.monotonic()
+        if scope.language != "python":
+            live.languages.add(scope.language)
         return await self._result(key, live, outcome, collector, limits, ending)
 
     async def _turn_or_beside(self, key: str, beside: asyncio.Event | None) -> bool:

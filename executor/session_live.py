@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import enum
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from executor.errors import InvalidInput
@@ -63,6 +63,8 @@ class Live:
     secret_given: bool = False
     """Code in it was given an answer to `getpass()`: it is never paused to a memory
     snapshot (its workspace, which leaves such variables out, is saved instead)."""
+    languages: set[str] = field(default_factory=set)
+    """The languages besides Python its code ran in: their variables are not saved."""
 
 
 Found = tuple[Live, Ended | None]

@@ -24,6 +24,7 @@ from executor.limits import SandboxLimits
 from executor.notebook import MB
 from executor.pool import SandboxPool
 from executor.protocol import PausedSandbox, SnapshotKeeper
+from executor.run_scope import TITLES
 from executor.runner_client import RunnerClient
 from executor.session_live import Live, LiveSessions, Restore
 from executor.session_news import Held, WorkspaceEvent, WorkspaceNews
@@ -368,6 +369,10 @@ class WorkspaceKeeper:
                     skipped[note.path] = note.reason
                 if found.not_listed:
                     skipped["other files"] = f"{found.not_listed} more, past the workspace cap"
+                for language in sorted(live.languages):
+                    skipped[f"{TITLES[language]} variables"] = (
+                        "only Python's variables are kept; the files are"
+                    )
                 workspace = Workspace(
                     created=time.time(),
                     variables=variables,

@@ -175,6 +175,22 @@ async def test_room_for_another_conversation_saves_the_one_that_made_room(
         assert "Restored your workspace" in b.message
 
 
+async def test_other_languages_variables_are_named_as_not_restored(idle: Executor) -> None:
+    session = idle.session("conv-lang")
+    await session.run("x = 41")
+    await session.run("y <- 1", language="r")
+    await session.run("Y=1", language="bash")
+    await end_idle_sessions(idle)
+    back = spoken(await session.run("print(x)"))
+    assert back.stdout == "41\n"
+    assert back.message == (
+        "This is a new session (the previous one was idle for 0.05 s). Restored your workspace "
+        "from a moment ago: x, data.csv; not restored: Bash variables (only Python's variables "
+        "are kept; the files are), R variables (only Python's variables are kept; the files "
+        "are)."
+    )
+
+
 async def test_a_restart_saves_every_session_and_the_next_process_restores_them(
     backend: FakeBackend, storage: Outage
 ) -> None:

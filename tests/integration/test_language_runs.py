@@ -216,3 +216,37 @@ async def test_a_kernel_that_runs_out_of_memory_takes_only_its_own_state(
             assert not python.session_restarted
         fresh = await session.run(LANGUAGES[language].define, language=language)
         assert fresh.status is Status.OK, fresh.message
+
+
+FILL = {
+    "r": 'con <- file("big.bin", "wb"); for (i in 1:400) writeBin(raw(1e6), con); close(con)',
+    "javascript": (
+        'const fs = require("fs"); const chunk = Buffer.alloc(1e6);\n'
+        'for (let i = 0; i < 400; i++) fs.appendFileSync("big.bin", chunk);'
+    ),
+    "bash": "for i in $(seq 1 400); do head -c 1000000 /dev/zero >> big.bin || break; done",
+}
+FULL = {
+    "r": "problem writing to connection",
+    "javascript": "ENOSPC",
+    "bash": "No space left on device",
+}
+"""How each language says the disk is full (R warns; the others fail)."""
+
+
+@pytest.mark.parametrize("language", sorted(FILL))
+async def test_filling_the_disk_from_each_language_stops_at_its_limit(
+    runtime: str, language: str
+) -> None:
+    limits = SandboxLimits(runtime=runtime, data_mb=64, file_size_mb=256, timeout_s=60)  # type: ignore[arg-type]
+    async with Executor(default_tag(), limits=limits, instance=TEST_INSTANCE, pool=NO_POOL) as ex:
+        session = ex.session(f"disk-{language}")
+        await session.run("kept = 'python state'")
+        filled = await session.run(FILL[language], language=language)
+        said = filled.stdout + filled.stderr + (filled.error.value if filled.error else "")
+        assert FULL[language] in said, said[-500:]
+        # The file stopped at the disk's size, and the session goes on.
+        after = await session.run(
+            "import os\nprint(kept, os.path.getsize('big.bin') <= 64 * 2**20)"
+        )
+        assert after.stdout == "python state True\n"

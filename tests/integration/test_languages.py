@@ -77,3 +77,18 @@ async def test_what_a_bash_run_leaves_running_is_ended(executor: Executor) -> No
     await session.run("sleep 1000 &", language="bash")
     seen = await session.run(SLEEPING)
     assert seen.stdout == "False\n"
+
+
+async def test_a_bash_process_flood_is_ended_and_there_is_no_network(
+    executor: Executor, runtime: str
+) -> None:
+    session = executor.session("bash-flood")
+    flood = await session.run(
+        "for i in $(seq 1 400); do sleep 600 & done 2>/dev/null; echo started", language="bash"
+    )
+    if runtime == "runsc" and flood.status is Status.KILLED:
+        assert flood.message.startswith("The sandbox stopped unexpectedly")
+    assert (await session.run(SLEEPING)).stdout == "False\n"
+    net = await session.run("cat /proc/net/dev", language="bash")
+    names = [line.split(":")[0].strip() for line in net.stdout.splitlines()[2:] if ":" in line]
+    assert names == ["lo"]
