@@ -151,6 +151,20 @@ def direct_language(text: str) -> str:
     return fence_tag(stripped)
 
 
+def runnable_again(code: str, language: str) -> str:
+    """Code as Re-run (and a run a network door held back) sends it again through /run: in a
+    block tagged with its language, unless it is Python."""
+    named = language_named(language) or "python"
+    return code if named == "python" else f"```{named}\n{code.rstrip()}\n```"
+
+
+def direct_rerun(text: str) -> str | None:
+    """What runs a direct message's code again (`runnable_again`); None if it has none."""
+    language = language_named(direct_language(text) or "python") or "python"
+    code = direct_code(text, language)
+    return None if code is None else runnable_again(code, language)
+
+
 def named_by_flag(text: str) -> bool:
     """Whether a /run message names its language with `--lang`."""
     stripped = text.strip()

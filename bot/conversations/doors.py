@@ -28,6 +28,7 @@ from bot.conversations.network import NetworkCommand, NetworkGrants, Verdict
 from bot.conversations.people import Admission, Person
 from bot.errors import NotHere, Refused
 from bot.events import CodeStarted, ExecutionFinished, TurnEvent
+from bot.fences import runnable_again
 from bot.text import human_size
 from executor.network_grants import (
     Grants,
@@ -287,7 +288,7 @@ class Doors(Moderation):
 
         def watched(event: TurnEvent) -> Awaitable[None] | None:
             if isinstance(event, CodeStarted):
-                self.last_runs[key.id] = event.code
+                self.last_runs[key.id] = runnable_again(event.code, event.language)
                 self.last_runs.move_to_end(key.id)
                 while len(self.last_runs) > RUNS_REMEMBERED:
                     self.last_runs.popitem(last=False)

@@ -222,7 +222,8 @@ class Console:
                 self.renderer = None
             rerun = await self._answer_doors()
             if rerun is not None:
-                return await self._handle(f"```python\n{rerun}\n```", interactive)
+                again = rerun if rerun.startswith("```") else f"```python\n{rerun}\n```"
+                return await self._handle(again, interactive)
         return True
 
     async def _ring(self, card: DoorCard) -> None:

@@ -236,9 +236,12 @@ async def test_run_takes_its_language_from_the_option_or_the_fence(
     ran = await bot.server.slash("run", options)
     result = await _result(bot, ran, "42")
     assert f"```{FENCE_TAGS[language]}" in result.content
+    rerun = await bot.server.click(result, button_id(result, "Re-run"))
+    await _result(bot, rerun, "42")
+    # Re-run runs it in its language again.
     assert [(run.language, [c.strip() for c in run.cells]) for run in fake_backend.asked] == [
         (language, [code])
-    ]
+    ] * 2
 
 
 async def test_stop_ends_a_hanging_run_and_the_turn_answers_once(

@@ -85,6 +85,16 @@ async def test_allow_once_runs_the_cell_again_and_the_next_run_is_closed_again(
     assert "Nothing is open to the network here" in out
 
 
+async def test_allow_once_runs_code_again_in_its_language(
+    chat: Callable[..., Chat], fake_backend: FakeBackend
+) -> None:
+    console = chat()
+    out = await console.pipe(CELL.replace("```python", "```r"), "o")
+    assert DOOR_PROMPT in out, out
+    assert OPENED in out[out.index(DOOR_PROMPT) :]
+    assert [run.language for run in fake_backend.asked] == ["r", "r"]
+
+
 async def test_allow_in_the_channel_persists_across_a_restart_until_denied(
     chat: Callable[..., Chat], fake_backend: FakeBackend
 ) -> None:

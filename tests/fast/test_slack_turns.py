@@ -226,9 +226,12 @@ async def test_run_takes_its_language_from_lang_or_the_fence(
     await bot.server.slash("/run", text)
     result = await _result(bot, "42")
     assert code in result.text
+    await bot.server.click(result, "cm_rerun")
+    await _result(bot, "42", count=2)
+    # Re-run runs it in its language again.
     assert [(run.language, [c.strip() for c in run.cells]) for run in fake_backend.asked] == [
         (language, [code])
-    ]
+    ] * 2
 
 
 async def test_run_refuses_a_language_the_sandbox_has_not(

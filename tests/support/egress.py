@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 
 from bot.conversations import ConversationKey, Conversations
+from bot.fences import only_code
 from executor.fake_backend import FakeRun, stdout
 
 FETCH = re.compile(r"fetch\('(?P<host>[^']+)'(?:, (?P<port>\d+))?\)")
@@ -55,5 +56,9 @@ class Proxy:
         not watched, as while the network is off)."""
         assert self.conversations is not None
         runs = self.conversations.last_runs
-        found = next((k for k in reversed(runs) if runs[k].strip() == code.strip()), None)
+        # A run in another language is remembered in its tagged block (`runnable_again`).
+        found = next(
+            (k for k in reversed(runs) if (only_code(runs[k]) or runs[k]).strip() == code.strip()),
+            None,
+        )
         return None if found is None else ConversationKey.parse(found)

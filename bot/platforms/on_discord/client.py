@@ -26,7 +26,14 @@ from bot.conversations import Admission, ConversationKey, Conversations, Person,
 from bot.conversations.access import AccessRules, Place
 from bot.conversations.presence import Expiring, Presence
 from bot.errors import NOT_HERE
-from bot.fences import BACKGROUND_FLAG, BESIDE_FLAG, direct_code, with_language
+from bot.fences import (
+    BACKGROUND_FLAG,
+    BESIDE_FLAG,
+    direct_code,
+    direct_rerun,
+    runnable_again,
+    with_language,
+)
 from bot.platforms.file_hosts import file_hosts as shared_hosts
 from bot.platforms.on_discord.approval import ApprovalButton
 from bot.platforms.on_discord.commands import TurnButton, buttons, register_commands
@@ -210,7 +217,13 @@ class CellmateDiscord(discord.Client):
             text, attachments, user=person.user, server=server, fetch=self.fetch
         )
         await self.conversations.turn(
-            self.door, person, key, user_message, self.reply(surface), rerun_code=code, quiet=True
+            self.door,
+            person,
+            key,
+            user_message,
+            self.reply(surface),
+            rerun_code=direct_rerun(text),
+            quiet=True,
         )
 
     async def _start_thread(
@@ -277,7 +290,8 @@ class CellmateDiscord(discord.Client):
         flag = with_language(flag, language)
         message = UserMessage(f"/run{flag}\n{code}", user=person.user, server=server)
         reply = self.reply(InteractionSurface(interaction))
-        await self.conversations.turn(self.door, person, key, message, reply, rerun_code=code)
+        again = runnable_again(code, language)
+        await self.conversations.turn(self.door, person, key, message, reply, rerun_code=again)
 
     async def admitted(self, interaction: discord.Interaction, person: Person) -> bool:
         """The admission check of every interaction; a refused person is told so."""

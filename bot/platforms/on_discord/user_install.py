@@ -34,7 +34,7 @@ from discord import app_commands
 
 from bot.agent import UserMessage
 from bot.conversations import Admission, ConversationKey, Conversations, Person, Refused
-from bot.fences import with_language
+from bot.fences import runnable_again, with_language
 from bot.platforms.on_discord.commands import RUN_MENU, buttons
 from bot.platforms.on_discord.interactions import tell
 from bot.platforms.on_discord.render import MESSAGE_LIMIT, Outgoing
@@ -153,7 +153,8 @@ async def run_elsewhere(
         _buttons,
         max_files=client.settings.files_per_answer,
     )
-    await client.conversations.turn(client.door, person, key, message, reply, rerun_code=code)
+    again = runnable_again(code, language)
+    await client.conversations.turn(client.door, person, key, message, reply, rerun_code=again)
 
 
 def _buttons(kind: str, key: str) -> discord.ui.View:

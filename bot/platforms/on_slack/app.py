@@ -33,8 +33,10 @@ from bot.fences import (
     BESIDE_FLAG,
     BOTH_FLAGS,
     direct_code,
+    direct_rerun,
     known_tag,
     run_parts,
+    runnable_again,
     with_language,
 )
 from bot.logs import payload_logger
@@ -216,7 +218,7 @@ class CellmateSlack:
         try:
             reply = self._reply(thread, user, team=team)
             await self.conversations.turn(
-                self.door, person, key, message, reply, rerun_code=code, quiet=True
+                self.door, person, key, message, reply, rerun_code=direct_rerun(text), quiet=True
             )
         finally:
             await self._react(channel, ts, "eyes", add=False)
@@ -393,7 +395,8 @@ class CellmateSlack:
             self.one_offs[key.id] = thread
         try:
             reply = self._reply(thread, person.user)
-            await self.conversations.turn(self.door, person, key, message, reply, rerun_code=code)
+            again = runnable_again(code, language)
+            await self.conversations.turn(self.door, person, key, message, reply, rerun_code=again)
         finally:
             if key.is_one_off:
                 self._forget_when_over(key)
