@@ -23,7 +23,9 @@ from runner.kernels import error_output, run_done, scoped_cells, start_caps
 from runner.stdin import Secrets
 from runner.system import processes, stopped
 
-KERNEL_START_S = 60
+KERNEL_START_S = 120
+"""A kernel's start on a loaded machine, after another was killed for memory, can take
+much longer than its usual seconds."""
 NAMES = {
     "r": "R",
     "javascript": "JavaScript",
