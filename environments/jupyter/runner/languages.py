@@ -19,7 +19,7 @@ from executor import wire
 from runner.client import CappedClient, DeepQueueKernelClient
 from runner.files import DATA_DIR, snapshot
 from runner.kernel_scripts import IOPUB_GRACE_S
-from runner.kernels import error_output, run_done, scoped_cells, start_caps
+from runner.kernels import error_output, kernel_process, run_done, scoped_cells, start_caps
 from runner.stdin import Secrets
 from runner.system import processes, stopped
 
@@ -73,8 +73,7 @@ class LanguageKernel:
         self.own: set[int] = set()
 
     def pid(self) -> int | None:
-        process = getattr(getattr(self.client.km, "provisioner", None), "process", None)
-        pid = getattr(process, "pid", None)
+        pid = getattr(kernel_process(self.client), "pid", None)
         return pid if isinstance(pid, int) else None
 
     async def start(self) -> None:
@@ -127,7 +126,7 @@ class LanguageKernel:
         self.frozen = False
 
     async def rest(self) -> None:
-        process = getattr(getattr(self.client.km, "provisioner", None), "process", None)
+        process = kernel_process(self.client)
         if self.frozen or process is None or process.poll() is not None:
             return
         for pid in self.own:
