@@ -72,3 +72,15 @@ async def test_a_folder_through_a_link_out_of_mnt_data_is_refused(executor: Exec
 async def test_an_unknown_language_is_refused_before_anything_runs(executor: Executor) -> None:
     with pytest.raises(InvalidInput, match="no language 'cobol'"):
         await executor.session("scope-lang").run("DISPLAY 'HI'", language="cobol")
+
+
+async def test_a_folder_that_is_a_file_is_refused(executor: Executor) -> None:
+    session = executor.session("scope-file")
+    await session.run("open('notes.txt', 'w').write('x')")
+    for cwd in ("notes.txt", "notes.txt/inside"):
+        refused = await session.run("print('ran')", cwd=cwd)
+        assert refused.status is Status.ERROR
+        assert refused.stdout == ""
+        assert refused.error is not None
+        assert refused.error.name == "WorkingFolderError"
+    assert (await session.run("print(open('notes.txt').read())")).stdout == "x\n"
