@@ -140,6 +140,8 @@ class FakeSandbox:
         self.destroyed = False
         self.session = ""
         self.variables: dict[str, str] = {}
+        self.r_variables: dict[str, str] = {}
+        """R's, apart as in R's kernel: saved and restored beside Python's."""
         self.unsaveable: set[str] = set()
         self.env: dict[str, str] = {}
         """Environment variables set in the fake kernel."""
@@ -288,6 +290,12 @@ class FakeSandbox:
             skipped={name: "an open connection" for name in sorted(self.unsaveable)},
             cells=tuple(code for code, _ in self._cells),
             packages=tuple(self.packages),
+            r_variables=(
+                base64.b64encode(json.dumps(self.r_variables).encode()).decode()
+                if self.r_variables
+                else ""
+            ),
+            r_saved=tuple(sorted(self.r_variables)),
         )
 
     async def _ask(
@@ -343,10 +351,17 @@ class FakeSandbox:
             restored = json.loads(base64.b64decode(request.variables) or b"{}")
         except ValueError as exc:
             return wire.Restored(id=request.id, error=f"{type(exc).__name__}: {exc}"[:300])
+        try:
+            r_restored = json.loads(base64.b64decode(request.r_variables) or b"{}")
+        except ValueError as exc:
+            return wire.Restored(id=request.id, error=f"{type(exc).__name__}: {exc}"[:300])
         self._backend.restores.append(sorted(restored))
         self.variables.update(restored)
+        self.r_variables.update(r_restored)
         self._cells.extend((code, []) for code in request.cells)
-        return wire.Restored(id=request.id, restored=tuple(sorted(restored)))
+        return wire.Restored(
+            id=request.id, restored=tuple(sorted(restored)), r_restored=tuple(sorted(r_restored))
+        )
 
     def _fs(self, request: wire.Fs) -> wire.FsDone:
         """The runner's file operations, on the fake's files and folders."""
@@ -408,6 +423,8 @@ class FakeSandbox:
 
     async def _run(self, request: wire.Run, beside: bool = False) -> None:
         variables = self.beside_variables if beside else self.variables
+        if request.language == "r":
+            variables = self.r_variables
         interrupted = self._beside_interrupted if beside else self._interrupted
         run_id = request.id
         cells = list(request.cells)

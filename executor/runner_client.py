@@ -178,8 +178,12 @@ class RunnerClient:
         request = wire.Snapshot(id=request_id(), max_bytes=max_bytes)
         return await self._ask(request, wire.SnapshotTaken, timeout_s)
 
-    async def restore(self, variables: str, cells: Sequence[str] = ()) -> wire.Restored | None:
-        request = wire.Restore(id=request_id(), variables=variables, cells=tuple(cells))
+    async def restore(
+        self, variables: str, cells: Sequence[str] = (), r_variables: str = ""
+    ) -> wire.Restored | None:
+        request = wire.Restore(
+            id=request_id(), variables=variables, cells=tuple(cells), r_variables=r_variables
+        )
         return await self._ask(request, wire.Restored)
 
     async def install(self, packages: Sequence[str], timeout_s: float) -> wire.Installed | None:

@@ -29,7 +29,15 @@ from executor.runner_client import RunnerClient
 from executor.session_live import Live, LiveSessions, Restore
 from executor.session_news import Held, WorkspaceEvent, WorkspaceNews
 from executor.wire import pins
-from executor.workspace import Workspace, WorkspaceSettings, WorkspaceStore, pack, unpack
+from executor.workspace import (
+    Workspace,
+    WorkspaceSettings,
+    WorkspaceStore,
+    in_r,
+    names_a_variable,
+    pack,
+    unpack,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +111,7 @@ class WorkspaceKeeper:
         )
         # Every variable is in the kernel, pickled or not; what is missing are the files the
         # workspace could not hold (the data folder is emptied by the pause).
-        missing = {name: why for name, why in saved.skipped.items() if not name.isidentifier()}
+        missing = {name: why for name, why in saved.skipped.items() if not names_a_variable(name)}
         back = tuple(sorted(saved.files))
         if saved.files:
             try:
@@ -200,19 +208,24 @@ class WorkspaceKeeper:
         restored first); what came back."""
         live.restored = Held.RESTORED
         await self._files_back(key, live)
-        if not saved.saved:
+        if not saved.variable_names:
             # No variable names were saved: nothing legitimate to load, so nothing is sent.
             return restored_news(saved, [], {})
-        variables = base64.b64encode(saved.variables).decode()
+        variables = base64.b64encode(saved.variables).decode() if saved.saved else ""
+        r_variables = base64.b64encode(saved.r_variables).decode() if saved.r_saved else ""
         try:
-            reply = await RunnerClient(live.lease.sandbox).restore(variables, saved.cells)
+            reply = await RunnerClient(live.lease.sandbox).restore(
+                variables, saved.cells, r_variables
+            )
             why = "no answer" if reply is None else reply.error
         except TimeoutError:
             reply, why = None, "it took too long"
         if reply is None or why:
             log.warning("could not restore the variables of session %s: %s", key, why)
-            return restored_news(saved, [], {name: str(why) for name in saved.saved})
-        return restored_news(saved, list(reply.restored), dict(reply.failed))
+            return restored_news(saved, [], {name: str(why) for name in saved.variable_names})
+        restored = [*reply.restored, *(in_r(name) for name in reply.r_restored)]
+        failed = {**reply.failed, **{in_r(name): why for name, why in reply.r_failed.items()}}
+        return restored_news(saved, restored, failed)
 
     async def _saved(self, key: str, started: bool = False) -> Workspace | None:
         """The key's saved workspace once any save of it ended; None when there is none, it
@@ -247,11 +260,11 @@ class WorkspaceKeeper:
             held = live.restored is not None or (by_run and not self._loads_by_run(live))
             if live.saved is None or held:
                 return ()
-            return live.saved.saved
+            return live.saved.variable_names
         if by_run and not self.settings.auto_restore:
             return ()
         saved = await self._saved(key)
-        return saved.saved if saved is not None else ()
+        return saved.variable_names if saved is not None else ()
 
     def _loads_by_run(self, live: Live) -> bool:
         """Whether the session's next run loads the saved variables (if allowed): with
@@ -276,7 +289,7 @@ class WorkspaceKeeper:
                 held = WorkspaceNews(WorkspaceEvent.HELD, held=live.restored)
                 return Restored(self.notes.pop(key, None) or held)
             if restore is Restore.FILES:
-                return Restored(self._note(live, _withheld(saved)), withheld=saved.saved)
+                return Restored(self._note(live, _withheld(saved)), withheld=saved.variable_names)
             live.saved = None
             return Restored(self._note(live, await self._load_variables(key, live, saved)))
 
@@ -355,7 +368,8 @@ class WorkspaceKeeper:
                     why = "no answer" if reply is None else reply.error
                     raise WorkspaceError(f"the variables could not be saved ({why})")
                 variables = base64.b64decode(reply.variables)
-                room = max(0, limits.max_mb * MB - len(variables))
+                r_variables = base64.b64decode(reply.r_variables)
+                room = max(0, limits.max_mb * MB - len(variables) - len(r_variables))
                 found = await sandbox.get_files(
                     OutputCaps(
                         max_files=limits.max_files,
@@ -365,13 +379,14 @@ class WorkspaceKeeper:
                     )
                 )
                 skipped = dict(reply.skipped)
+                skipped.update((in_r(name), why) for name, why in reply.r_skipped.items())
                 for note in found.skipped:
                     skipped[note.path] = note.reason
                 if found.not_listed:
                     skipped["other files"] = f"{found.not_listed} more, past the workspace cap"
-                for language in sorted(live.languages):
+                for language in sorted(live.languages - {"r"}):
                     skipped[f"{TITLES[language]} variables"] = (
-                        "only Python's variables are kept; the files are"
+                        "only Python's and R's variables are kept; the files are"
                     )
                 workspace = Workspace(
                     created=time.time(),
@@ -380,6 +395,8 @@ class WorkspaceKeeper:
                     skipped=skipped,
                     cells=reply.cells,
                     files={f.path: f.content for f in found.files},
+                    r_variables=r_variables,
+                    r_saved=reply.r_saved,
                     # Packages that could not be installed again stay listed for the next.
                     packages=pins(
                         reply.packages
@@ -392,6 +409,8 @@ class WorkspaceKeeper:
                         workspace,
                         variables=carried.variables,
                         saved=carried.saved,
+                        r_variables=carried.r_variables,
+                        r_saved=carried.r_saved,
                         cells=carried.cells,
                         skipped={**carried.skipped, **workspace.skipped},
                     )
@@ -481,7 +500,9 @@ class WorkspaceKeeper:
 def _withheld(saved: Workspace) -> WorkspaceNews:
     """A workspace's files came back and its variables were not loaded."""
     files = tuple(sorted(saved.files))
-    return WorkspaceNews(WorkspaceEvent.FILES_BACK, saved.created, files, withheld=saved.saved)
+    return WorkspaceNews(
+        WorkspaceEvent.FILES_BACK, saved.created, files, withheld=saved.variable_names
+    )
 
 
 def restored_news(

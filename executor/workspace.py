@@ -1,6 +1,7 @@
 """A session's workspace kept beyond its sandbox: the files in /mnt/data, the variables that
-could be pickled (opaque bytes to the host: they are only ever loaded inside a sandbox of
-the same conversation), and the cells run, packed as one tar for a WorkspaceStore.
+could be pickled, and R's (an .RData file) when R ran (opaque bytes to the host: they are
+only ever loaded inside a sandbox of the same conversation), and the cells run, packed as
+one tar for a WorkspaceStore.
 
 Unpacking treats the archive as untrusted (a store may be shared or tampered with): only
 regular files with plain relative names come out, within the caps it is given.
@@ -24,6 +25,9 @@ from executor.wire import pins
 
 MANIFEST = "manifest.json"
 VARIABLES = "variables.pkl"
+R_VARIABLES = "variables.RData"
+R_VARIABLES_NOTE = "R variables"
+"""The name a failed save or load of all of R's variables is noted under."""
 FILES = "files/"
 
 
@@ -91,11 +95,29 @@ class Workspace:
     paused: PausedSandbox | None = None
     """The memory snapshot the session was paused to, which its next run resumes; the
     files and variables here are what comes back when it cannot be."""
+    r_variables: bytes = b""
+    r_saved: tuple[str, ...] = ()
+    """R's variables in `r_variables`."""
+
+    @property
+    def variable_names(self) -> tuple[str, ...]:
+        """Its variables as a user would call them: Python's, then R's (`in_r`)."""
+        return (*self.saved, *(in_r(name) for name in self.r_saved))
 
     @property
     def names(self) -> list[str]:
         """What a user would call its contents: variables, then files."""
-        return [*self.saved, *sorted(self.files)]
+        return [*self.variable_names, *sorted(self.files)]
+
+
+def in_r(name: str) -> str:
+    """An R variable's name as a user reads it beside Python's: `df (R)`."""
+    return f"{name} (R)" if name else R_VARIABLES_NOTE
+
+
+def names_a_variable(name: str) -> bool:
+    """Whether a workspace's note (saved, skipped, failed) names a variable, not a file."""
+    return name.isidentifier() or name.endswith(" (R)") or name == R_VARIABLES_NOTE
 
 
 def pack(workspace: Workspace) -> bytes:
@@ -106,6 +128,7 @@ def pack(workspace: Workspace) -> bytes:
         "skipped": dict(workspace.skipped),
         "cells": list(workspace.cells),
         "packages": list(workspace.packages),
+        "r_saved": list(workspace.r_saved),
     }
     if workspace.paused is not None:
         manifest["paused"] = dataclasses.asdict(workspace.paused)
@@ -113,6 +136,8 @@ def pack(workspace: Workspace) -> bytes:
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         _add(tar, MANIFEST, json.dumps(manifest).encode())
         _add(tar, VARIABLES, workspace.variables)
+        if workspace.r_variables:
+            _add(tar, R_VARIABLES, workspace.r_variables)
         for path, content in sorted(workspace.files.items()):
             _add(tar, FILES + path, content)
     return buffer.getvalue()
@@ -121,7 +146,7 @@ def pack(workspace: Workspace) -> bytes:
 def unpack(data: bytes, max_files: int, max_total_bytes: int) -> Workspace:
     """The workspace in `data`; WorkspaceError when it is not one or breaks a cap."""
     manifest: dict[str, Any] | None = None
-    variables = b""
+    variables = r_variables = b""
     files: dict[str, bytes] = {}
     total = 0
     try:
@@ -138,6 +163,8 @@ def unpack(data: bytes, max_files: int, max_total_bytes: int) -> Workspace:
                     manifest = json.loads(content)
                 elif member.name == VARIABLES:
                     variables = content
+                elif member.name == R_VARIABLES:
+                    r_variables = content
                 elif member.name.startswith(FILES) and _plain(member.name[len(FILES) :]):
                     if len(files) >= max_files:
                         raise WorkspaceError("the saved workspace has too many files")
@@ -156,6 +183,8 @@ def unpack(data: bytes, max_files: int, max_total_bytes: int) -> Workspace:
         # Only pins: a store may be tampered with, and these reach pip.
         packages=pins(tuple(str(pin) for pin in manifest.get("packages", []))),
         paused=_paused(manifest.get("paused")),
+        r_variables=r_variables,
+        r_saved=tuple(str(name) for name in manifest.get("r_saved", [])),
     )
 
 

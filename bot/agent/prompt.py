@@ -114,12 +114,17 @@ def _languages_line(languages: Sequence[str]) -> str:
     others = [LANGUAGE_NOTES[name] for name in languages if name in LANGUAGE_NOTES]
     if not others:
         return ""
+    kept = (
+        "Python's and R's variables (and R's attached packages)"
+        if "r" in languages
+        else ("Only Python's variables")
+    )
+    lost = "" if set(languages) <= {"python", "r"} else ": keep other languages' results in files"
     return (
         f"- The tool also runs other languages: set `language` to {', '.join(others)}. "
         "Use Python unless the user asks for another language or their code is in one. "
         "Each language has its own variables; /mnt/data is shared, so pass data between "
-        "them as files. Only Python's variables come back after a session restart: keep "
-        "other languages' results in files.\n"
+        f"them as files. {kept} come back after a session restart{lost}.\n"
     )
 
 

@@ -40,8 +40,11 @@ Requests (host to runner), in `REQUESTS`:
                in progress has ended.
     Preview    schema previews of tabular files, read in a separate process; `Previewed`.
     Snapshot   the kernel's variables, pickled, and the packages the session installed;
-               `SnapshotTaken`.
-    Restore    load pickled variables (and the cells they came from); `Restored`.
+               `SnapshotTaken`. With R's kernel started, R's variables too (R's `save`),
+               within the same `max_bytes`; the other languages keep files only.
+    Restore    load pickled variables (and the cells they came from); `Restored`. With
+               `r_variables`, R's kernel is started and loads them (`load`), and its
+               attached packages are attached again.
     Install    install `name==version` packages exactly (a restored workspace's), into the
                packages folder, with the kernel's settings (index, proxy, CA); `Installed`.
     Fs         a file operation in /mnt/data (list, with a `depth`; info, make_dir, remove,

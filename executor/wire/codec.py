@@ -158,7 +158,10 @@ def decode_request(payload: bytes) -> Request:
         return Snapshot(id=read.text("id"), max_bytes=read.number("max_bytes", 32_000_000))
     if kind is Restore:
         return Restore(
-            id=read.text("id"), variables=read.text("variables"), cells=read.texts("cells")
+            id=read.text("id"),
+            variables=read.text("variables"),
+            cells=read.texts("cells"),
+            r_variables=read.text("r_variables"),
         )
     if kind is Install:
         packages = read.texts("packages")
@@ -342,6 +345,9 @@ def _event(kind: type[Event], read: _Reader) -> Event:
             cells=read.texts("cells"),
             packages=pins(read.texts("packages")),
             error=read.optional_text("error"),
+            r_variables=read.text("r_variables"),
+            r_saved=read.texts("r_saved"),
+            r_skipped=read.text_map("r_skipped"),
         )
     if kind is Installed:
         return Installed(id=read.text("id"), ok=read.flag("ok"), error=read.optional_text("error"))
@@ -351,6 +357,8 @@ def _event(kind: type[Event], read: _Reader) -> Event:
             restored=read.texts("restored"),
             failed=read.text_map("failed"),
             error=read.optional_text("error"),
+            r_restored=read.texts("r_restored"),
+            r_failed=read.text_map("r_failed"),
         )
     if kind is FsDone:
         listed = read.raw.get("entries")

@@ -122,6 +122,8 @@ class Restore:
     variables: str
     """A snapshot's `variables` (base64)."""
     cells: tuple[str, ...] = ()
+    r_variables: str = ""
+    """A snapshot's `r_variables` (base64): R's kernel is started to load them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +320,12 @@ class SnapshotTaken:
     packages: tuple[str, ...] = ()
     """What the session installed into its packages folder, as `PACKAGE_PIN`s."""
     error: str | None = None
+    r_variables: str = ""
+    """R's variables (an .RData file written by R's `save`, base64), when its kernel ran;
+    within `max_bytes` together with `variables`."""
+    r_saved: tuple[str, ...] = ()
+    r_skipped: Mapping[str, str] = field(default_factory=dict)
+    """R's variables not saved, with why (a failed R save is one entry, "" for its name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +335,8 @@ class Restored:
     restored: tuple[str, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
+    r_restored: tuple[str, ...] = ()
+    r_failed: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ def backend() -> FakeBackend:
         {
             "x = 41": FakeRun(assigns={"x": "41"}, files={"data.csv": b"a,b\n1,2\n"}),
             "y = 'b'": FakeRun(assigns={"y": "b"}),
+            "y <- 1": FakeRun(assigns={"y": "1"}),
             "conn = connect()": FakeRun(unsaveable=["conn"]),
             "big()": FakeRun(files={"big.bin": b"0" * 2_000_000}),
             "print(x)": FakeRun(shows="x"),
@@ -175,7 +176,9 @@ async def test_room_for_another_conversation_saves_the_one_that_made_room(
         assert "Restored your workspace" in b.message
 
 
-async def test_other_languages_variables_are_named_as_not_restored(idle: Executor) -> None:
+async def test_r_variables_come_back_and_other_languages_are_named_as_not_restored(
+    idle: Executor,
+) -> None:
     session = idle.session("conv-lang")
     await session.run("x = 41")
     await session.run("y <- 1", language="r")
@@ -185,10 +188,20 @@ async def test_other_languages_variables_are_named_as_not_restored(idle: Executo
     assert back.stdout == "41\n"
     assert back.message == (
         "This is a new session (the previous one was idle for 0.05 s). Restored your workspace "
-        "from a moment ago: x, data.csv; not restored: Bash variables (only Python's variables "
-        "are kept; the files are), R variables (only Python's variables are kept; the files "
-        "are)."
+        "from a moment ago: x, y (R), data.csv; not restored: Bash variables (only Python's "
+        "and R's variables are kept; the files are)."
     )
+    assert (await session.run("print(y)", language="r")).stdout == "1\n"
+    assert (await session.run("print(y)")).error is not None  # R's y is not Python's
+
+
+async def test_a_workspace_of_r_variables_alone_comes_back(idle: Executor) -> None:
+    session = idle.session("conv-r")
+    await session.run("y <- 1", language="r")
+    await end_idle_sessions(idle)
+    back = spoken(await session.run("print(y)", language="r"))
+    assert back.stdout == "1\n"
+    assert "Restored your workspace from a moment ago: y (R)." in back.message
 
 
 async def test_a_restart_saves_every_session_and_the_next_process_restores_them(

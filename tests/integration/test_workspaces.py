@@ -6,18 +6,15 @@ past the cap, is named; another conversation never sees them."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from bot.sandbox_words import restored, spoken
 from bot.workspaces import StoredWorkspaces
-from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
+from executor import Executor, Status
 from executor.session import Restore
-from executor.workspace import WorkspaceSettings
-from storage.local import LocalStorage
-from tests.integration.conftest import TEST_INSTANCE
+from tests.support.workspaces import local_store, saving_executor
 
 pytestmark = pytest.mark.docker
 
@@ -52,19 +49,10 @@ print(sorted(n for n in ('conn', 'handle', 'lines', 'huge', 'os', 'pd', 'box') i
 
 @pytest.fixture
 def store(tmp_path: Path) -> StoredWorkspaces:
-    return StoredWorkspaces(LocalStorage(tmp_path / "files", SECRET), SECRET, timedelta(days=1))
+    return local_store(tmp_path, SECRET)
 
 
-def executor(runtime: str, store: StoredWorkspaces, **pool: float) -> Executor:
-    return Executor(
-        default_tag(),
-        limits=SandboxLimits(runtime=runtime, timeout_s=60),  # type: ignore[arg-type]
-        instance=TEST_INSTANCE,
-        # Sessions end and save their workspace: none is paused to a memory snapshot.
-        pool=PoolSettings(size=0, template=False, pause_after_s=0, **pool),  # type: ignore[arg-type]
-        workspaces=store,
-        workspace_settings=WorkspaceSettings(max_mb=20, max_variables_mb=2),
-    )
+executor = saving_executor
 
 
 async def test_a_workspace_survives_an_idle_end_and_a_restart(

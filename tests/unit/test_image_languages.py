@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.agent.prompt import system_prompt
 from bot.settings import load_settings
 from executor import languages as languages_module
 from executor.image import CONTEXT_DIR, build_context, content_hash, default_tag, image_languages
@@ -173,3 +174,29 @@ def test_the_tag_needs_no_file_the_bots_image_lacks(tmp_path: Path) -> None:
     shutil.copytree(CONTEXT_DIR / "runner", tmp_path / "runner", ignore=ignore)
     for languages in [(), ("javascript",), LANGUAGES]:
         assert content_hash(tmp_path, languages) == content_hash(CONTEXT_DIR, languages)
+
+
+@pytest.mark.parametrize(
+    ("languages", "said"),
+    [
+        (
+            ("r",),
+            "Python's and R's variables (and R's attached packages) come back after a "
+            "session restart.\n",
+        ),
+        (
+            ("r", "bash"),
+            "Python's and R's variables (and R's attached packages) come back "
+            "after a session restart: keep other languages' results in files.\n",
+        ),
+        (
+            ("javascript",),
+            "Only Python's variables come back after a session restart: keep "
+            "other languages' results in files.\n",
+        ),
+    ],
+)
+def test_the_prompt_says_which_languages_variables_come_back(
+    languages: tuple[str, ...], said: str
+) -> None:
+    assert said in system_prompt(network=False, languages=languages)

@@ -42,6 +42,25 @@ def test_a_workspace_round_trips() -> None:
     assert unpack(pack(workspace), 10, 10_000) == workspace
 
 
+def test_r_variables_round_trip_and_are_named_beside_python_s() -> None:
+    workspace = Workspace(
+        created=1.0,
+        variables=b"pickled",
+        saved=("df",),
+        r_variables=b"RDX3 saved",
+        r_saved=("model", "my.frame"),
+        files={"a.csv": b"1"},
+    )
+    back = unpack(pack(workspace), 10, 10_000)
+    assert back == workspace
+    assert back.names == ["df", "model (R)", "my.frame (R)", "a.csv"]
+
+
+def test_an_r_variables_member_counts_against_the_cap() -> None:
+    with pytest.raises(WorkspaceError, match="larger than the cap"):
+        unpack(tampered(("variables.RData", b"0" * 5000)), 10, 1000)
+
+
 def test_paths_that_leave_the_folder_and_links_never_come_out() -> None:
     data = tampered(
         ("files/../../etc/cron", b"x"),

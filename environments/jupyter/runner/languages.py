@@ -114,6 +114,30 @@ class LanguageKernel:
             await self.shutdown()
         return done
 
+    async def quietly(self, code: str, timeout_s: float) -> None:
+        """Run the runner's own code in the kernel (starting it if need be), with nothing
+        recorded in the session's notebook; RuntimeError when the code fails."""
+        if not self.started:
+            try:
+                await self.start()
+            except Exception:
+                await self.shutdown()
+                raise
+        self.thaw()
+        try:
+            reply = await self.client.kc.execute_interactive(
+                code,
+                silent=True,
+                store_history=False,
+                timeout=timeout_s,
+                output_hook=lambda message: None,
+            )
+        finally:
+            await self.rest()
+        content = reply.get("content", {}) if isinstance(reply, dict) else {}
+        if content.get("status") != "ok":
+            raise RuntimeError(f"{content.get('ename', 'error')}: {content.get('evalue', '')}")
+
     def _failed(self, request: wire.Run, name: str, value: str) -> wire.Done:
         self.emit(error_output(request.id, name, value))
         return wire.Done(id=request.id, status="error")

@@ -44,6 +44,7 @@ from runner.kernels import (
 )
 from runner.languages import LanguageKernel, available_languages, unavailable
 from runner.packages import INSTALL_CODE, INSTALL_TIMEOUT_S, installed
+from runner.r_workspace import RDATA, load_r, names, reasons, save_r
 from runner.stdin import InputRelay, Secrets
 from runner.streams import Uploads, read_chunk
 from runner.system import (
@@ -419,7 +420,8 @@ class Runner:
         return report if isinstance(report, dict) else {}
 
     async def snapshot(self, request: wire.Snapshot) -> None:
-        """The session's variables (pickled in the kernel) and the cells run so far."""
+        """The session's variables (pickled in the kernel, and R's when its kernel ran) and
+        the cells run so far."""
         limit = request.max_bytes
         event = wire.SnapshotTaken(id=request.id)
         folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
@@ -429,6 +431,7 @@ class Runner:
             variables = read_at_most(folder / "variables.pkl", limit + 1_000_000)
             if len(variables) > limit + 500_000:
                 raise ValueError("the saved variables are larger than the cap")
+            r_variables, r_saved, r_skipped = await self.snapshot_r(limit - len(variables))
             event = wire.SnapshotTaken(
                 id=request.id,
                 variables=base64.b64encode(variables).decode(),
@@ -436,6 +439,9 @@ class Runner:
                 skipped={str(k): str(v) for k, v in dict(report.get("skipped", {})).items()},
                 cells=tuple(str(cell.source) for cell in self.nb.cells)[-500:],
                 packages=installed(),
+                r_variables=base64.b64encode(r_variables).decode() if r_variables else "",
+                r_saved=r_saved,
+                r_skipped=r_skipped,
             )
         except Exception as exc:
             event = wire.SnapshotTaken(id=request.id, error=problem(exc))
@@ -443,18 +449,43 @@ class Runner:
             shutil.rmtree(folder, ignore_errors=True)
         self.emit(event)
 
+    async def snapshot_r(self, limit: int) -> tuple[bytes, tuple[str, ...], dict[str, str]]:
+        """R's variables when its kernel ran (an .RData file), their names, and those not
+        saved with why; a save that fails is one entry named "", and the rest still saves."""
+        kernel = self.others.get("r")
+        if kernel is None or not kernel.started:
+            return b"", (), {}
+        folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
+        try:
+            async with self.kernel_turn:
+                report = await save_r(kernel, folder, limit, self.secrets.hex())
+            data = read_at_most(folder / RDATA, max(limit, 0) + 1_000_000)
+            if len(data) > max(limit, 0) + 500_000:
+                raise ValueError("R's saved variables are larger than the cap")
+            return data, names(report.get("saved")), reasons(report.get("skipped"))
+        except Exception as exc:
+            return b"", (), {"": problem(exc)}
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     async def restore(self, request: wire.Restore) -> None:
-        """Load saved variables into the kernel, and the cells run before into the notebook."""
+        """Load saved variables into the kernels (R's started for its own), and the cells
+        run before into the notebook."""
         event = wire.Restored(id=request.id)
         folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
         try:
-            (folder / "variables.pkl").write_bytes(base64.b64decode(request.variables))
-            self.user_code_ran = True  # loading a pickle may run any code
-            report = await self.in_kernel(RESTORE_CODE, folder)
+            report: dict[str, Any] = {}
+            self.user_code_ran = True  # loading a pickle (or an .RData file) may run any code
+            if request.variables:
+                (folder / "variables.pkl").write_bytes(base64.b64decode(request.variables))
+                report = await self.in_kernel(RESTORE_CODE, folder)
+            r_restored, r_failed = await self.restore_r(request.r_variables)
             event = wire.Restored(
                 id=request.id,
                 restored=tuple(str(name) for name in report.get("restored", [])),
                 failed={str(k): str(v) for k, v in dict(report.get("failed", {})).items()},
+                r_restored=r_restored,
+                r_failed=r_failed,
             )
             for source in request.cells[:500]:
                 self.nb.cells.append(nbformat.v4.new_code_cell(source))  # type: ignore[no-untyped-call]
@@ -463,6 +494,27 @@ class Runner:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         self.emit(event)
+
+    async def restore_r(self, saved: str) -> tuple[tuple[str, ...], dict[str, str]]:
+        """Load R's saved variables (base64 .RData), starting R's kernel; what came back,
+        and what did not with why (all of it under "" when the load failed)."""
+        if not saved:
+            return (), {}
+        if "r" not in self.languages:
+            return (), {"": "this sandbox has no R kernel"}
+        kernel = self.others.get("r")
+        if kernel is None:
+            kernel = self.others["r"] = LanguageKernel("r", self.emit, self.secrets)
+        folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
+        try:
+            (folder / RDATA).write_bytes(base64.b64decode(saved))
+            async with self.kernel_turn:
+                report = await load_r(kernel, folder)
+            return names(report.get("restored")), reasons(report.get("failed"))
+        except Exception as exc:
+            return (), {"": problem(exc)}
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     async def install(self, request: wire.Install) -> None:
         """Install a restored workspace's packages again (pins only: the decoder let nothing
