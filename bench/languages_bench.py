@@ -2,8 +2,11 @@
 
 For R, JavaScript, TypeScript and Bash (and Python, to compare): the first run in that
 language in a warm session (its kernel starts), a follow-up run in it, and the memory of an
-idle session sandbox with Python only and with every language's kernel started. Printed as
-median and p95 with the machine and settings, then one JSON line.
+idle session sandbox with Python only and with every language's kernel started; and, with
+R, saving a workspace of R variables (a 100,000-row data frame and a model fitted on it,
+with ggplot2 attached) when its session ends, and the first R run of the next session,
+which starts R's kernel and loads them. Printed as median and p95 with the machine and
+settings, then one JSON line.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ import asyncio
 import dataclasses
 import json
 import sys
+import tempfile
+import time
 from functools import partial
+from pathlib import Path
 
-from bench.executor_bench import Figures, idle_memory_mib, machine, timed
+from bench.executor_bench import Figures, idle_memory_mib, keeping_workspaces, machine, timed
 from bot.settings import load_settings
 from executor import Executor, PoolSettings, SandboxLimits
 
@@ -62,6 +68,36 @@ async def measure(image: str, limits: SandboxLimits, samples: int, figures: Figu
         await every.close()
 
 
+R_WORKSPACE = (
+    "library(ggplot2)\n"
+    "frame <- data.frame(x = runif(1e5), y = runif(1e5), group = sample(letters, 1e5, TRUE))\n"
+    "model <- lm(y ~ x + group, data = frame)"
+)
+
+
+async def measure_r_workspace(
+    image: str, limits: SandboxLimits, samples: int, figures: Figures
+) -> None:
+    """An R workspace saved when its session ends, and the next session's first R run."""
+    pool = PoolSettings(size=1, max_live=4, idle_timeout_s=0.01, template=False)
+    with tempfile.TemporaryDirectory() as folder:
+        async with keeping_workspaces(image, limits, pool, Path(folder)) as executor:
+            saves: list[float] = []
+            restores: list[float] = []
+            for index in range(samples):
+                session = executor.session(f"r-workspace-{index}")
+                await session.run(R_WORKSPACE, language="r")
+                await asyncio.sleep(0.02)
+                started = time.perf_counter()
+                await executor.sessions.reap()
+                await asyncio.gather(*executor.sessions._saving.values())
+                saves.append((time.perf_counter() - started) * 1000)
+                restores.append(await timed(partial(session.run, "nrow(frame)", language="r")))
+                await session.close()
+    figures.add("R workspace saved (100,000 rows and a model)", saves, "r_workspace_saved")
+    figures.add("first R run restoring that workspace", restores, "r_workspace_restored")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench languages")
     parser.add_argument("--runtime", choices=["runc", "runsc"], help="default: the settings'")
@@ -79,6 +115,8 @@ def main(argv: list[str]) -> int:
         f"image {settings.image}"
     )
     asyncio.run(measure(settings.image, limits, args.samples, figures))
+    if "r" in limits.other_languages:
+        asyncio.run(measure_r_workspace(settings.image, limits, args.samples, figures))
     print(f"{'figure':48} {'p50 ms':>9} {'p95 ms':>9} {'n':>5}")
     for name, p50, p95, count in figures.rows:
         print(f"{name:48} {p50:9.1f} {p95:9.1f} {count:5}")
