@@ -51,7 +51,8 @@ from executor.languages import (
 CONTEXT_DIR = Path(__file__).resolve().parent.parent / "environments" / "jupyter"
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", "cellmate_runner.py")
 RUNNER_PACKAGE = "runner"
-"""The runner's modules, in the context beside its entry point (every *.py in it)."""
+"""The runner's modules, in the context beside its entry point (every *.py in it, and the
+R code it loads into the R kernel, *.R)."""
 PROTOCOL = Path(__file__).resolve().parent / "wire"
 PROTOCOL_NAME = "executor/wire"
 """Where the protocol package goes in the build context (and, under /opt/cellmate, in the image)."""
@@ -69,7 +70,9 @@ def inputs(context: Path = CONTEXT_DIR) -> list[tuple[str, Path]]:
     pins), by its name in the build context. The languages' own inputs are in
     executor.languages."""
     named = [(name, context / name) for name in CONTEXT_FILES]
-    package = sorted((context / RUNNER_PACKAGE).glob("*.py"))
+    package = sorted(
+        path for pattern in ("*.py", "*.R") for path in (context / RUNNER_PACKAGE).glob(pattern)
+    )
     named += [(path.relative_to(context).as_posix(), path) for path in package]
     protocol = sorted(PROTOCOL.glob("*.py"))
     return named + [(f"{PROTOCOL_NAME}/{path.name}", path) for path in protocol]

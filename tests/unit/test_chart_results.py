@@ -174,6 +174,47 @@ def test_the_model_gets_the_chart_data_beside_the_delivered_picture() -> None:
     )
 
 
+def test_an_r_chart_reaches_the_model_as_a_python_one() -> None:
+    # As the R kernel sends a ggplot's (runner/charts.R): a categorical x, unnamed series.
+    ggplot = {
+        "type": "bar",
+        "title": "Sales",
+        "x_label": "Authors",
+        "y_label": "sold",
+        "x_unit": None,
+        "y_unit": None,
+        "elements": [
+            {"label": "Ann", "group": "", "value": 100},
+            {"label": "Bob", "group": "", "value": 200},
+        ],
+        "x_scale": "categorical",
+        "y_scale": "linear",
+    }
+    bundle = RichResult(
+        data={"text/plain": "plot without title", "image/png": "iVBO", CHART_MIME: ggplot}
+    )
+    told = tool_result(ExecutionResult(status=Status.OK, results=(bundle,)), [], budget=8000)
+    assert told == (
+        "status: ok\n"
+        'chart data: bar "Sales"; x: Authors (categorical), y: sold\n'
+        "Ann = 100; Bob = 200"
+    )
+
+
+def test_the_r_kernel_side_names_the_same_mime_type_and_caps(kernel_side: ModuleType) -> None:
+    code = (Path(__file__).parents[2] / "environments/jupyter/runner/charts.R").read_text()
+    assert f'chart_mime <- "{CHART_MIME}"' in code
+    for name, value in (
+        ("max_points", kernel_side.MAX_POINTS),
+        ("max_chart_points", kernel_side.MAX_CHART_POINTS),
+        ("max_elements", kernel_side.MAX_ELEMENTS),
+        ("max_axes", kernel_side.MAX_AXES),
+        ("max_ticks", kernel_side.MAX_TICKS),
+        ("max_text", kernel_side.MAX_TEXT),
+    ):
+        assert f"  {name} <- {value} " in code or f"  {name} <- {value}\n" in code, name
+
+
 @pytest.fixture(scope="module")
 def kernel_side() -> ModuleType:
     """The sandbox's runner/charts.py, loaded by its path as the kernel loads it."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from executor.image import CONTEXT_DIR, CONTEXT_FILES, content_hash
+from executor.image import CONTEXT_DIR, CONTEXT_FILES, content_hash, inputs
 
 
 def test_tag_changes_exactly_when_an_input_changes(tmp_path: Path) -> None:
@@ -16,6 +16,13 @@ def test_tag_changes_exactly_when_an_input_changes(tmp_path: Path) -> None:
     with (tmp_path / "requirements.txt").open("a") as requirements:
         requirements.write("tabulate==0.9.0\n")
     assert content_hash(tmp_path) != original
+
+    # The R code the runner loads into the R kernel is an input as its modules are.
+    (tmp_path / "runner").mkdir()
+    changed = content_hash(tmp_path)
+    (tmp_path / "runner" / "charts.R").write_text("local({})\n")
+    assert content_hash(tmp_path) != changed
+    assert "runner/charts.R" in dict(inputs())
 
 
 def test_the_image_pins_every_package() -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -26,6 +28,13 @@ from runner.system import processes, stopped
 KERNEL_START_S = 120
 """A kernel's start on a loaded machine, after another was killed for memory, can take
 much longer than its usual seconds."""
+SETUP = {
+    # ggplot2's charts as data beside their pictures (runner/charts.R). A failure there
+    # leaves R's plots as pictures only, and the kernel started.
+    "r": f"try(source({json.dumps(str(Path(__file__).with_name('charts.R')))}, "
+    "local = new.env()), silent = TRUE); invisible(NULL)",
+}
+"""What each language's kernel runs, silently, once it has started."""
 NAMES = {
     "r": "R",
     "javascript": "JavaScript",
@@ -83,6 +92,16 @@ class LanguageKernel:
             self.client.async_start_new_kernel(cwd=str(DATA_DIR)), KERNEL_START_S
         )
         await asyncio.wait_for(self.client.async_start_new_kernel_client(), KERNEL_START_S)
+        setup = SETUP.get(self.language)
+        if setup is not None:
+            with contextlib.suppress(Exception):
+                await self.client.kc.execute_interactive(
+                    setup,
+                    silent=True,
+                    store_history=False,
+                    timeout=KERNEL_START_S,
+                    output_hook=lambda _: None,
+                )
         self.started = True
         pid = self.pid()
         self.own = descendants(pid) if pid is not None else set()
