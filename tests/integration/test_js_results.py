@@ -38,6 +38,15 @@ async def test_the_last_value_is_the_result(executor: Executor, language: str) -
     assert await value("console.log('printed')") == ([], "printed\n")
     assert await value("console.log('first');\n7") == (["7"], "first\n")
     assert await value("undefined") == ([], "")
+
+    # A value that shows itself (Deno's convention) adds its MIME types to the text.
+    shows = await session.run(
+        '({ [Symbol.for("Jupyter.display")]() { return { "text/html": "<b>hi</b>" }; } })',
+        language=language,
+    )
+    assert shows.status is Status.OK, shows.message
+    assert [set(r.data) for r in shows.results] == [{"text/plain", "text/html"}]
+    assert shows.results[0].data["text/html"] == "<b>hi</b>"
     assert await value("null") == ([], "")
 
     failed = await session.run("JSON.parse('not json');\n7", language=language)
