@@ -98,7 +98,7 @@ def stderr(text: str) -> dict[str, Any]:
     return {"output_type": "stream", "name": "stderr", "text": text}
 
 
-def result(text: str, count: int = 1) -> dict[str, Any]:
+def result(text: str, count: int | None = 1) -> dict[str, Any]:
     return {
         "output_type": "execute_result",
         "execution_count": count,

@@ -40,6 +40,8 @@ from executor.languages import (
     LANGUAGES,
     NPM_DIR,
     NPM_LOCK_SHA256,
+    TSLAB_PATCH,
+    TSLAB_PATCH_FILE,
     VARIABLE,
     configured_languages,
     deb_packages,
@@ -52,7 +54,7 @@ CONTEXT_DIR = Path(__file__).resolve().parent.parent / "environments" / "jupyter
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", "cellmate_runner.py")
 RUNNER_PACKAGE = "runner"
 """The runner's modules, in the context beside its entry point (every *.py in it, and the
-R code it loads into the R kernel, *.R)."""
+R code it loads into the R kernel, *.R, and the *.js its JavaScript kernels load)."""
 PROTOCOL = Path(__file__).resolve().parent / "wire"
 PROTOCOL_NAME = "executor/wire"
 """Where the protocol package goes in the build context (and, under /opt/cellmate, in the image)."""
@@ -70,9 +72,8 @@ def inputs(context: Path = CONTEXT_DIR) -> list[tuple[str, Path]]:
     pins), by its name in the build context. The languages' own inputs are in
     executor.languages."""
     named = [(name, context / name) for name in CONTEXT_FILES]
-    package = sorted(
-        path for pattern in ("*.py", "*.R") for path in (context / RUNNER_PACKAGE).glob(pattern)
-    )
+    folder = context / RUNNER_PACKAGE
+    package = sorted(path for pattern in ("*.py", "*.R", "*.js") for path in folder.glob(pattern))
     named += [(path.relative_to(context).as_posix(), path) for path in package]
     protocol = sorted(PROTOCOL.glob("*.py"))
     return named + [(f"{PROTOCOL_NAME}/{path.name}", path) for path in protocol]
@@ -173,7 +174,8 @@ def download_debs(
 
 def install_npm_packages(context: Path, say: Say) -> None:
     """node_modules for the JavaScript kernel, exactly as the lock file pins it, installed
-    on the host without install scripts: zeromq's native addon ships prebuilt for Linux."""
+    on the host without install scripts (zeromq's native addon ships prebuilt for Linux),
+    and tslab patched (`patch_tslab`)."""
     npm = shutil.which("npm")
     if npm is None:
         raise ImageBuildError(
@@ -197,11 +199,28 @@ def install_npm_packages(context: Path, say: Say) -> None:
             check=False,
         )
         if result.returncode == 0:
+            patch_tslab(context / NPM_DIR / "node_modules")
             return
         if attempt < NPM_TRIES:
             say(f"npm ci failed (try {attempt} of {NPM_TRIES}); trying again ...")
             time.sleep(5)
     raise ImageBuildError(f"npm ci failed:\n{(result.stdout + result.stderr)[-3000:]}")
+
+
+def patch_tslab(node_modules: Path) -> None:
+    """Apply TSLAB_PATCH to the installed tslab: exactly once, or the build fails (a tslab
+    whose executor changed needs the patch looked at again)."""
+    path = node_modules / TSLAB_PATCH_FILE
+    before, after = TSLAB_PATCH
+    text = path.read_text(encoding="utf-8")
+    found = text.count(before)
+    if found != 1:
+        raise ImageBuildError(
+            f"{path} has the text TSLAB_PATCH (executor/languages.py) replaces {found} times, "
+            "not once: tslab changed, so the patch that returns a cell's last value as its "
+            "result needs updating"
+        )
+    path.write_text(text.replace(before, after), encoding="utf-8")
 
 
 def build_context(

@@ -30,6 +30,8 @@ DEBS: dict[str, tuple[str, ...]] = {
 """Debian bookworm packages per language (apt adds what they depend on)."""
 
 TSLAB = "/opt/cellmate/npm/node_modules/tslab/bin/tslab"
+TSLAB_RESULT = "/opt/cellmate/runner/tslab_result.js"
+"""Loaded by Node before tslab: what turns a cell's last value into its result (TSLAB_PATCH)."""
 KERNELSPECS: dict[str, dict[str, dict[str, object]]] = {
     "r": {
         "r": {
@@ -51,6 +53,8 @@ KERNELSPECS: dict[str, dict[str, dict[str, object]]] = {
         "javascript": {
             "argv": [
                 "/usr/bin/node",
+                "--require",
+                TSLAB_RESULT,
                 TSLAB,
                 "kernel",
                 "--config-path",
@@ -61,7 +65,15 @@ KERNELSPECS: dict[str, dict[str, dict[str, object]]] = {
             "language": "javascript",
         },
         "typescript": {
-            "argv": ["/usr/bin/node", TSLAB, "kernel", "--config-path", "{connection_file}"],
+            "argv": [
+                "/usr/bin/node",
+                "--require",
+                TSLAB_RESULT,
+                TSLAB,
+                "kernel",
+                "--config-path",
+                "{connection_file}",
+            ],
             "display_name": "TypeScript",
             "language": "typescript",
         },
@@ -83,6 +95,18 @@ node_modules is installed there on the host."""
 NPM_LOCK_SHA256 = "c538dfa1a1bb055fbfc960d6971c24ea9fb77de91b5778ad13e028c8e69c40c4"
 """npm/package-lock.json's digest, which the tag follows: a build refuses a lock file that
 does not match (after changing it, put its new digest here)."""
+TSLAB_PATCH_FILE = "tslab/dist/executor.js"
+"""Under node_modules: tslab's executor, which prints a cell's last value."""
+TSLAB_PATCH = (
+    "delete exports[converted.lastExpressionVar];\n            console.log(ret);",
+    "delete exports[converted.lastExpressionVar];\n"
+    '            const show = globalThis[Symbol.for("cellmate.result")];\n'
+    '            if (typeof show === "function") show(ret); else console.log(ret);',
+)
+"""The one change the image makes to tslab (exact text, before and after): a cell's last
+value goes to the function runner/tslab_result.js sets, which returns it as the cell's
+result as Python's kernel does, rather than to stdout. The build applies it to the freshly
+installed node_modules and fails if the text is not found exactly once (a new tslab)."""
 
 
 NAMES = ("r", "javascript", "typescript", "bash", "none")
@@ -136,6 +160,7 @@ def digest_input(languages: tuple[str, ...]) -> bytes:
     parts = [f"languages={','.join(languages)}", f"debs={','.join(deb_packages(languages))}"]
     if "javascript" in languages:
         parts.append(f"npm-lock={NPM_LOCK_SHA256}")
+        parts.append(f"tslab-patch={TSLAB_PATCH_FILE}={TSLAB_PATCH[0]}={TSLAB_PATCH[1]}")
     for name, content in kernelspec_files(languages).items():
         parts.append(f"{name}={content.decode()}")
     return "\0".join(parts).encode()

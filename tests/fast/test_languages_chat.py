@@ -13,7 +13,7 @@ from bench.standins.openai_server import Reply, ScriptedModel, says
 from bot.agent import Agent
 from bot.events import Answer, CodeStarted
 from executor import Executor, PoolSettings, SandboxLimits
-from executor.fake_backend import FakeBackend, FakeRun, stdout
+from executor.fake_backend import FakeBackend, FakeRun, result, stdout
 from tests.support.agent_turns import final, tool_messages, turn
 
 
@@ -107,6 +107,28 @@ async def test_bash_code_is_run_as_written(
     # Python's escapes for characters a chat may hide mean nothing in Bash's quotes.
     await turn(make_agent(fake_executor, None, tmp_path), "c-b", "```bash\necho 'a\u200bb'\n```")
     assert fake_backend.asked[0].cells == ("echo 'a\u200bb'\n",)
+
+
+async def test_a_javascript_value_reaches_the_model_as_pythons_does(
+    make_agent: Callable[..., Agent],
+    fake_executor: Executor,
+    fake_backend: FakeBackend,
+    model: ScriptedModel,
+    tmp_path: Path,
+) -> None:
+    # The runner sends a JavaScript cell's last value as an execute_result, without the
+    # execution count that tslab gives only in its reply.
+    fake_backend.script = {
+        "1 + 1": FakeRun(outputs=[result("2", count=None)]),
+    }
+    model.script(Reply(code="1 + 1", language="javascript"), says("JS: 2."))
+    model.script(Reply(code="1 + 1"), says("Python: 2."))
+    agent = make_agent(fake_executor, model, tmp_path)
+    assert final(await turn(agent, "c-js", "1 + 1 in JavaScript")) == Answer("JS: 2.")
+    assert final(await turn(agent, "c-py", "1 + 1 in Python")) == Answer("Python: 2.")
+    js, python = tool_messages(model.requests[1])[0], tool_messages(model.requests[3])[0]
+    assert "value:\n2" in js
+    assert js == python
 
 
 @pytest.mark.parametrize("text", ["/run --lang cobol DISPLAY 1", "/run --lang=sql select 1"])

@@ -20,5 +20,6 @@ stand in for a module the kernel or the runner imports (see kernel_scripts.DATA_
 
 Modules: `runner` (the request loop and the kernel's rest between requests), `client` (the
 capped notebook client, the stderr tail), `kernel_scripts` (what runs in the kernel),
-`files` (/mnt/data), `system` (processes, limits, input).
+`results` (a JavaScript or TypeScript cell's last value as its result, with
+tslab_result.js), `files` (/mnt/data), `system` (processes, limits, input).
 """

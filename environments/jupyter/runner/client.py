@@ -16,6 +16,7 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from nbclient import NotebookClient
 
 from executor import wire
+from runner.results import as_result
 from runner.stdin import Secrets
 
 STDERR_TAIL_BYTES = 16 * 1024
@@ -54,6 +55,7 @@ class CappedClient(NotebookClient):  # type: ignore[misc]
         return super().process_message(msg, cell, cell_index)
 
     def output(self, outs: list[Any], msg: dict[str, Any], display_id: Any, cell_index: int) -> Any:
+        msg = as_result(msg)
         msg_type = msg["msg_type"]
         content = msg["content"]
         if msg_type == "stream":
