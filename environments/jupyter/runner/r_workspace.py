@@ -66,8 +66,11 @@ base::local({
   }
   always <- base::c("stats", "graphics", "grDevices", "utils", "datasets", "methods", "base")
   base::assign("PACKAGES", base::setdiff(base::.packages(), always), envir = kept)
+  # gzip's fastest level: the save is on the way to ending the session, and the file is
+  # stored once and read once.
   base::save(list = base::ls(kept, all.names = TRUE), envir = kept,
-             file = base::file.path(folder, "RDATA"))
+             file = base::file.path(folder, "RDATA"), compress = "gzip",
+             compression_level = 1)
   jsonlite::write_json(base::list(saved = base::I(saved), skipped = skipped),
                        base::file.path(folder, "REPORT"), auto_unbox = TRUE)
 })
