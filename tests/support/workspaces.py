@@ -11,7 +11,7 @@ from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings, SandboxLimits, default_tag
 from executor.workspace import WorkspaceSettings
 from storage.local import LocalStorage
-from tests.integration.conftest import TEST_INSTANCE
+from tests.support.sandboxes import TEST_INSTANCE
 
 
 def local_store(folder: Path, secret: bytes) -> StoredWorkspaces:
