@@ -22,7 +22,7 @@ from runner.files import DATA_DIR, snapshot
 from runner.kernel_scripts import DATA_OFF, IOPUB_GRACE_S, KERNEL_SETUP, WARM_LIMIT_S, WARM_MARK
 from runner.run_scope import OutsideData, scope, working_folder
 from runner.stdin import Secrets
-from runner.system import kernel_exit_code, oom_kills, preload_modules, stopped
+from runner.system import descendants, kernel_exit_code, oom_kills, preload_modules, stopped
 
 KERNEL_LAUNCH = Path(__file__).with_name("kernel_launch.py")
 
@@ -205,38 +205,54 @@ def run_done(
     )
 
 
-class BesideKernel:
-    """The second kernel. Between its runs it rests stopped (SIGSTOP), as the first does, so
-    that nothing it started runs uncounted."""
+class SideKernel:
+    """A kernel beside the session's first: the second Python kernel (`BesideKernel`) or
+    another language's (runner.languages), started on its first run. Its own processes
+    (the kernel, and what it started to work, such as Bash's shell: recorded once it
+    answers) are the only ones of its that outlive a run, and they rest stopped (SIGSTOP)
+    between runs, as the first kernel does, so that nothing it started runs uncounted."""
+
+    language = "python"
 
     def __init__(self, emit: Callable[[wire.Event], None], secrets: Secrets) -> None:
         self.emit = emit
-        self.nb = new_notebook()
-        self.client = new_client(self.nb, emit, secrets)
-        self.running: asyncio.Task[None] | None = None
+        self.secrets = secrets
+        self.nb = self.new_notebook()
+        self.client = self.new_client()
         self.started = False
         self.frozen = False
+        self.own: set[int] = set()
 
-    @property
-    def busy(self) -> bool:
-        return self.running is not None and not self.running.done()
+    def new_notebook(self) -> Any:
+        return new_notebook()
+
+    def new_client(self) -> CappedClient:
+        return new_client(self.nb, self.emit, self.secrets)
+
+    async def start(self) -> None:
+        await start_kernel(self.client)
 
     def pid(self) -> int | None:
         pid = getattr(kernel_process(self.client), "pid", None)
         return pid if isinstance(pid, int) else None
 
+    async def ensure_started(self) -> None:
+        if not self.started:
+            await self.start()
+            self.started = True
+            pid = self.pid()
+            self.own = descendants(pid) if pid is not None else set()
+
     async def run(self, request: wire.Run, rest: bool = True) -> wire.Done:
         """Run the request's cells; then the kernel rests, unless `rest` is False (the host
         lets processes go on between runs). Its `Done`, for the caller to send once it has
         done what follows the run (a request that comes after it must find it over)."""
-        if not self.started:
-            await start_kernel(self.client)
-            self.started = True
+        await self.ensure_started()
         self.thaw()
         start_caps(self.client, request)
         before = snapshot()
         try:
-            outcome = await scoped_cells(self.client, self.nb, request)
+            outcome = await scoped_cells(self.client, self.nb, request, self.language)
         finally:
             if rest:
                 await self.rest()
@@ -246,18 +262,21 @@ class BesideKernel:
         return done
 
     def thaw(self) -> None:
-        pid = self.pid()
-        if self.frozen and pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGCONT)
+        if self.frozen:
+            for pid in self.own:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)
         self.frozen = False
 
     async def rest(self) -> None:
         process = kernel_process(self.client)
-        if not self.frozen and process is not None and process.poll() is None:
-            os.kill(process.pid, signal.SIGSTOP)
-            self.frozen = True
-            await stopped(process)
+        if self.frozen or process is None or process.poll() is not None:
+            return
+        for pid in self.own:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        self.frozen = True
+        await stopped(process)
 
     async def interrupt(self) -> None:
         if self.started and not self.frozen and self.client.km is not None:
@@ -265,11 +284,26 @@ class BesideKernel:
 
     async def shutdown(self) -> None:
         """End the kernel (its variables go; its files stay in /mnt/data)."""
-        if not self.started:
+        if self.client.km is None:
+            self.started = False
             return
         self.thaw()
         with contextlib.suppress(Exception):
             await self.client._async_cleanup_kernel()
         self.started = False
-        self.nb = new_notebook()
-        self.client = new_client(self.nb, self.client.emit, self.client.secrets)
+        self.own = set()
+        self.nb = self.new_notebook()
+        self.client = self.new_client()
+
+
+class BesideKernel(SideKernel):
+    """The second Python kernel (wire `Run.kernel` "beside"): its own variables, the same
+    /mnt/data, one run at a time beside a run of the first."""
+
+    def __init__(self, emit: Callable[[wire.Event], None], secrets: Secrets) -> None:
+        super().__init__(emit, secrets)
+        self.running: asyncio.Task[None] | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.running is not None and not self.running.done()

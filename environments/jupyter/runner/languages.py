@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,11 +17,10 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 from executor import wire
 from runner.client import CappedClient, DeepQueueKernelClient
-from runner.files import DATA_DIR, snapshot
+from runner.files import DATA_DIR
 from runner.kernel_scripts import IOPUB_GRACE_S
-from runner.kernels import error_output, kernel_process, run_done, scoped_cells, start_caps
+from runner.kernels import SideKernel, error_output
 from runner.stdin import Secrets
-from runner.system import processes, stopped
 
 KERNEL_START_S = 120
 """A kernel's start on a loaded machine, after another was killed for memory, can take
@@ -52,38 +49,18 @@ def available_languages() -> tuple[str, ...]:
     return ("python", *(name for name in wire.LANGUAGES[1:] if name in specs))
 
 
-def descendants(pid: int) -> set[int]:
-    """The process and every process under it."""
-    children: dict[int, list[int]] = {}
-    for child, _, parent in processes():
-        children.setdefault(parent, []).append(child)
-    found, todo = {pid}, [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-class LanguageKernel:
-    """One language's kernel. Its own processes (the kernel, and what it started to work:
-    Bash's shell) are recorded once it answers, and are the only ones of its that outlive
-    a run; they rest stopped (SIGSTOP) between runs."""
+class LanguageKernel(SideKernel):
+    """One language's kernel, set up by `SETUP` once it has started."""
 
     def __init__(self, language: str, emit: Callable[[wire.Event], None], secrets: Secrets):
         self.language = language
-        self.emit = emit
-        self.secrets = secrets
-        self.nb = _notebook(language)
-        self.client = _client(self.nb, language, emit, secrets)
-        self.started = False
-        self.frozen = False
-        self.own: set[int] = set()
+        super().__init__(emit, secrets)
 
-    def pid(self) -> int | None:
-        pid = getattr(kernel_process(self.client), "pid", None)
-        return pid if isinstance(pid, int) else None
+    def new_notebook(self) -> Any:
+        return _notebook(self.language)
+
+    def new_client(self) -> CappedClient:
+        return _client(self.nb, self.language, self.emit, self.secrets)
 
     async def start(self) -> None:
         self.client.km = self.client.create_kernel_manager()
@@ -102,46 +79,32 @@ class LanguageKernel:
                     timeout=KERNEL_START_S,
                     output_hook=lambda _: None,
                 )
-        self.started = True
-        pid = self.pid()
-        self.own = descendants(pid) if pid is not None else set()
 
     async def run(self, request: wire.Run, rest: bool = True) -> wire.Done:
-        """Run the request's cells (starting the kernel on the first run); its `Done`."""
-        if not self.started:
-            try:
-                await self.start()
-            except Exception as exc:
-                await self.shutdown()
-                return self._failed(
-                    request,
-                    "KernelStartFailed",
-                    f"{NAMES[self.language]} kernel did not start: {type(exc).__name__}: {exc}"[
-                        :500
-                    ],
-                )
-        self.thaw()
-        start_caps(self.client, request)
-        before = snapshot()
+        """As `SideKernel.run`; a kernel that does not start is an error result."""
         try:
-            outcome = await scoped_cells(self.client, self.nb, request, self.language)
-        finally:
-            if rest:
-                await self.rest()
-        done = run_done(request, self.client, self.nb, before, outcome)
-        if outcome[0] == "died":
+            await self.ensure_started()
+        except Exception as exc:
             await self.shutdown()
-        return done
+            why = f"{type(exc).__name__}: {exc}"
+            self.emit(
+                error_output(
+                    request.id,
+                    "KernelStartFailed",
+                    f"{NAMES[self.language]} kernel did not start: {why}"[:500],
+                )
+            )
+            return wire.Done(id=request.id, status="error")
+        return await super().run(request, rest)
 
     async def quietly(self, code: str, timeout_s: float) -> None:
         """Run the runner's own code in the kernel (starting it if need be), with nothing
         recorded in the session's notebook; RuntimeError when the code fails."""
-        if not self.started:
-            try:
-                await self.start()
-            except Exception:
-                await self.shutdown()
-                raise
+        try:
+            await self.ensure_started()
+        except Exception:
+            await self.shutdown()
+            raise
         self.thaw()
         try:
             reply = await self.client.kc.execute_interactive(
@@ -156,44 +119,6 @@ class LanguageKernel:
         content = reply.get("content", {}) if isinstance(reply, dict) else {}
         if content.get("status") != "ok":
             raise RuntimeError(f"{content.get('ename', 'error')}: {content.get('evalue', '')}")
-
-    def _failed(self, request: wire.Run, name: str, value: str) -> wire.Done:
-        self.emit(error_output(request.id, name, value))
-        return wire.Done(id=request.id, status="error")
-
-    def thaw(self) -> None:
-        if self.frozen:
-            for pid in self.own:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGCONT)
-        self.frozen = False
-
-    async def rest(self) -> None:
-        process = kernel_process(self.client)
-        if self.frozen or process is None or process.poll() is not None:
-            return
-        for pid in self.own:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGSTOP)
-        self.frozen = True
-        await stopped(process)
-
-    async def interrupt(self) -> None:
-        if self.started and not self.frozen and self.client.km is not None:
-            await self.client.km.interrupt_kernel()
-
-    async def shutdown(self) -> None:
-        """End the kernel (its variables go; its files stay in /mnt/data)."""
-        if self.client.km is None:
-            self.started = False
-            return
-        self.thaw()
-        with contextlib.suppress(Exception):
-            await self.client._async_cleanup_kernel()
-        self.started = False
-        self.own = set()
-        self.nb = _notebook(self.language)
-        self.client = _client(self.nb, self.language, self.emit, self.secrets)
 
 
 def unavailable(run_id: str, language: str, have: tuple[str, ...]) -> list[wire.Event]:

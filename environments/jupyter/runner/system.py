@@ -42,6 +42,20 @@ def processes() -> list[tuple[int, str, int]]:
     return found
 
 
+def descendants(pid: int) -> set[int]:
+    """The process and every process under it."""
+    children: dict[int, list[int]] = {}
+    for child, _, parent in processes():
+        children.setdefault(parent, []).append(child)
+    found, todo = {pid}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def preload_modules() -> tuple[str, ...]:
     """The modules the warm-up imports: those of PRELOADABLE that CELLMATE_PRELOAD names (all
     of them where it is not set)."""
