@@ -32,6 +32,14 @@ DEBS: dict[str, tuple[str, ...]] = {
 TSLAB = "/opt/cellmate/npm/node_modules/tslab/bin/tslab"
 TSLAB_RESULT = "/opt/cellmate/runner/tslab_result.js"
 """Loaded by Node before tslab: what turns a cell's last value into its result (TSLAB_PATCH)."""
+
+
+def _tslab(*flags: str) -> list[str]:
+    """tslab's kernel command (its JavaScript mode takes `--js`)."""
+    command = ["/usr/bin/node", "--require", TSLAB_RESULT, TSLAB, "kernel"]
+    return [*command, "--config-path", "{connection_file}", *flags]
+
+
 KERNELSPECS: dict[str, dict[str, dict[str, object]]] = {
     "r": {
         "r": {
@@ -51,29 +59,12 @@ KERNELSPECS: dict[str, dict[str, dict[str, object]]] = {
     },
     "javascript": {
         "javascript": {
-            "argv": [
-                "/usr/bin/node",
-                "--require",
-                TSLAB_RESULT,
-                TSLAB,
-                "kernel",
-                "--config-path",
-                "{connection_file}",
-                "--js",
-            ],
+            "argv": _tslab("--js"),
             "display_name": "JavaScript",
             "language": "javascript",
         },
         "typescript": {
-            "argv": [
-                "/usr/bin/node",
-                "--require",
-                TSLAB_RESULT,
-                TSLAB,
-                "kernel",
-                "--config-path",
-                "{connection_file}",
-            ],
+            "argv": _tslab(),
             "display_name": "TypeScript",
             "language": "typescript",
         },
