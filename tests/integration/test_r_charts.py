@@ -5,7 +5,6 @@ pictures."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from bot.agent.prompt import tool_result
 from executor import ExecutionResult, Executor, Status
 from executor.models import CHART_MIME
+from tests.support.charts import assert_capped_line
 
 pytestmark = pytest.mark.docker
 
@@ -139,14 +139,7 @@ async def test_a_large_ggplot_comes_back_capped_and_small(executor: Executor) ->
     (rich,) = _pictures(result)
     chart = rich.chart
     assert chart is not None
-    (element,) = chart["elements"]
-    assert chart["truncated"] is True
-    assert element["truncated"] is True
-    assert element["total_points"] == 10_000
-    assert len(element["points"]) == 1_000
-    assert element["points"][0] == [0, 0]
-    assert element["points"][-1][0] == 9_999
-    assert len(json.dumps(chart)) < 60_000
+    assert_capped_line(chart)
     told = tool_result(result, [], budget=8_000)
     assert ": 10,000 points, x 0..9999, y -1..1" in told
     assert "(the chart data was cut" in told
