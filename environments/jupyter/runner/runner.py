@@ -431,7 +431,7 @@ class Runner:
             variables = read_at_most(folder / "variables.pkl", limit + 1_000_000)
             if len(variables) > limit + 500_000:
                 raise ValueError("the saved variables are larger than the cap")
-            r_variables, r_saved, r_skipped = await self.snapshot_r(limit - len(variables))
+            r_variables, r_saved, r_skipped = await self.snapshot_r(folder, limit - len(variables))
             event = wire.SnapshotTaken(
                 id=request.id,
                 variables=base64.b64encode(variables).decode(),
@@ -449,13 +449,15 @@ class Runner:
             shutil.rmtree(folder, ignore_errors=True)
         self.emit(event)
 
-    async def snapshot_r(self, limit: int) -> tuple[bytes, tuple[str, ...], dict[str, str]]:
-        """R's variables when its kernel ran (an .RData file), their names, and those not
-        saved with why; a save that fails is one entry named "", and the rest still saves."""
+    async def snapshot_r(
+        self, folder: Path, limit: int
+    ) -> tuple[bytes, tuple[str, ...], dict[str, str]]:
+        """R's variables when its kernel ran (an .RData file, written in the snapshot's
+        `folder`), their names, and those not saved with why; a save that fails is one entry
+        named "", and the rest still saves."""
         kernel = self.others.get("r")
         if kernel is None or not kernel.started:
             return b"", (), {}
-        folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
         try:
             async with self.kernel_turn:
                 report = await save_r(kernel, folder, limit, self.secrets.hex())
@@ -465,8 +467,6 @@ class Runner:
             return data, names(report.get("saved")), reasons(report.get("skipped"))
         except Exception as exc:
             return b"", (), {"": problem(exc)}
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
 
     async def restore(self, request: wire.Restore) -> None:
         """Load saved variables into the kernels (R's started for its own), and the cells
@@ -479,7 +479,7 @@ class Runner:
             if request.variables:
                 (folder / "variables.pkl").write_bytes(base64.b64decode(request.variables))
                 report = await self.in_kernel(RESTORE_CODE, folder)
-            r_restored, r_failed = await self.restore_r(request.r_variables)
+            r_restored, r_failed = await self.restore_r(folder, request.r_variables)
             event = wire.Restored(
                 id=request.id,
                 restored=tuple(str(name) for name in report.get("restored", [])),
@@ -495,9 +495,10 @@ class Runner:
             shutil.rmtree(folder, ignore_errors=True)
         self.emit(event)
 
-    async def restore_r(self, saved: str) -> tuple[tuple[str, ...], dict[str, str]]:
-        """Load R's saved variables (base64 .RData), starting R's kernel; what came back,
-        and what did not with why (all of it under "" when the load failed)."""
+    async def restore_r(self, folder: Path, saved: str) -> tuple[tuple[str, ...], dict[str, str]]:
+        """Load R's saved variables (base64 .RData, put in the restore's `folder`), starting
+        R's kernel; what came back, and what did not with why (all of it under "" when the
+        load failed)."""
         if not saved:
             return (), {}
         if "r" not in self.languages:
@@ -505,7 +506,6 @@ class Runner:
         kernel = self.others.get("r")
         if kernel is None:
             kernel = self.others["r"] = LanguageKernel("r", self.emit, self.secrets)
-        folder = Path(tempfile.mkdtemp(prefix="cellmate-workspace-"))
         try:
             (folder / RDATA).write_bytes(base64.b64decode(saved))
             async with self.kernel_turn:
@@ -513,8 +513,6 @@ class Runner:
             return names(report.get("restored")), reasons(report.get("failed"))
         except Exception as exc:
             return (), {"": problem(exc)}
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
 
     async def install(self, request: wire.Install) -> None:
         """Install a restored workspace's packages again (pins only: the decoder let nothing
