@@ -146,3 +146,36 @@ async def test_an_r_variable_holding_a_getpass_answer_is_never_saved(
     for name in ("token", "login"):
         assert "getpass" in saved.skipped[f"{name} (R)"]
     assert HIDDEN.encode() not in gzip.decompress(saved.r_variables)
+
+
+@pytest.mark.parametrize("runtime", ["runc"])
+async def test_r_names_no_python_name_could_have_come_back_whole_and_drawn_safely(
+    runtime: str, store: StoredWorkspaces
+) -> None:
+    """R names may hold anything (line breaks, bidirectional marks, quotes, 5,000
+    characters): the values come back under their own names, and the note draws each name
+    on one line, escaped and cut."""
+    async with saving_executor(runtime, store, idle_timeout_s=0.5) as ex:
+        session = ex.session("conv-names")
+        made = await session.run(
+            'assign("evil\\n@everyone \\u202e", 1)\n'
+            'assign(strrep("n", 5000), 2)\n'
+            'assign("`; system(\\"id\\")", 3)\n'
+            "ok <- 4",
+            language="r",
+        )
+        assert made.status is Status.OK, made.message
+        await end_idle_sessions(ex)
+        back = spoken(
+            await session.run(
+                'cat(ok, get(strrep("n", 5000)), get("`; system(\\"id\\")"), '
+                'get("evil\\n@everyone \\u202e"))',
+                language="r",
+            )
+        )
+        assert back.stdout == "4 2 3 1", back.message
+        assert "\n" not in back.message
+        assert "\u202e" not in back.message
+        assert "evil\\n@everyone \\u202e (R)" in back.message
+        assert "(5,004 characters)" in back.message
+        assert len(back.message) < 400
