@@ -36,6 +36,8 @@ FAKE_SCRIPT: Mapping[str, FakeRun] = {
     "x = 41": FakeRun(assigns={"x": "41"}),
     "print(x + 1)": FakeRun(outputs=[stdout("42\n")]),
     "print(x)": FakeRun(shows="x"),
+    "y <- 41": FakeRun(assigns={"y": "41"}),
+    'cat(y, "\\n", sep = "")': FakeRun(shows="y"),
 }
 """What the fake answers for the contract's code: what the real kernel prints for it."""
 

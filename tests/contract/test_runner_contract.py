@@ -22,10 +22,14 @@ from tests.support.runner_events import notices_and_outputs
 FILES = {"in/sales.csv": b"a,b\n1,2\n", "top.txt": b"top"}
 
 
-async def run(client: RunnerClient, cells: Sequence[str]) -> tuple[list[Any], wire.Done]:
+async def run(
+    client: RunnerClient, cells: Sequence[str], language: wire.Language = "python"
+) -> tuple[list[Any], wire.Done]:
     """A run's outputs and its done."""
     outputs: list[Any] = []
-    run_id = await client.run(cells, output_limit=10**6, rich_limit=10**7, rich_count_limit=100)
+    run_id = await client.run(
+        cells, output_limit=10**6, rich_limit=10**7, rich_count_limit=100, language=language
+    )
     async with asyncio.timeout(120):
         async for event in client.run_events(run_id):
             if isinstance(event, wire.Done):
@@ -200,6 +204,35 @@ async def test_a_snapshot_restores_into_another_sandbox(
         assert ("x" in restored.restored, dict(restored.failed)) == (True, {})
         outputs, _ = await run(other, ["print(x + 1)"])
         assert text(outputs) == "42\n"
+    finally:
+        await second.destroy()
+
+
+async def test_r_variables_snapshot_beside_python_s_and_restore_into_another_sandbox(
+    sandbox: Sandbox, backend: SandboxBackend, limits: SandboxLimits
+) -> None:
+    client = RunnerClient(sandbox)
+    await run(client, ["x = 41"])
+    _, done = await run(client, ["y <- 41"], "r")
+    assert done.status == "ok"
+    snapshot = await client.snapshot(10**7)
+    assert snapshot is not None
+    assert snapshot.error is None
+    assert ("x" in snapshot.saved, snapshot.r_saved, dict(snapshot.r_skipped)) == (
+        True,
+        ("y",),
+        {},
+    )
+    assert snapshot.r_variables
+    second = await started(backend, limits)
+    try:
+        other = RunnerClient(second)
+        restored = await other.restore(snapshot.variables, snapshot.cells, snapshot.r_variables)
+        assert restored is not None
+        assert restored.error is None
+        assert (restored.r_restored, dict(restored.r_failed)) == (("y",), {})
+        outputs, _ = await run(other, ['cat(y, "\\n", sep = "")'], "r")
+        assert text(outputs) == "41\n"
     finally:
         await second.destroy()
 
