@@ -18,6 +18,7 @@ from bot.sandbox_words import spoken
 from bot.workspaces import StoredWorkspaces
 from executor import Executor, PoolSettings, SandboxLimits, Status, default_tag
 from executor.docker_backend import DockerBackend
+from executor.docker_sandbox import remove_sandbox
 from executor.docker_specs import INSTANCE_LABEL
 from executor.errors import SandboxTaken
 from executor.ownership import MemoryOwners
@@ -119,11 +120,14 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
     ledger = MemoryOwners(TEST_INSTANCE)
     theirs = ledger.sharing(other)
 
-    def containers(instance: str) -> set[str]:
+    def named(instance: str) -> dict[str, str]:
         found = docker_client.containers.list(
             all=True, filters={"label": f"{INSTANCE_LABEL}={instance}"}, sparse=True
         )
-        return {c.id for c in found}
+        return {c.id: c.attrs["Names"][0].lstrip("/") for c in found}
+
+    def containers(instance: str) -> set[str]:
+        return set(named(instance))
 
     try:
         async with (
@@ -134,6 +138,10 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
             assert made.status is Status.OK, made.message
             held_by_a = a.sessions._live["conv"].lease.sandbox
             [held] = containers(TEST_INSTANCE)
+            # A's reaper also asks the ledger every few seconds and lets go of what another
+            # replica took; with the key's lock held it leaves the session to A's stream.
+            busy = a.sessions.lock("conv")
+            await busy.acquire()
             read = spoken(await b.session("conv").run(CHECK))
             assert read.status is Status.OK, read.message
             assert read.stdout == "42 still open on disk\n"  # the very kernel, socket and all
@@ -144,6 +152,7 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
             # another replica took the session over, and stops nothing.
             with pytest.raises(SandboxTaken):
                 await RunnerClient(held_by_a, timeout_s=20).export()
+            busy.release()
             # A's reaper, past every idle timeout: it neither saves nor removes B's sandbox.
             a.sessions.idle_timeout_s = 0.001
             await a.sessions.reap()
@@ -156,7 +165,7 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
             assert containers(TEST_INSTANCE) == {held}
             await b.session("conv").close()  # B holds it: B may end it
     finally:
-        left = containers(TEST_INSTANCE) | containers(other)
-        for container in left:  # each replica keeps its sessions: none may be left
-            docker_client.api.remove_container(container, force=True, v=True)
+        left = named(TEST_INSTANCE) | named(other)
+        for container, name in left.items():  # each replica keeps its sessions: none may be left
+            remove_sandbox(docker_client, container, name)
     assert not left, "a sandbox was left behind"

@@ -149,6 +149,10 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
             held_by_a = a.sessions._live["conv"].lease.sandbox
             pod = held_by_a.id
             pods.append(pod)
+            # A's reaper also asks the ledger every few seconds and lets go of what another
+            # replica took; with the key's lock held it leaves the session to A's stream.
+            busy = a.sessions.lock("conv")
+            await busy.acquire()
             read = spoken(await b.session("conv").run("print(x + 1, open('kept.txt').read())"))
             assert read.status is Status.OK, read.message
             assert read.stdout == "42 still here\n"
@@ -159,6 +163,7 @@ async def test_a_live_session_moves_to_another_replica_and_the_first_leaves_it_r
             # another replica took the session over, and stops nothing.
             with pytest.raises(SandboxTaken):
                 await RunnerClient(held_by_a, timeout_s=20).export()
+            busy.release()
             # A's reaper, past every idle timeout, only lets go of what B holds now.
             a.sessions.idle_timeout_s = 0.001
             await a.sessions.reap()
