@@ -130,6 +130,7 @@ async def measure(
             figures.add(f"{count} sessions running at once", rounds, f"concurrent{count}")
             if count == 10 and not isinstance(executor.backend, KubernetesBackend):
                 figures.summary["idle_session_mib"] = round(idle_memory_mib(executor), 1)
+                figures.summary["idle_session_cpu_pct"] = round(await idle_cpu_percent(), 2)
             for s in sessions:
                 await s.close()
 
@@ -291,6 +292,31 @@ def idle_memory_mib(executor: Executor) -> float:
         client.close()
 
 
+async def idle_cpu_percent(seconds: float = 10.0) -> float:
+    """CPU time an idle session sandbox uses (the median of this instance's sandboxes, in
+    percent of one core, over `seconds`): the runtime's own work and the runner's, while the
+    kernel rests."""
+
+    def usage() -> dict[str, int]:
+        client = connect()
+        try:
+            found = client.containers.list(filters={"label": f"{INSTANCE_LABEL}={INSTANCE}"})
+            readings: dict[str, Any] = {
+                str(c.id): c.stats(stream=False, one_shot=True) for c in found
+            }
+            return {
+                key: int(r["cpu_stats"]["cpu_usage"]["total_usage"]) for key, r in readings.items()
+            }
+        finally:
+            client.close()
+
+    before = await asyncio.to_thread(usage)
+    await asyncio.sleep(seconds)
+    after = await asyncio.to_thread(usage)
+    used = [(after[key] - before[key]) / 1e9 / seconds * 100 for key in before if key in after]
+    return statistics.median(used) if used else float("nan")
+
+
 def baseline(image: str, runtime: str, samples: int, figures: Figures) -> None:
     """A per-call `docker run` + `jupyter nbconvert --execute` of the same code."""
     cell = {"cell_type": "code", "id": "c1", "source": "x = 1; x", "metadata": {}, "outputs": []}
@@ -414,6 +440,8 @@ def main(argv: list[str]) -> int:
         print(f"{name:48} {p50:9.1f} {p95:9.1f} {count:5}")
     if "idle_session_mib" in figures.summary:
         print(f"{'idle session memory (MiB)':48} {figures.summary['idle_session_mib']:9.1f}")
+        cpu = figures.summary["idle_session_cpu_pct"]
+        print(f"{'idle session CPU (% of a core)':48} {cpu:9.2f}")
     for key, name in (
         ("live_idle_mib", "host memory per live idle session (MiB)"),
         ("paused_idle_mib", "host memory per paused idle session (MiB)"),

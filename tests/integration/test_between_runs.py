@@ -5,7 +5,11 @@ it, stays near zero while the host asks nothing of it."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import time
+from pathlib import Path
 
 import docker
 import pytest
@@ -185,3 +189,42 @@ async def test_background_work_carries_on_where_it_is_allowed(
         sandbox = only_sandbox(docker_client)
         idle = await idle_cpu_seconds(docker_client, sandbox, IDLE_WINDOW_S)
         assert idle > IDLE_CPU_LIMIT_S, f"{idle:.2f} s of CPU between runs"
+
+
+RUNNER_WAKEUPS_PER_S = 10
+"""Resting, the runner wakes about once a second (it reaps orphans, as init). A heartbeat
+to a stopped kernel (a new socket each second), or looking for a warm-up mark 50 times a
+second while the kernel that would write it is stopped, is several times this."""
+
+
+def wakeups(pid: int) -> int:
+    """The times the process's threads went to sleep and were woken since they started."""
+    count = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        with contextlib.suppress(OSError):
+            for line in status.read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    count += int(line.split()[1])
+    return count
+
+
+# Under runc the runner is a process of the host's, whose threads the host can count; under
+# gVisor they are its own kernel's.
+@pytest.mark.parametrize("runtime", ["runc"])
+async def test_the_runner_sleeps_while_the_kernel_rests_even_before_its_warm_up_ended(
+    executor: Executor, docker_client: docker.DockerClient
+) -> None:
+    session = executor.session("early")
+    # At once, with no import to wait for: the kernel rests with its warm-up halfway.
+    first = await session.run("x = 41")
+    assert first.status is Status.OK, first.message
+    runner = int(
+        docker_client.api.inspect_container(only_sandbox(docker_client).id)["State"]["Pid"]
+    )
+    before, started = wakeups(runner), time.monotonic()
+    await asyncio.sleep(IDLE_WINDOW_S)  # the measurement's window, not a wait for a condition
+    rate = (wakeups(runner) - before) / (time.monotonic() - started)
+    assert rate < RUNNER_WAKEUPS_PER_S, f"the resting runner woke {rate:.0f} times a second"
+    # The warm-up goes on when the kernel does: a cell that imports waits for it, and works.
+    second = await session.run("import pandas as pd\nprint(x + 1, pd.__name__)")
+    assert second.stdout == "42 pandas\n", second.message

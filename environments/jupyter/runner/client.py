@@ -99,6 +99,14 @@ class DeepQueueKernelClient(AsyncKernelClient):  # type: ignore[misc]
         context.setsockopt(zmq.RCVHWM, IOPUB_QUEUE)
         return context
 
+    def start_channels(self, *args: Any, **kwargs: Any) -> None:
+        # No heartbeat: whether the kernel lives is asked of its process (the kernel manager
+        # is this client's parent), and between requests the kernel rests stopped, where a
+        # heartbeat would miss every ping and open a new socket each second, waking the
+        # sandbox (dear under gVisor) while it should be idle.
+        kwargs["hb"] = False
+        super().start_channels(*args, **kwargs)
+
 
 class NoKey(Exception):
     """The host did not give a key: without one, nothing can be sealed."""

@@ -97,6 +97,9 @@ class Runner:
         self.kernel_turn = asyncio.Lock()
         """Held while the kernel works for a request, and while it is put to rest after."""
         self.frozen = False
+        self.awake = asyncio.Event()
+        """Set while the kernel is not stopped: the warm-up goes on only then."""
+        self.awake.set()
         self.warm = False
         self.user_code_ran = False
         """A run or a restore (the user's code) has run: from then on the kernel rests
@@ -279,6 +282,7 @@ class Runner:
             with contextlib.suppress(OSError):
                 os.kill(process.pid, signal.SIGCONT)
         self.frozen = False
+        self.awake.set()
         if self.reap_in_kernel:
             self.reap_in_kernel = False
             with contextlib.suppress(Exception):
@@ -297,6 +301,7 @@ class Runner:
         if not self.frozen and process is not None and process.poll() is None:
             os.kill(process.pid, signal.SIGSTOP)
             self.frozen = True
+            self.awake.clear()
             await stopped(process)
         if self.beside.busy and asyncio.current_task() is not self.beside.running:
             return  # what runs now may be the second kernel's code's; its end settles
@@ -360,10 +365,16 @@ class Runner:
                     os.waitpid(pid, os.WNOHANG)
 
     async def say_when_warm(self) -> None:
-        for _ in range(round(WARM_LIMIT_S / WARM_POLL_S)):
-            if WARM_MARK.exists():
-                break
+        # A run that came before the warm-up ended leaves the kernel resting, its warm-up
+        # halfway: the mark is looked for again (and the time counted) once a request wakes
+        # it, not 50 times a second meanwhile.
+        waited = 0.0
+        while waited < WARM_LIMIT_S and not WARM_MARK.exists():
+            if not self.awake.is_set():
+                await self.awake.wait()
+                continue
             await asyncio.sleep(WARM_POLL_S)
+            waited += WARM_POLL_S
         self.emit(wire.Warm())
         await self.settle_when_warm()
 
