@@ -27,8 +27,24 @@ def docker_client() -> Iterator[docker.DockerClient]:
     client.close()
 
 
-@pytest.fixture(params=RUNTIMES)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test of a sandbox runs on runc and on gVisor, except those marked `any_runtime`
+    (and those that choose one runtime themselves): what they show is the executor's and the
+    runner's logic, which does not depend on the runtime, so they run on runc, the engine's
+    default. Isolation, limits, faults, freezing, signals, networking and attaching again,
+    where the runtimes differ, stay on both."""
+    if "runtime" not in metafunc.fixturenames:
+        return
+    chosen = metafunc.definition.iter_markers("parametrize")
+    if any(mark.args and mark.args[0] == "runtime" for mark in chosen):
+        return
+    one = metafunc.definition.get_closest_marker("any_runtime") is not None
+    metafunc.parametrize("runtime", ["runc"] if one else RUNTIMES)
+
+
+@pytest.fixture
 def runtime(request: pytest.FixtureRequest) -> str:
+    """The container runtime the test's sandboxes use (see pytest_generate_tests)."""
     return str(request.param)
 
 

@@ -12,7 +12,7 @@ from storage.base import Storage
 from tests.support.azurite import Azurite
 from tests.support.links import fetch
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 CHART_AND_CSV = (
     "import matplotlib.pyplot as plt, pandas as pd\n"
@@ -21,11 +21,6 @@ CHART_AND_CSV = (
     "plt.show()\n"
     "df.to_csv('revenue.csv', index=False)"
 )
-
-
-@pytest.fixture(params=["runc"])
-def runtime(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 async def test_a_chart_and_a_csv_come_back_as_links_to_the_same_bytes(

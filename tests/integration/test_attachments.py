@@ -7,7 +7,7 @@ import pytest
 from executor import Executor, Status
 from storage.intake import IncomingFile, receive
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 
 async def excel_bytes(executor: Executor) -> bytes:

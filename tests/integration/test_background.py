@@ -21,7 +21,7 @@ from storage.local import LocalStorage
 from tests.integration.conftest import NO_POOL, TEST_INSTANCE
 from tests.support.links import SECRET
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 LONG = """```python
 import time

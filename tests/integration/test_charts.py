@@ -13,7 +13,7 @@ from executor import Executor, Status
 from executor.models import CHART_MIME, COLUMNS_MIME
 from tests.support.charts import assert_capped_line
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 PLOTS = {
     "line": """

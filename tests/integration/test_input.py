@@ -18,7 +18,7 @@ from storage.local import LocalStorage
 from tests.integration.conftest import TEST_INSTANCE
 from tests.support.prompts import answering
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 KEY = b"k" * 32
 HIDDEN = "pa55-w0rd-xyzzy"

@@ -9,7 +9,7 @@ import pytest
 
 from executor import Executor, Status
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 DEFINE = {"javascript": "var x = 41;", "typescript": "const x: number = 41;"}
 

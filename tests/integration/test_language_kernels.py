@@ -17,7 +17,7 @@ from executor.docker_specs import sandbox_specs
 from executor.image import image_languages
 from executor.languages import KERNELSPECS, configured_languages
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 PROBE = """
 import json, sys, time

@@ -100,6 +100,7 @@ def language(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.mark.any_runtime
 async def test_state_errors_files_and_scope(executor: Executor, language: str) -> None:
     code = LANGUAGES[language]
     session = executor.session(f"lang-{language}")
@@ -173,6 +174,7 @@ async def test_hostile_runs_from_each_language(
     assert names == ["lo"]
 
 
+@pytest.mark.any_runtime
 async def test_r_plots_come_back_as_pictures(executor: Executor) -> None:
     session = executor.session("r-plots")
     base = await session.run("plot(1:10, main = 'base')", language="r")

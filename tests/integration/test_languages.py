@@ -25,6 +25,7 @@ print(sleeping())
 """
 
 
+@pytest.mark.any_runtime
 async def test_bash_keeps_its_state_and_shares_mnt_data(executor: Executor) -> None:
     session = executor.session("bash")
     await session.run("x = 41")
@@ -40,6 +41,7 @@ async def test_bash_keeps_its_state_and_shares_mnt_data(executor: Executor) -> N
     assert python.stdout == "42 from-bash\n"
 
 
+@pytest.mark.any_runtime
 async def test_bash_errors_come_back_as_errors(executor: Executor) -> None:
     session = executor.session("bash-error")
     failed = await session.run("echo before; no-such-command-here", language="bash")
@@ -50,6 +52,7 @@ async def test_bash_errors_come_back_as_errors(executor: Executor) -> None:
     )
 
 
+@pytest.mark.any_runtime
 async def test_bash_env_and_folder_hold_for_one_run(executor: Executor) -> None:
     session = executor.session("bash-scope")
     await session.run("export KEEP=mine", language="bash")

@@ -29,7 +29,7 @@ from executor import Executor
 from storage.local import LocalStorage
 from tests.support.links import SECRET
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 WORKTREE = Path(__file__).resolve().parents[2]
 

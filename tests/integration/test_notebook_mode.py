@@ -15,7 +15,7 @@ from executor.docker_backend import DockerBackend
 from tests.integration.conftest import NO_POOL, TEST_INSTANCE
 from tests.support.sandboxes import live_sandboxes
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 
 async def test_streams_and_last_expression(executor: Executor) -> None:

@@ -107,6 +107,7 @@ async def test_pip_gets_the_refusal_when_the_index_is_closed(runtime: str, tmp_p
         assert "No module named 'cmdemo_pure'" in missing.stderr + str(missing.error)
 
 
+@pytest.mark.any_runtime
 async def test_installed_packages_come_back_with_the_workspace(
     runtime: str, tmp_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ from executor import SandboxBusy, Status
 from tests.integration.conftest import Pooled
 from tests.support.sandboxes import live_sandboxes
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 
 async def wait_until(predicate: Callable[[], bool], seconds: float = 60) -> None:

@@ -14,7 +14,7 @@ from executor import ExecutionResult, Executor, Status
 from executor.models import CHART_MIME
 from tests.support.charts import assert_capped_line
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 PLOTS = """
 library(ggplot2)

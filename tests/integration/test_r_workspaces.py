@@ -20,7 +20,7 @@ from executor.workspace import unpack
 from tests.support.prompts import answering
 from tests.support.workspaces import end_idle_sessions, local_store, saving_executor
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 SECRET = b"r" * 32
 

@@ -8,7 +8,7 @@ import pytest
 
 from executor import Executor, InvalidInput, Status
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 SHOW = "import os\nprint(os.environ.get('REPORT'), os.environ.get('HOME'), os.getcwd())"
 

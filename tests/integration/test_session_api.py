@@ -10,7 +10,7 @@ import pytest
 from executor import Executor, InvalidInput, SandboxLimits, Status, default_tag
 from tests.integration.conftest import NO_POOL, TEST_INSTANCE
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 
 async def test_files_in_folders(executor: Executor) -> None:

@@ -22,6 +22,7 @@ async def value(executor: Executor, key: str, expression: str) -> str:
     return result.results[-1].text
 
 
+@pytest.mark.any_runtime
 async def test_variables_and_files_carry_over(executor: Executor) -> None:
     session = executor.session("conversation-1")
     first = await session.run(
@@ -41,6 +42,7 @@ async def test_variables_and_files_carry_over(executor: Executor) -> None:
     ]
 
 
+@pytest.mark.any_runtime
 async def test_output_streams_while_the_code_runs(executor: Executor) -> None:
     arrivals: list[tuple[float, OutputEvent]] = []
     result = await executor.session("streaming").run(
@@ -79,6 +81,7 @@ async def test_stop_interrupts_and_keeps_state(executor: Executor) -> None:
     assert not session.stop()  # nothing runs now
 
 
+@pytest.mark.any_runtime
 async def test_a_stop_set_before_the_run_starts_runs_nothing(executor: Executor) -> None:
     session = executor.session("stopped-early")
     stop = asyncio.Event()
@@ -157,6 +160,7 @@ async def test_a_dead_kernel_restarts_the_session_and_says_so(
     assert not again.session_restarted
 
 
+@pytest.mark.any_runtime
 async def test_a_container_removed_from_outside_is_replaced(
     executor: Executor, docker_client: docker.DockerClient
 ) -> None:
@@ -190,6 +194,7 @@ async def test_sessions_never_see_each_other(executor: Executor) -> None:
     assert await alice.get_file("alice.txt") == b"s3cr3t"
 
 
+@pytest.mark.any_runtime
 async def test_runs_on_one_session_queue_in_order(executor: Executor) -> None:
     session = executor.session("queue")
     await session.run("seen = []")
@@ -225,6 +230,7 @@ async def test_a_link_written_by_code_is_never_followed(executor: Executor) -> N
     assert await session.get_file("passwd") is None
 
 
+@pytest.mark.any_runtime
 async def test_export_as_a_notebook(executor: Executor) -> None:
     session = executor.session("export")
     await session.run("a = 20")
@@ -243,6 +249,7 @@ async def test_export_as_a_notebook(executor: Executor) -> None:
     assert await executor.session("never-used").export_notebook() is None
 
 
+@pytest.mark.any_runtime
 async def test_idle_sessions_end_and_the_next_run_says_so(executor: Executor) -> None:
     executor.sessions.idle_timeout_s = 0.5
     session = executor.session("idle")
@@ -256,6 +263,7 @@ async def test_idle_sessions_end_and_the_next_run_says_so(executor: Executor) ->
     assert after.results[-1].text == "False"
 
 
+@pytest.mark.any_runtime
 async def test_closing_a_session_forgets_it_quietly(executor: Executor) -> None:
     session = executor.session("reset")
     await session.run("x = 1")
@@ -265,6 +273,7 @@ async def test_closing_a_session_forgets_it_quietly(executor: Executor) -> None:
     assert not after.session_restarted
 
 
+@pytest.mark.any_runtime
 async def test_container_limits_cannot_change_per_session_run(executor: Executor) -> None:
     with pytest.raises(InvalidInput, match="container limits"):
         await executor.session("limits").run("1", memory_mb=4096)
@@ -293,6 +302,7 @@ FIRST_CELLS = {
 }
 
 
+@pytest.mark.any_runtime
 @pytest.mark.parametrize("name", list(FIRST_CELLS))
 async def test_a_first_cell_that_imports_waits_for_the_warm_up_and_shows_its_output(
     executor: Executor, name: str

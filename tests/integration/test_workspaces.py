@@ -16,7 +16,7 @@ from executor import Executor, Status
 from executor.session import Restore
 from tests.support.workspaces import local_store, saving_executor
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
 
 SECRET = b"w" * 32
 
