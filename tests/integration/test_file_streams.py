@@ -18,7 +18,7 @@ from executor.stdio import MAX_LINE_BYTES
 from tests.integration.conftest import NO_POOL
 from tests.support.sandboxes import TEST_INSTANCE
 
-pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
+pytestmark = pytest.mark.docker
 
 MB = 1024 * 1024
 MADE = """

@@ -17,6 +17,7 @@ from bot.workspaces import StoredWorkspaces
 from executor import Status
 from executor.session import Restore
 from executor.workspace import unpack
+from tests.integration.conftest import RUNTIMES
 from tests.support.prompts import answering
 from tests.support.workspaces import end_idle_sessions, local_store, saving_executor
 
@@ -83,6 +84,7 @@ async def test_r_variables_survive_an_idle_end_and_a_restart(
         assert again.message.startswith("Restored your workspace from a moment ago: ")
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)  # a rule against hostile code: both runtimes
 async def test_with_files_only_r_variables_are_never_loaded(
     runtime: str, store: StoredWorkspaces
 ) -> None:

@@ -14,6 +14,7 @@ from bot.sandbox_words import restored, spoken
 from bot.workspaces import StoredWorkspaces
 from executor import Executor, Status
 from executor.session import Restore
+from tests.integration.conftest import RUNTIMES
 from tests.support.workspaces import local_store, saving_executor
 
 pytestmark = [pytest.mark.docker, pytest.mark.any_runtime]
@@ -158,6 +159,7 @@ async def _saved_payload(ex: Executor, key: str) -> None:
     await asyncio.gather(*ex.sessions._saving.values())
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)  # a rule against hostile code: both runtimes
 async def test_a_pickle_that_runs_code_when_loaded_never_runs_with_files_only(
     runtime: str, store: StoredWorkspaces
 ) -> None:
