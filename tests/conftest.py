@@ -49,10 +49,26 @@ SERIAL_PATHS = (
 `serial`, run after the parallel phase."""
 
 
+LONG_FIRST = (
+    "tests/compose/test_stack.py",  # the Compose stack up, through a restart, and down
+    "tests/integration/test_background_restart.py",  # a real 90-second run, per runtime
+    "tests/kubernetes/test_background_restart.py",
+)
+"""Files of tests that take a minute or more: the parallel phase starts them first, so that no
+worker is left with one of them while the others have run out of tests."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))  # stable: else as found
     for item in items:
         if item.nodeid.startswith(SERIAL_PATHS):
             item.add_marker(pytest.mark.serial)
+        if item.get_closest_marker("serial") is not None:
+            # The serial phase runs two lines side by side (`--dist loadgroup`): the tests
+            # that take the Docker engine, one after another, and those that take the test
+            # cluster, whose own containerd an engine restart does not touch.
+            cluster = item.nodeid.startswith("tests/kubernetes/")
+            item.add_marker(pytest.mark.xdist_group("cluster" if cluster else "engine"))
 
 
 _last_engine_test = ["(none yet)"]
