@@ -63,12 +63,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid.startswith(SERIAL_PATHS):
             item.add_marker(pytest.mark.serial)
-        if item.get_closest_marker("serial") is not None:
-            # The serial phase runs two lines side by side (`--dist loadgroup`): the tests
-            # that take the Docker engine, one after another, and those that take the test
-            # cluster, whose own containerd an engine restart does not touch.
-            cluster = item.nodeid.startswith("tests/kubernetes/")
-            item.add_marker(pytest.mark.xdist_group("cluster" if cluster else "engine"))
 
 
 _last_engine_test = ["(none yet)"]
