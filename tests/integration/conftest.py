@@ -49,8 +49,14 @@ def runtime(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def executor(runtime: str, docker_client: docker.DockerClient) -> AsyncIterator[Executor]:
-    limits = SandboxLimits(runtime=runtime, timeout_s=20)  # type: ignore[arg-type]
+async def executor(
+    runtime: str, docker_client: docker.DockerClient, request: pytest.FixtureRequest
+) -> AsyncIterator[Executor]:
+    # The data stack's warm-up costs each sandbox about half a CPU-second under runc and
+    # more under gVisor, and what most of these tests show does not depend on it: their
+    # sandboxes import nothing ahead. Tests marked `warm_up` get the default (see test_sessions).
+    preload = "auto" if request.node.get_closest_marker("warm_up") else "none"
+    limits = SandboxLimits(runtime=runtime, timeout_s=20, preload=preload)  # type: ignore[arg-type]
     # No pool: each run starts exactly the sandbox it needs, which keeps the suite lean.
     async with Executor(default_tag(), limits=limits, instance=TEST_INSTANCE, pool=NO_POOL) as ex:
         yield ex

@@ -210,6 +210,7 @@ def wakeups(pid: int) -> int:
 
 # Under runc the runner is a process of the host's, whose threads the host can count; under
 # gVisor they are its own kernel's.
+@pytest.mark.warm_up
 @pytest.mark.parametrize("runtime", ["runc"])
 async def test_the_runner_sleeps_while_the_kernel_rests_even_before_its_warm_up_ended(
     executor: Executor, docker_client: docker.DockerClient

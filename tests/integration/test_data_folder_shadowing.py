@@ -94,6 +94,7 @@ def files_before_the_runner(monkeypatch: pytest.MonkeyPatch, files: dict[str, st
     monkeypatch.setattr(docker_backend, "sandbox_specs", files_first)
 
 
+@pytest.mark.warm_up
 async def test_a_kernel_that_starts_among_shadows_imports_the_real_modules(
     executor: Executor, monkeypatch: pytest.MonkeyPatch
 ) -> None:

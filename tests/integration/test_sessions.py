@@ -303,6 +303,7 @@ FIRST_CELLS = {
 
 
 @pytest.mark.any_runtime
+@pytest.mark.warm_up
 @pytest.mark.parametrize("name", list(FIRST_CELLS))
 async def test_a_first_cell_that_imports_waits_for_the_warm_up_and_shows_its_output(
     executor: Executor, name: str
@@ -328,6 +329,7 @@ WARM_UP_REPORT = (
 )
 
 
+@pytest.mark.warm_up
 async def test_a_new_session_warms_the_data_stack_up_and_shows_nothing(
     executor: Executor, runtime: str
 ) -> None:
