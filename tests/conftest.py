@@ -41,7 +41,8 @@ SERIAL_PATHS = (
     "tests/integration/test_engine_restart.py",  # restarts dockerd under everyone's sandboxes
     # Plain volumes carry no instance label: every worker's sweep may take the one it plants.
     "tests/integration/test_sandbox_hardening.py::test_the_sweep_removes_plain_leftover_volumes",
-    # An engine restart under turns.
+    # 100 turns at once with the bot's memory bounded, and an engine restart under turns.
+    "tests/platforms/test_load.py::test_a_hundred_mentions_at_once",
     "tests/platforms/test_load.py::test_an_engine_restart",
 )
 """Tests (files, or test names within a file) that take the whole engine or machine: marked
@@ -52,12 +53,10 @@ LONG_FIRST = (
     "tests/compose/test_stack.py",  # the Compose stack up, through a restart, and down
     "tests/integration/test_background_restart.py",  # a real 90-second run, per runtime
     "tests/kubernetes/test_background_restart.py",
-    "tests/kubernetes/test_ha_replicas.py",  # replicas in the cluster under a hundred turns
-    "tests/platforms/test_load.py::test_a_hundred_mentions_at_once",
 )
 """Tests that take a minute or more: the parallel phase starts them first, all in the first
-worker's share (the others take the rest of it as they run out), so that they run one after
-another, never two of these loads at once, and no worker is left with one of them at the end."""
+worker's share (the others take the rest of it as they run out), so that no worker is left
+with one of them at the end."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -232,10 +232,11 @@ async def test_file_operations_outlast_a_runtime_that_cannot_freeze(
     container: Any = sandbox._container
     try:
         # Refused twice, then frozen: the write happens, and the sandbox is thawed after.
+        # (On a loaded machine runc itself may refuse a further try: that is retried too.)
         refusing = Refusing(sandbox, times=2)
         container.pause = refusing
         await sandbox.put_files(build_input_tar({"a.txt": b"first"}, 5, 1000))
-        assert refusing.calls == 3
+        assert refusing.calls >= 3
         assert docker_client.api.inspect_container(sandbox.id)["State"]["Paused"] is False
         # Refused every time: that one write and read are refused, by name; nothing else.
         container.pause = Refusing(sandbox, times=1000)

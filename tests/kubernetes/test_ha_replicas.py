@@ -38,7 +38,7 @@ from tests.kubernetes.ha_cluster import (
 )
 from tests.kubernetes.replicas import SHUTDOWN_GRACE_S
 
-pytestmark = [pytest.mark.kubernetes, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.kubernetes, pytest.mark.serial, pytest.mark.timeout(1500)]
 
 DISCORD_PEOPLE = (dc.ALICE, dc.BOB, dc.CAROL, dc.OWNER)
 """One person a conversation: a person's turns wait for each other (and a few at most)."""
