@@ -12,7 +12,6 @@ import pytest
 from bot.sandbox_words import spoken
 from executor import Executor, InvalidInput, OutputEvent, SandboxLimits, Status, default_tag
 from tests.integration.conftest import NO_POOL, TEST_INSTANCE
-from tests.integration.test_pool import wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -173,9 +172,8 @@ async def test_a_container_removed_from_outside_is_replaced(
             filters={"label": f"cellmate.instance={TEST_INSTANCE}"}
         )
     ]
-    sandbox = executor.sessions._live["removed"].lease.sandbox
     container.remove(force=True)
-    await wait_until(lambda: not sandbox.alive)  # its stream ended: the executor can tell
+    await asyncio.sleep(0.5)
     after = spoken(await session.run("print('recovered')"))
     assert after.status is Status.OK
     assert after.stdout == "recovered\n"
