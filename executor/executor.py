@@ -131,7 +131,9 @@ class Executor:
             others = await self._others()
             found = await self._keeper.recover(skip=others) if self._keeper is not None else []
             found = await self._owned(found)
-            keep = {f.sandbox.id for f in found} | others
+            # Read again, after: another replica may have taken one of this label's sessions
+            # over while this one attached and checked (a rolling update under traffic).
+            keep = {f.sandbox.id for f in found} | others | await self._named()
             removed = await self.backend.remove_leftovers(keep=keep)
             if found:
                 log.info("attached again to %d session(s) an earlier run left going", len(found))
@@ -151,6 +153,12 @@ class Executor:
             return set()
         return await asyncio.to_thread(self.owners.others)
 
+    async def _named(self) -> set[str]:
+        """Every sandbox the ledger names (never a leftover); none without a ledger."""
+        if self.owners is None:
+            return set()
+        return await asyncio.to_thread(self.owners.named)
+
     async def _owned(self, found: list[Recovered]) -> list[Recovered]:
         """With a ledger, the sessions this replica holds: those recovered by its label
         that no other replica took, recorded, and those it took over from another replica
@@ -161,19 +169,29 @@ class Executor:
         mine = await asyncio.to_thread(owners.mine)
         kept: list[Recovered] = []
         for item in found:
-            owner = await asyncio.to_thread(owners.owner, item.session)
-            if owner is None or owner == Owner(item.sandbox.id, owners.replica):
-                await asyncio.to_thread(owners.record, item.session, item.sandbox.id)
+            key, sandbox = item.session, item.sandbox.id
+            owner = await asyncio.to_thread(owners.owner, key)
+            if owner is None:
+                await asyncio.to_thread(owners.record, key, sandbox)
                 kept.append(item)
-            else:  # a newer session of the key exists: this one is a leftover
+            elif owner == Owner(sandbox, owners.replica) and await asyncio.to_thread(
+                owners.take, key, sandbox, owners.replica
+            ):  # still this replica's: by compare-and-set, as another may take it meanwhile
+                kept.append(item)
+            else:  # another replica's now, or a newer session of the key exists
                 await keeper.detach(item.sandbox)
         ids = {item.sandbox.id for item in kept}
         for key, sandbox in mine.items():
             if sandbox in ids:
                 continue
+            if await asyncio.to_thread(owners.owner, key) != Owner(sandbox, owners.replica):
+                continue  # taken over (or ended) since `mine` was read: not this one's
             adopted = await keeper.adopt(sandbox)
             if adopted is not None and adopted.session == key:
-                kept.append(adopted)
+                if await asyncio.to_thread(owners.take, key, sandbox, owners.replica):
+                    kept.append(adopted)
+                else:  # taken over while this one attached: the other replica's
+                    await keeper.detach(adopted.sandbox)
                 continue
             if adopted is not None:
                 await keeper.detach(adopted.sandbox)
@@ -210,8 +228,8 @@ class Executor:
         # A removal that failed while the engine was away (a restart) leaves a container or
         # volume behind; one sweep by this instance's labels catches those.
         try:
-            others = await self._others()
-            removed = await self.backend.remove_leftovers(keep={s.id for s in kept} | others)
+            named = await self._named()
+            removed = await self.backend.remove_leftovers(keep={s.id for s in kept} | named)
         except Exception as exc:  # the engine may be gone for good: nothing more to do
             log.warning("could not check for leftover sandboxes: %s", exc)
         else:

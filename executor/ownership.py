@@ -58,6 +58,10 @@ class SessionOwners(Protocol):
     def others(self) -> set[str]:
         """The sandboxes other replicas hold, whatever their labels."""
 
+    def named(self) -> set[str]:
+        """Every sandbox the ledger names, whichever replica holds it: none of them is a
+        leftover (one read, so a record that moves between replicas meanwhile is in it)."""
+
 
 class MemoryOwners:
     """A ledger in this process's memory: replicas in one test share `table`."""
@@ -124,3 +128,7 @@ class MemoryOwners:
     def others(self) -> set[str]:
         with self._lock:
             return {v[0] for v in self.table.values() if v[1] != self._replica}
+
+    def named(self) -> set[str]:
+        with self._lock:
+            return {v[0] for v in self.table.values()}

@@ -94,3 +94,7 @@ class SessionOwners:
             "SELECT sandbox FROM session_owners WHERE replica <> ?", (self._replica,)
         ).rows
         return {str(row[0]) for row in rows}
+
+    def named(self) -> set[str]:
+        rows = self._db.execute("SELECT sandbox FROM session_owners").rows
+        return {str(row[0]) for row in rows}

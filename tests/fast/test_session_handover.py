@@ -15,7 +15,7 @@ import pytest
 import executor.session as session_module
 from bot.conversations.session_owners import SessionOwners
 from bot.database import Databases
-from executor import Executor, PoolSettings, SandboxBusy, SandboxLimits
+from executor import ExecutionResult, Executor, PoolSettings, SandboxBusy, SandboxLimits
 from executor.errors import SandboxTaken
 from executor.fake_backend import FakeBackend, FakeRun, FakeSandbox
 from executor.ownership import MemoryOwners, Owner
@@ -430,3 +430,89 @@ async def test_a_replica_lets_go_of_a_session_taken_over_long_before_its_next_re
                 await asyncio.sleep(0.01)
         await settled(a)
         await still_bs(b, sandbox, theirs)
+
+
+class TakenMeanwhile(MemoryOwners):
+    """Replica A's ledger, restarting: right after its `nth` call of `method` (a read of who
+    holds what), replica B's turn takes the session over, as a Service spreading a
+    conversation's messages does while A's new Pod starts."""
+
+    def __init__(self, table: MemoryOwners, method: str, nth: int, turn: Callable[[], object]):
+        super().__init__("replica-a", table.table)
+        self._lock = table._lock
+        self.method, self.nth, self.turn = method, nth, turn
+        self.seen = 0
+        self.took: object = None
+
+    def _then(self, method: str) -> None:
+        if method != self.method:
+            return
+        self.seen += 1
+        if self.seen == self.nth:
+            self.took = self.turn()
+
+    def others(self) -> set[str]:
+        found = super().others()
+        self._then("others")
+        return found
+
+    def mine(self) -> dict[str, str]:
+        found = super().mine()
+        self._then("mine")
+        return found
+
+    def owner(self, key: str) -> Owner | None:
+        found = super().owner(key)
+        self._then("owner")
+        return found
+
+    def named(self) -> set[str]:
+        found = super().named()
+        self._then("named")
+        return found
+
+
+@pytest.mark.parametrize(
+    ("method", "nth"),
+    [("others", 1), ("mine", 1), ("owner", 1), ("named", 1), ("named", 2)],
+    ids=[
+        "before-attaching",
+        "while-checking-its-own",
+        "after-its-record-was-read",
+        "before-the-sweep",
+        "at-its-stop",
+    ],
+)
+async def test_a_restarting_replica_spares_a_session_another_takes_over_during_its_start(
+    method: str, nth: int
+) -> None:
+    """A's Pod is replaced (a rolling update) while its conversations go on elsewhere: B
+    takes a session labelled A's between A's reads of the ledger and its sweep of leftover
+    sandboxes. A neither removes that sandbox nor keeps it; B's turn has its variables."""
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    theirs = ledger.sharing("replica-b")
+    async with running(replica(backend.replica("replica-b"), theirs)) as b:
+        async with running(replica(backend, ledger)) as a:
+            assert (await a.session("k").run("x = 41")).status.value == "ok"
+        sandbox = only_sandbox(backend)
+        assert ledger.owner("k") == Owner(sandbox.id, "replica-a")  # kept for A's next start
+        loop = asyncio.get_running_loop()
+
+        def b_turn() -> object:
+            turn = asyncio.run_coroutine_threadsafe(b.session("k").run("print(x)"), loop)
+            return turn.result(timeout=10)
+
+        racing = TakenMeanwhile(ledger, method, nth, b_turn)
+        async with running(replica(backend, racing)):
+            pass
+        assert racing.seen >= nth, "B's turn never came"
+        took = racing.took
+        assert isinstance(took, ExecutionResult)
+        assert took.stdout == "41\n", took
+        assert sandbox.alive
+        assert not sandbox.destroyed
+        assert theirs.owner("k") == Owner(sandbox.id, "replica-b")
+        again = await b.session("k").run("print(x)")
+        assert again.stdout == "41\n"
+        assert not again.session_restarted
+        only_sandbox(backend)

@@ -326,6 +326,9 @@ def check_session_owners(first: OwnersSeam, second: OwnersSeam) -> None:
     assert first.owner("k1") == Owner("sandbox-1", "replica-b")
     assert first.others() == {"sandbox-1"}
     assert first.mine() == {"k2": "sandbox-2"}
+    assert first.named() == second.named() == {"sandbox-1", "sandbox-2"}  # whoever holds it
+    assert first.take("k2", "sandbox-2", "replica-a")  # still its own: kept, by the same check
+    assert first.mine() == {"k2": "sandbox-2"}
     # A take that could not attach gives the session back, once, to the one it names.
     assert not first.give_back("k1", "sandbox-1", "replica-a")
     assert second.give_back("k1", "sandbox-1", "replica-a")
