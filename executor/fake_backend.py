@@ -427,6 +427,7 @@ class FakeSandbox:
             variables = self.r_variables
         interrupted = self._beside_interrupted if beside else self._interrupted
         run_id = request.id
+        await self._emit(wire.Started(id=run_id))
         cells = list(request.cells)
         status, exit_code, oom = "ok", None, False
         before = dict(self.files)

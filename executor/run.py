@@ -58,6 +58,18 @@ class RunOutcome:
     earlier_ms: int = 0
     """A followed run: how long it had been going before this host took it over."""
     language: wire.Language = "python"
+    started: bool = False
+    """The runner said it took the run (`Started`): from then on its code may have run."""
+
+    @property
+    def nothing_ran(self) -> bool:
+        """The sandbox's output ended before the runner took the run: none of its code ran,
+        so it may run elsewhere (a stopped or timed-out run is not one)."""
+        return (
+            self.status == "lost"
+            and not self.started
+            and not (self.stopped or self.timed_out or self.killed_by_host or self.damaged)
+        )
 
     @property
     def sandbox_usable(self) -> bool:
@@ -220,6 +232,9 @@ async def _collect(
         async for event in client.run_events(run_id):
             if isinstance(event, wire.InputRequest):
                 asking.ask(event)
+                continue
+            if isinstance(event, wire.Started):
+                outcome.started = True
                 continue
             if isinstance(event, wire.Following):
                 outcome.earlier_ms = event.elapsed_ms

@@ -21,7 +21,7 @@ from executor.errors import SandboxError, SandboxTaken
 from executor.protocol import Recovered, Sandbox
 
 REQUEST_TIMEOUT_S = 60.0
-RUN_EVENTS = wire.Output | wire.InputRequest | wire.Done | wire.Following
+RUN_EVENTS = wire.Started | wire.Output | wire.InputRequest | wire.Done | wire.Following
 Answer = TypeVar("Answer", bound=wire.Event)
 
 
@@ -108,9 +108,9 @@ class RunnerClient:
 
     async def run_events(
         self, run_id: str
-    ) -> AsyncIterator[wire.Output | wire.InputRequest | wire.Done | wire.Following]:
-        """The run's outputs and input requests, then its `done`; ends early when the
-        sandbox's output does, or when a followed run is not found."""
+    ) -> AsyncIterator[wire.Started | wire.Output | wire.InputRequest | wire.Done | wire.Following]:
+        """The run's `started`, outputs and input requests, then its `done`; ends early when
+        the sandbox's output does, or when a followed run is not found."""
         while (event := await self.event()) is not None:
             if isinstance(event, RUN_EVENTS) and event.id == run_id:
                 yield event

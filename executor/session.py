@@ -250,7 +250,7 @@ class SessionManager:
             if keep:
                 self._to_keep.pop(key, None)
                 self._kept[key] = run_id
-            return await execute(
+            outcome = await execute(
                 sandbox,
                 cells,
                 limits,
@@ -263,6 +263,9 @@ class SessionManager:
                 keep=keep,
                 scope=scope,
             )
+            if outcome.nothing_ran:  # the sandbox ended (removed, say) with the request unread
+                raise SandboxError("the sandbox's output ended before its runner took the run")
+            return outcome
 
         try:
             await self.keeper.before_run(key, live, restore)

@@ -25,8 +25,10 @@ Handshake and sealing
     wrote into the middle of it): a number skipped, within one numbering.
 
 Requests (host to runner), in `REQUESTS`:
-    Run        run cells in order, stopping at the first error; answered by `Output`s, then
-               `Done`. One at a time: a second while one runs is ignored (with a `Log`).
+    Run        run cells in order, stopping at the first error; answered by `Started` (sent
+               before any of its code starts: a stream that ends before it ran nothing),
+               `Output`s, then `Done`. One at a time: a second while one runs is ignored
+               (with a `Log`).
                `kernel` "beside": in a second kernel (same /mnt/data, its own variables),
                one run at a time too, beside a run of the first that goes on; it starts on
                its first run and ends once neither kernel runs. `language` other than
@@ -188,6 +190,7 @@ from executor.wire.messages import (
     Shutdown,
     Snapshot,
     SnapshotTaken,
+    Started,
     Warm,
     WriteChunk,
     Written,
@@ -266,6 +269,7 @@ __all__ = [
     "Shutdown",
     "Snapshot",
     "SnapshotTaken",
+    "Started",
     "Warm",
     "WriteChunk",
     "Written",

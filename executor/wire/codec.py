@@ -66,6 +66,7 @@ from executor.wire.messages import (
     Run,
     Snapshot,
     SnapshotTaken,
+    Started,
     Warm,
     WriteChunk,
     Written,
@@ -301,6 +302,8 @@ def _event(kind: type[Event], read: _Reader) -> Event:
             prompt=read.text("prompt")[:MAX_PROMPT_CHARS],
             password=read.flag("password"),
         )
+    if kind is Started:
+        return Started(id=read.text("id"))
     if kind is Done:
         count = read.optional_number("execution_count")
         notebook = read.raw.get("notebook")

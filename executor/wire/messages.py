@@ -249,6 +249,15 @@ class InputRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Started:
+    """The runner took the run: its first event, sent before any of its code starts. A
+    stream that ends before it ran nothing of the run."""
+
+    type: ClassVar[str] = "started"
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     type: ClassVar[str] = "done"
     id: str
@@ -497,6 +506,7 @@ Event = (
     | Log
     | Output
     | InputRequest
+    | Started
     | Done
     | Exported
     | Previewed
@@ -519,6 +529,7 @@ EVENTS: dict[str, type[Event]] = {
         Log,
         Output,
         InputRequest,
+        Started,
         Done,
         Exported,
         Previewed,

@@ -6,7 +6,7 @@ restores, claims and resumes, kept runs followed again, and junk on the runner's
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from executor.runner_client import RunnerClient
 from tests.contract.conftest import ASKING, ENV_NAME, started
 from tests.support.runner_events import notices_and_outputs
 
+RunEvent = wire.Started | wire.Output | wire.InputRequest | wire.Done | wire.Following
 FILES = {"in/sales.csv": b"a,b\n1,2\n", "top.txt": b"top"}
 
 
@@ -31,11 +32,22 @@ async def run(
         cells, output_limit=10**6, rich_limit=10**7, rich_count_limit=100, language=language
     )
     async with asyncio.timeout(120):
-        async for event in client.run_events(run_id):
+        async for event in taken(client, run_id):
             if isinstance(event, wire.Done):
                 return outputs, event
             outputs.append(event.output)
     raise AssertionError("the sandbox ended before the run did")
+
+
+async def taken(client: RunnerClient, run_id: str) -> AsyncIterator[RunEvent]:
+    """A run's events after its `Started`, which comes first, before any of its code runs."""
+    events = client.run_events(run_id)
+    async with asyncio.timeout(120):
+        first = await anext(events)
+    assert first == wire.Started(id=run_id), first
+    async for event in events:
+        assert not isinstance(event, wire.Started), event
+        yield event
 
 
 def text(outputs: list[Any]) -> str:
@@ -66,7 +78,7 @@ async def test_interrupt_stops_a_cell_and_the_kernel_goes_on(sandbox: Sandbox) -
         rich_limit=10**7,
         rich_count_limit=100,
     )
-    events = client.run_events(run_id)
+    events = taken(client, run_id)
     async with asyncio.timeout(120):
         first = await anext(events)
         assert isinstance(first, wire.Output)
@@ -89,7 +101,7 @@ async def test_input_is_asked_answered_and_a_getpass_answer_masked(sandbox: Sand
     answers = iter(["one", "two-secret"])
     asked, outputs = [], []
     async with asyncio.timeout(120):
-        async for event in client.run_events(run_id):
+        async for event in taken(client, run_id):
             if isinstance(event, wire.InputRequest):
                 asked.append((event.prompt, event.password))
                 await client.send(wire.InputReply(id=run_id, value=next(answers)))
@@ -102,7 +114,7 @@ async def test_input_is_asked_answered_and_a_getpass_answer_masked(sandbox: Sand
 
     run_id = await client.run(["input('anyone? ')"], stdin=True, **limits)
     async with asyncio.timeout(120):
-        async for event in client.run_events(run_id):
+        async for event in taken(client, run_id):
             if isinstance(event, wire.InputRequest):
                 await client.send(wire.InputReply(id=run_id, given=False))
             elif isinstance(event, wire.Done):
@@ -298,7 +310,7 @@ async def test_a_kept_run_is_named_on_resume_and_followed_from_its_start(sandbox
     client = RunnerClient(sandbox)
     await client.claim("contract-session")
     run_id = await client.run([SLEEPER], output_limit=10**6, rich_limit=10**7, rich_count_limit=100)
-    events = client.run_events(run_id)
+    events = taken(client, run_id)
     async with asyncio.timeout(120):
         first = await anext(events)
         assert isinstance(first, wire.Output)
@@ -346,7 +358,7 @@ async def run_in(
         cells, output_limit=10**6, rich_limit=10**7, rich_count_limit=100, kernel=kernel
     )
     async with asyncio.timeout(120):
-        async for event in client.run_events(run_id):
+        async for event in taken(client, run_id):
             if isinstance(event, wire.Done):
                 return outputs, event
             outputs.append(event.output)
@@ -362,7 +374,7 @@ async def test_code_runs_beside_a_run_that_goes_on_in_a_kernel_of_its_own(
     main_id = await client.run(
         [SLEEPER], output_limit=10**6, rich_limit=10**7, rich_count_limit=100
     )
-    main_events = client.run_events(main_id)
+    main_events = taken(client, main_id)
     async with asyncio.timeout(120):
         assert isinstance(await anext(main_events), wire.Output)
     outputs, done = await run_in(client, ["print(6 * 7)"], "beside")
@@ -375,7 +387,7 @@ async def test_code_runs_beside_a_run_that_goes_on_in_a_kernel_of_its_own(
     beside_id = await client.run(
         [SLEEPER], output_limit=10**6, rich_limit=10**7, rich_count_limit=100, kernel="beside"
     )
-    beside_events = client.run_events(beside_id)
+    beside_events = taken(client, beside_id)
     async with asyncio.timeout(120):
         assert isinstance(await anext(beside_events), wire.Output)
         await client.interrupt("beside")  # the second kernel's run only

@@ -9,8 +9,16 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.sandbox_words import spoken
-from executor import Executor, PoolSettings, SandboxLimits, Status
-from executor.fake_backend import FakeBackend, FakeRun, image, result, stderr, stdout
+from executor import Executor, PoolSettings, SandboxLimits, Status, wire
+from executor.fake_backend import (
+    FakeBackend,
+    FakeRun,
+    FakeSandbox,
+    image,
+    result,
+    stderr,
+    stdout,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 
@@ -181,3 +189,42 @@ async def test_a_stop_ends_runs_that_still_wait_and_nothing_of_them_runs() -> No
         assert (await queued).message == "The run was stopped before it started; nothing ran."
         assert executor.session("a").stop() is False
     assert backend.runs == ["sleep()"]
+
+
+@pytest.mark.parametrize("taken", [False, True], ids=["request-unread", "after-started"])
+async def test_a_sandbox_that_ends_as_a_run_reaches_it_reruns_the_code_only_if_none_ran(
+    executor: Executor, backend: FakeBackend, taken: bool
+) -> None:
+    """Removed from outside between two runs, with the host not yet aware: the next run's
+    request goes to a sandbox that is gone. If its runner never said it took the run, none
+    of the code ran, so it runs in a new sandbox, once; if it did, the code may have run in
+    part, and the person is told the sandbox stopped instead of its running twice."""
+    session = executor.session("k")
+    await session.run("print('hi')")
+    sandbox = executor.sessions._live["k"].lease.sandbox
+    assert isinstance(sandbox, FakeSandbox)
+    answer = sandbox._answer
+
+    async def ends_on_a_run(request: wire.Request) -> None:
+        if not isinstance(request, wire.Run):
+            await answer(request)
+            return
+        if taken:
+            await sandbox._emit(wire.Started(id=request.id))
+        await sandbox.destroy()
+
+    sandbox._answer = ends_on_a_run  # type: ignore[method-assign]
+    ran_before = backend.runs.count("print('hi')")
+    after = spoken(await session.run("print('hi')"))
+    assert sandbox.destroyed
+    if taken:
+        assert after.status is Status.KILLED
+        assert after.message.startswith("The sandbox stopped unexpectedly"), after.message
+        assert backend.runs.count("print('hi')") == ran_before
+    else:
+        assert (after.status, after.stdout) == (Status.OK, "hi\n"), after.message
+        assert after.session_restarted
+        assert "its sandbox had stopped" in after.message, after.message
+        assert backend.runs.count("print('hi')") == ran_before + 1
+    again = await session.run("print('hi')")
+    assert again.stdout == "hi\n"

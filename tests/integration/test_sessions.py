@@ -161,9 +161,13 @@ async def test_a_dead_kernel_restarts_the_session_and_says_so(
 
 
 @pytest.mark.any_runtime
+@pytest.mark.parametrize("how", ["removed", "killed"])
 async def test_a_container_removed_from_outside_is_replaced(
-    executor: Executor, docker_client: docker.DockerClient
+    executor: Executor, docker_client: docker.DockerClient, how: str
 ) -> None:
+    """At once, with the host not yet aware that it is gone: the next run's request goes to
+    a sandbox that never takes it (no `Started`), so nothing of it ran, and it runs in a new
+    sandbox."""
     session = executor.session("removed")
     await session.run("x = 1")
     (container,) = [
@@ -172,8 +176,10 @@ async def test_a_container_removed_from_outside_is_replaced(
             filters={"label": f"cellmate.instance={TEST_INSTANCE}"}
         )
     ]
-    container.remove(force=True)
-    await asyncio.sleep(0.5)
+    if how == "removed":
+        container.remove(force=True)
+    else:
+        container.kill()
     after = spoken(await session.run("print('recovered')"))
     assert after.status is Status.OK
     assert after.stdout == "recovered\n"

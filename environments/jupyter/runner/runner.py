@@ -170,6 +170,7 @@ class Runner:
 
     async def run(self, request: wire.Run) -> None:
         run_id = request.id
+        self.emit(wire.Started(id=run_id))  # before any of its code: the host's "nothing ran"
         before = snapshot()
         self.record = RunRecord(run_id, kept=request.keep)
         self.client.run_id = run_id
@@ -220,6 +221,7 @@ class Runner:
             for event in unavailable(request.id, request.language, self.languages):
                 self.emit(event)
             return
+        self.emit(wire.Started(id=request.id))
         self.record = RunRecord(request.id, kept=request.keep)
         self.background = request.background
         self.user_code_ran = True
@@ -250,6 +252,7 @@ class Runner:
     async def run_beside(self, request: wire.Run) -> None:
         """A run in the second kernel, beside this one's; once neither runs, that kernel
         ends, and what its code started with it."""
+        self.emit(wire.Started(id=request.id))
         done = await self.beside.run(request, rest=not request.background)
         if self.running is None or self.running.done():
             await self.beside.shutdown()
