@@ -263,7 +263,9 @@ class SessionManager:
                 keep=keep,
                 scope=scope,
             )
-            if outcome.nothing_ran:  # the sandbox ended (removed, say) with the request unread
+            if outcome.started:
+                live.acks = True
+            elif outcome.nothing_ran and live.acks:  # ended (removed, say), the request unread
                 raise SandboxError("the sandbox's output ended before its runner took the run")
             return outcome
 
@@ -505,7 +507,7 @@ class SessionManager:
                 return resumed, None
         lease = await self.pool.acquire(on_queued)
         now = time.monotonic()
-        live = self._live[key] = Live(lease=lease, created=now, last_used=now)
+        live = self._live[key] = Live(lease=lease, created=now, last_used=now, acks=True)
         # The runner keeps whose session it holds, for a later process to find it again.
         await RunnerClient(lease.sandbox).claim(key)
         await self.handover.record(key, lease.sandbox)

@@ -65,6 +65,11 @@ class Live:
     snapshot (its workspace, which leaves such variables out, is saved instead)."""
     languages: set[str] = field(default_factory=set)
     """The languages besides Python its code ran in: their variables are not saved."""
+    acks: bool = False
+    """Its runner is known to acknowledge runs (`Started`): it was started here, from this
+    version's image, or it acknowledged one already. Only then does an output that ended
+    before the acknowledgement mean that none of the run's code ran (an adopted sandbox may
+    hold an earlier version's runner, which never sends one)."""
 
 
 Found = tuple[Live, Ended | None]

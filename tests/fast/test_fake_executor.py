@@ -203,17 +203,7 @@ async def test_a_sandbox_that_ends_as_a_run_reaches_it_reruns_the_code_only_if_n
     await session.run("print('hi')")
     sandbox = executor.sessions._live["k"].lease.sandbox
     assert isinstance(sandbox, FakeSandbox)
-    answer = sandbox._answer
-
-    async def ends_on_a_run(request: wire.Request) -> None:
-        if not isinstance(request, wire.Run):
-            await answer(request)
-            return
-        if taken:
-            await sandbox._emit(wire.Started(id=request.id))
-        await sandbox.destroy()
-
-    sandbox._answer = ends_on_a_run  # type: ignore[method-assign]
+    ends_on_its_next_run(sandbox, acknowledged=taken)
     ran_before = backend.runs.count("print('hi')")
     after = spoken(await session.run("print('hi')"))
     assert sandbox.destroyed
@@ -228,3 +218,55 @@ async def test_a_sandbox_that_ends_as_a_run_reaches_it_reruns_the_code_only_if_n
         assert backend.runs.count("print('hi')") == ran_before + 1
     again = await session.run("print('hi')")
     assert again.stdout == "hi\n"
+
+
+def ends_on_its_next_run(sandbox: FakeSandbox, acknowledged: bool = False) -> None:
+    """The sandbox is removed as the next run's request reaches it: before its runner says
+    `Started`, or just after."""
+    answer = sandbox._answer
+
+    async def ends(request: wire.Request) -> None:
+        if not isinstance(request, wire.Run):
+            await answer(request)
+            return
+        if acknowledged:
+            await sandbox._emit(wire.Started(id=request.id))
+        await sandbox.destroy()
+
+    sandbox._answer = ends  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("acknowledged", [False, True], ids=["never-acknowledged", "acknowledged"])
+async def test_a_sandbox_adopted_after_a_restart_reruns_only_once_its_runner_acknowledged_one(
+    acknowledged: bool,
+) -> None:
+    """A sandbox adopted from an earlier process may hold an earlier version's runner, which
+    never acknowledges a run: its silence proves nothing, so the code is not run again
+    elsewhere until that runner has acknowledged a run once."""
+    backend = FakeBackend({"print('hi')": FakeRun(outputs=[stdout("hi\n")])}, keeps_sessions=True)
+    limits = SandboxLimits(timeout_s=5, interrupt_grace_s=0.2)
+
+    def executor() -> Executor:
+        return Executor("fake", limits=limits, backend=backend, pool=PoolSettings(size=0))
+
+    async with executor() as first:
+        await first.session("a").run("print('hi')")
+    async with executor() as second:
+        if acknowledged:
+            assert (await second.session("a").run("print('hi')")).stdout == "hi\n"
+        sandbox = second.sessions._live["a"].lease.sandbox
+        assert isinstance(sandbox, FakeSandbox)
+        ends_on_its_next_run(sandbox)
+        ran_before = backend.runs.count("print('hi')")
+        after = spoken(await second.session("a").run("print('hi')"))
+        assert sandbox.destroyed
+        if acknowledged:
+            assert (after.status, after.stdout) == (Status.OK, "hi\n"), after.message
+            assert after.session_restarted
+            assert backend.runs.count("print('hi')") == ran_before + 1
+        else:
+            assert after.status is Status.KILLED
+            assert after.message.startswith("The sandbox stopped unexpectedly"), after.message
+            assert backend.runs.count("print('hi')") == ran_before
+        again = spoken(await second.session("a").run("print('hi')"))
+        assert again.stdout == "hi\n"
