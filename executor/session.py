@@ -22,7 +22,7 @@ from executor.errors import SandboxBusy, SandboxError, SandboxTaken
 from executor.limits import SandboxLimits
 from executor.models import ExecutionResult, OutputCollector, Status
 from executor.ownership import SessionOwners
-from executor.pool import QueueCallback, SandboxPool
+from executor.pool import Lease, QueueCallback, SandboxPool
 from executor.protocol import Recovered, Sandbox, SnapshotKeeper
 from executor.run import (
     OutputCallback,
@@ -72,6 +72,9 @@ SHUTDOWN_SAVE_S = 20.0
 TAKEOVER_CHECK_S = 2.0
 """With a ledger, how often this replica asks which of its idle sessions other replicas took
 over: until it lets go, its attach stream also receives what their runs print, unread."""
+CLAIM_TRIES = 3
+"""Pooled sandboxes tried for a new session before its start fails (an engine restart can
+end every one that waits)."""
 
 
 class SessionManager:
@@ -505,15 +508,32 @@ class SessionManager:
                 self._endings.pop(key, None)
                 await self.handover.record(key, resumed.lease.sandbox)
                 return resumed, None
-        lease = await self.pool.acquire(on_queued)
+        lease = await self._claimed(key, on_queued)
         now = time.monotonic()
         live = self._live[key] = Live(lease=lease, created=now, last_used=now, acks=True)
-        # The runner keeps whose session it holds, for a later process to find it again.
-        await RunnerClient(lease.sandbox).claim(key)
         await self.handover.record(key, lease.sandbox)
         if self.workspaces is not None:
             await self.keeper.started(key, live)
         return live, self._endings.pop(key, None)
+
+    async def _claimed(self, key: str, on_queued: QueueCallback | None) -> Lease:
+        """A sandbox from the pool, told whose session it holds (for a later process to find
+        it again). One that ended while it waited in the pool (an engine restart, its
+        stream's end not read yet) fails that first request: nothing ran in it, so it is
+        given back and another taken."""
+        tries = 1
+        while True:
+            lease = await self.pool.acquire(on_queued)
+            try:
+                await RunnerClient(lease.sandbox).claim(key)
+            except SandboxError:
+                self.pool.release(lease.sandbox)
+                if tries >= CLAIM_TRIES:
+                    raise
+                tries += 1
+                log.info("a pooled sandbox had ended while it waited; taking another")
+            else:
+                return lease
 
     async def _adopted(self, key: str) -> Live | None:
         """The key's session as another replica left it (see Handover.adopt), now live

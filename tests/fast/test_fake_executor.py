@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.sandbox_words import spoken
-from executor import Executor, PoolSettings, SandboxLimits, Status, wire
+from executor import Executor, PoolSettings, SandboxError, SandboxLimits, Status, wire
 from executor.fake_backend import (
     FakeBackend,
     FakeRun,
@@ -270,3 +270,27 @@ async def test_a_sandbox_adopted_after_a_restart_reruns_only_once_its_runner_ack
             assert backend.runs.count("print('hi')") == ran_before
         again = spoken(await second.session("a").run("print('hi')"))
         assert again.stdout == "hi\n"
+
+
+async def test_a_pooled_sandbox_that_ended_while_it_waited_is_replaced_before_a_session_starts(
+    executor: Executor, backend: FakeBackend
+) -> None:
+    """An engine restart ends the sandboxes waiting in the pool, and the host may not have
+    read the end of their streams yet: the first request to one fails. Nothing ran in it, so
+    the new session takes another instead of failing the person's run."""
+    await executor.session("first").run("print('hi')")
+    async with asyncio.timeout(5):
+        while executor.pool.ready < 1:  # noqa: ASYNC110 (the pool's refill has no event)
+            await asyncio.sleep(0.01)
+    waiting = backend.every[-1]
+
+    async def connection_lost(request: object) -> None:
+        raise SandboxError("the sandbox stopped accepting requests: Connection lost")
+
+    waiting.send = connection_lost  # type: ignore[method-assign]
+    started = len(backend.every)
+    after = spoken(await executor.session("second").run("print('hi')"))
+    assert (after.status, after.stdout) == (Status.OK, "hi\n"), after.message
+    assert waiting.destroyed
+    assert executor.sessions._live["second"].lease.sandbox is not waiting
+    assert len(backend.every) > started
