@@ -69,7 +69,7 @@ class Databases:
         """The database a store named `name` keeps its tables in (on SQLite, the file
         `name`.sqlite3)."""
         if not self.url:
-            return SqliteDatabase(self.data_dir / f"{name}.sqlite3")
+            return SqliteDatabase(self.data_dir / f"{name}.sqlite3", self.timeout_s)
         with self._lock:
             if self._pool is None:
                 self._pool = self._connect()

@@ -76,12 +76,16 @@ class _SqliteSession(Session):
 class SqliteDatabase(Database):
     engine: Engine = "sqlite"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, timeout_s: float = 30.0) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         # Statements commit on their own (no implicit transactions); `transaction` opens
-        # one explicitly.
-        self._connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        # one explicitly. Processes sharing the file (replicas starting at once, each
+        # migrating) wait up to `timeout_s` for another's write, not SQLite's 5 s default,
+        # which a loaded machine's migrations outlast.
+        self._connection = sqlite3.connect(
+            path, timeout=timeout_s, check_same_thread=False, isolation_level=None
+        )
         # In WAL mode with NORMAL sync a commit appends to the log without an fsync, which
         # took 2 to 7 ms of every turn. (A data directory on a network filesystem, where WAL
         # cannot work, is a case for PostgreSQL.)
