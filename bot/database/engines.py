@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -73,6 +74,21 @@ class _SqliteSession(Session):
         self._connection.executemany(statement, [tuple(row) for row in rows]).close()
 
 
+def _switch_to_wal(connection: sqlite3.Connection, timeout_s: float) -> None:
+    """WAL mode, waiting for other processes that switch the same new file at once: SQLite
+    answers "database is locked" to all but one of them without waiting (no busy handler
+    for this), and the file is in WAL mode once that one is through."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.02)
+
+
 class SqliteDatabase(Database):
     engine: Engine = "sqlite"
 
@@ -89,7 +105,7 @@ class SqliteDatabase(Database):
         # In WAL mode with NORMAL sync a commit appends to the log without an fsync, which
         # took 2 to 7 ms of every turn. (A data directory on a network filesystem, where WAL
         # cannot work, is a case for PostgreSQL.)
-        self._connection.execute("PRAGMA journal_mode=WAL")
+        _switch_to_wal(self._connection, timeout_s)
         self._connection.execute("PRAGMA synchronous=NORMAL")
         self._session = _SqliteSession(self._connection)
         # Held by the worker thread that runs a statement, not by an awaiting task: a
