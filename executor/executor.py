@@ -193,8 +193,14 @@ class Executor:
                 else:  # taken over while this one attached: the other replica's
                     await keeper.detach(adopted.sandbox)
                 continue
-            if adopted is not None:
-                await keeper.detach(adopted.sandbox)
+            if adopted is None:
+                # No answer now is not gone: it may be busy with another host, or slow to
+                # attach on a loaded cluster. The record stays (and spares the sandbox from
+                # the sweep); the key's next turn attaches again, with retries, and only
+                # then counts it gone.
+                log.info("session %s: its sandbox did not answer at the start", key)
+                continue
+            await keeper.detach(adopted.sandbox)  # it answers for another session
             await asyncio.to_thread(owners.release, key, sandbox)
         return kept
 

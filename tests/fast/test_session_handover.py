@@ -516,3 +516,31 @@ async def test_a_restarting_replica_spares_a_session_another_takes_over_during_i
         assert again.stdout == "41\n"
         assert not again.session_restarted
         only_sandbox(backend)
+
+
+async def test_a_sandbox_that_does_not_answer_at_a_restart_keeps_its_session() -> None:
+    """A's Pod restarts (a rolling update) and its sandbox does not answer at once (slow to
+    attach on a loaded cluster, or busy with another host): A keeps the record and the
+    sandbox, and the conversation's next turn attaches again, variables intact."""
+    backend, ledger = cluster(), MemoryOwners("replica-a")
+    async with running(replica(backend, ledger)) as a:
+        assert (await a.session("k").run("x = 41")).status.value == "ok"
+    sandbox = only_sandbox(backend)
+    restarted = replica(backend, ledger)
+    keeper = restarted.pool.backend
+    recover, adopt = keeper.recover, keeper.adopt  # type: ignore[attr-defined]
+
+    async def silent(*args: object, **kwargs: object) -> list[object] | None:
+        return [] if args == () or "skip" in kwargs else None
+
+    keeper.recover = keeper.adopt = silent  # type: ignore[attr-defined]
+    async with running(restarted) as a:
+        assert a.sessions.active == []
+        assert ledger.owner("k") == Owner(sandbox.id, "replica-a")
+        assert sandbox.alive
+        assert not sandbox.destroyed
+        keeper.recover, keeper.adopt = recover, adopt  # type: ignore[attr-defined]
+        again = await a.session("k").run("print(x)")
+        assert again.stdout == "41\n"
+        assert not again.session_restarted
+    only_sandbox(backend)
