@@ -221,6 +221,24 @@ async def until(
         await asyncio.sleep(0.5)
 
 
+STARTS_AND_SWEEPS = ("did not answer", "sandbox is gone", "removed", "session(s)")
+"""What replicas log about sessions found, kept, given up or swept at a start or stop."""
+
+
+def lost_session(cluster: Cluster, root: str, texts: list[str]) -> str:
+    """Why a conversation lost its variables, for the failure's report: its whole thread,
+    and what the replicas logged about its session, and their starts and sweeps."""
+    lines = [
+        f"{log.stem}: {line[:300]}"
+        for log in sorted((cluster.logs / "followed").glob("*.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if root in line or any(word in line for word in STARTS_AND_SWEEPS)
+    ]
+    thread = "\n---\n".join(texts)
+    story = "\n".join(lines[-120:])
+    return f"the thread:\n{thread}\n\nthe replicas' logs about it:\n{story}"
+
+
 def slack_user(start: int) -> str:
     """A person of their own for each conversation: one person's turns wait for each other."""
     return f"U0PERSON{start}"

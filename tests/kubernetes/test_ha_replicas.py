@@ -29,6 +29,7 @@ from tests.kubernetes.ha_cluster import (
     Cluster,
     discord_conversation,
     failover,
+    lost_session,
     running_cluster,
     slack_conversation,
     slack_user,
@@ -160,7 +161,8 @@ async def test_a_rolling_update_during_traffic_loses_no_conversation(cluster: Cl
         user = slack_user(start)
         texts = cluster.slack_texts(root)
         assert finals(root, user) == sent, texts
-        assert not any("NameError" in text for text in texts), texts
+        if any("NameError" in text for text in texts):  # raised whole: pytest would shorten it
+            raise AssertionError(lost_session(cluster, root, texts))
         seen = values(texts)
         assert seen[0] == start, texts
         assert seen == sorted(seen), texts  # never back to an earlier value
