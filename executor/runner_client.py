@@ -106,9 +106,7 @@ class RunnerClient:
         )
         return run_id
 
-    async def run_events(
-        self, run_id: str
-    ) -> AsyncIterator[wire.Started | wire.Output | wire.InputRequest | wire.Done | wire.Following]:
+    async def run_events(self, run_id: str) -> AsyncIterator[RUN_EVENTS]:
         """The run's `started`, outputs and input requests, then its `done`; ends early when
         the sandbox's output does, or when a followed run is not found."""
         while (event := await self.event()) is not None:

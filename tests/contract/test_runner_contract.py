@@ -15,11 +15,10 @@ from executor import Executor, PoolSettings, SandboxLimits, wire
 from executor.archive import build_input_tar
 from executor.errors import SandboxTaken
 from executor.protocol import Sandbox, SandboxBackend, SessionKeeper
-from executor.runner_client import RunnerClient
+from executor.runner_client import RUN_EVENTS, RunnerClient
 from tests.contract.conftest import ASKING, ENV_NAME, started
 from tests.support.runner_events import notices_and_outputs
 
-RunEvent = wire.Started | wire.Output | wire.InputRequest | wire.Done | wire.Following
 FILES = {"in/sales.csv": b"a,b\n1,2\n", "top.txt": b"top"}
 
 
@@ -39,7 +38,7 @@ async def run(
     raise AssertionError("the sandbox ended before the run did")
 
 
-async def taken(client: RunnerClient, run_id: str) -> AsyncIterator[RunEvent]:
+async def taken(client: RunnerClient, run_id: str) -> AsyncIterator[RUN_EVENTS]:
     """A run's events after its `Started`, which comes first, before any of its code runs."""
     events = client.run_events(run_id)
     async with asyncio.timeout(120):
